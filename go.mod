@@ -1,0 +1,3 @@
+module github.com/cudapatch/cudapatch
+
+go 1.26
