@@ -24,8 +24,6 @@ if [ $# -ne 1 ]; then
 	exit 2
 fi
 src=$(cd "$(dirname "$0")/src" && pwd)
-mkdir -p "$1"
-out=$(cd "$1" && pwd)
 
 # The RUNPATH every dynamic main and libfoo.so is linked with.
 old=/nonexistent/old/lib
@@ -70,6 +68,9 @@ if [ ${#missing[@]} -ne 0 ]; then
 	exit 1
 fi
 
+mkdir -p "$1"
+out=$(cd "$1" && pwd)
+
 # Compile from inside src/ with relative names and without -g, so no build
 # directory ends up in the output: the same sources give the same bytes.
 cflags=(-O2)
@@ -98,6 +99,7 @@ elflint() {
 #   DTAG: runpath | rpath | none        (what main gets; libfoo.so gets
 #                                        runpath unless DTAG is rpath)
 #   LDFLAGs go to every link of the variant (both libraries and both programs).
+# shellcheck disable=SC2054 # the commas belong to -Wl, arguments
 dyn() {
 	local name=$1 arch=$2 linker=$3 pie=$4 dtag=$5
 	shift 5
