@@ -1,0 +1,271 @@
+package elfedit
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// Target is what a plan is written to: the file it was made from.
+type Target interface {
+	io.WriterAt
+	io.ReaderAt
+	Truncate(size int64) error
+}
+
+type syncer interface{ Sync() error }
+
+// Apply writes the plan to t, which must hold the bytes the plan was made
+// from. Steps run in order; if one fails, the steps before it are undone
+// (their old bytes written back, the file cut to its old size) and the
+// error says so. With sync, the data is flushed before the commit step and
+// after the last one, so that a power loss, too, finds the original or the
+// result.
+func (p *Plan) Apply(t Target, sync bool) error {
+	return p.apply(t, sync, len(p.Steps))
+}
+
+// apply runs the first n steps (all of them in normal use; fewer in tests
+// that simulate a crash, which is why nothing is undone in that case).
+func (p *Plan) apply(t Target, sync bool, n int) error {
+	type undo struct {
+		off int64
+		old []byte
+	}
+	var undos []undo
+	rollback := func(cause error) error {
+		var errs []error
+		for i := len(undos) - 1; i >= 0; i-- {
+			if _, err := t.WriteAt(undos[i].old, undos[i].off); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := t.Truncate(p.OldSize); err != nil {
+			errs = append(errs, err)
+		}
+		if len(errs) > 0 {
+			return fmt.Errorf("%w; restoring the original also failed: %w", cause, errors.Join(errs...))
+		}
+		return fmt.Errorf("%w (file restored)", cause)
+	}
+	flush := func() error {
+		if s, ok := t.(syncer); ok && sync {
+			return s.Sync()
+		}
+		return nil
+	}
+	for i, st := range p.Steps[:n] {
+		if st.Kind == StepCommit {
+			if err := flush(); err != nil {
+				return rollback(fmt.Errorf("sync before commit: %w", err))
+			}
+		}
+		if st.Kind == StepTruncate {
+			if err := t.Truncate(st.Len); err != nil {
+				return fmt.Errorf("step %d (%s): %w", i, st.What, err)
+			}
+			continue
+		}
+		if st.Off < p.OldSize {
+			end := min(st.Off+st.Len, p.OldSize)
+			old := make([]byte, end-st.Off)
+			if _, err := t.ReadAt(old, st.Off); err != nil {
+				return rollback(fmt.Errorf("step %d (%s): reading old bytes: %w", i, st.What, err))
+			}
+			undos = append(undos, undo{st.Off, old})
+		}
+		if _, err := t.WriteAt(st.data, st.Off); err != nil {
+			err = fmt.Errorf("step %d (%s): writing 0x%x bytes at 0x%x: %w", i, st.What, st.Len, st.Off, err)
+			if st.Kind == StepHygiene || st.Kind == StepTruncate {
+				return err // the result is in place; only its tidying failed
+			}
+			return rollback(err)
+		}
+	}
+	return flush()
+}
+
+// Result reads the file as it will be after the plan, without writing
+// anything: the verifier runs on it before the plan is committed.
+func (p *Plan) Result() (*File, error) {
+	return NewFile(&overlay{base: p.f.r, baseSize: p.f.size, steps: p.Steps, size: p.NewSize}, p.NewSize)
+}
+
+// overlay reads a file through the writes of a plan.
+type overlay struct {
+	base     io.ReaderAt
+	baseSize int64
+	steps    []Step
+	size     int64
+}
+
+func (o *overlay) ReadAt(b []byte, off int64) (int, error) {
+	if off >= o.size {
+		return 0, io.EOF
+	}
+	n := len(b)
+	if off+int64(n) > o.size {
+		n = int(o.size - off)
+	}
+	b = b[:n]
+	clear(b)
+	if off < o.baseSize {
+		m := min(int64(n), o.baseSize-off)
+		if _, err := o.base.ReadAt(b[:m], off); err != nil && !errors.Is(err, io.EOF) {
+			return 0, err
+		}
+	}
+	for _, st := range o.steps {
+		if st.Kind == StepTruncate {
+			continue
+		}
+		lo, hi := max(off, st.Off), min(off+int64(n), st.Off+st.Len)
+		if lo < hi {
+			copy(b[lo-off:hi-off], st.data[lo-st.Off:hi-st.Off])
+		}
+	}
+	if n < len(b) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// Options control EditFile.
+type Options struct {
+	// Sync flushes data to disk before the commit step and at the end, so
+	// that a power loss (not only a crash of this process) leaves the
+	// original or the result.
+	Sync bool
+	// BreakHardLinks edits a file with several hard links by writing a
+	// copy next to it and renaming the copy over the path, leaving the
+	// other links with the old content. Without it such files are refused
+	// with ErrHardLinks: editing in place would change every link.
+	BreakHardLinks bool
+	// DryRun plans and verifies but writes nothing.
+	DryRun bool
+}
+
+// Result of EditFile.
+type Result struct {
+	Plan    *Plan
+	Before  Info
+	After   Info
+	Changed bool
+}
+
+// EditFile edits the file at path in place: it reads the headers, plans the
+// edit, verifies the planned result (every invariant the original met must
+// still hold, and the result must carry the requested values), and applies
+// the plan. A no-op edit does not open the file for writing, so its bytes
+// and its modification time stay as they are. Errors name the path.
+func EditFile(path string, e Edit, opt Options) (*Result, error) {
+	res, err := editFile(path, e, opt)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return res, nil
+}
+
+func editFile(path string, e Edit, opt Options) (*Result, error) {
+	rf, err := os.Open(path)
+	if err != nil {
+		return nil, unwrapPath(err)
+	}
+	defer rf.Close()
+	st, err := rf.Stat()
+	if err != nil {
+		return nil, unwrapPath(err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("not a regular file")
+	}
+	f, err := NewFile(rf, st.Size())
+	if err != nil {
+		return nil, err
+	}
+	plan, err := f.Plan(e)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Plan: plan, Before: f.Info(), After: f.Info()}
+	if plan.IsNoOp() {
+		return res, nil
+	}
+	after, err := plan.Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: planned result does not read back: %v", ErrVerify, err)
+	}
+	if err := checkResult(f, after, &e); err != nil {
+		return nil, err
+	}
+	res.After, res.Changed = after.Info(), true
+	if opt.DryRun {
+		return res, nil
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink > 1 {
+		if !opt.BreakHardLinks {
+			return nil, fmt.Errorf("%w (%d links): refusing to change the other paths too", ErrHardLinks, sys.Nlink)
+		}
+		return res, applyCopy(path, rf, st, plan, opt.Sync)
+	}
+	wf, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, unwrapPath(err)
+	}
+	if err := plan.Apply(wf, opt.Sync); err != nil {
+		wf.Close()
+		return nil, err
+	}
+	if err := wf.Close(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// applyCopy writes the result to a temporary copy in the same directory and
+// renames it over path, so the other hard links keep the old content.
+func applyCopy(path string, src *os.File, st os.FileInfo, plan *Plan, sync bool) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".cudapatch-*")
+	if err != nil {
+		return unwrapPath(err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if _, err := io.Copy(tmp, io.NewSectionReader(src, 0, st.Size())); err != nil {
+		return fmt.Errorf("copying: %w", unwrapPath(err))
+	}
+	if err := plan.Apply(tmp, sync); err != nil {
+		return err
+	}
+	if err := tmp.Chmod(st.Mode().Perm() | st.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky)); err != nil {
+		return unwrapPath(err)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		_ = tmp.Chown(int(sys.Uid), int(sys.Gid)) // only root can; others keep their own
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return unwrapPath(err)
+	}
+	ok = true
+	return nil
+}
+
+// unwrapPath drops the path from *PathError, since EditFile adds it once.
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
+	}
+	return err
+}

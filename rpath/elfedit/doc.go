@@ -1,0 +1,44 @@
+// Package elfedit reads and rewrites the dynamic-linking information of ELF
+// files: the interpreter (PT_INTERP), DT_RUNPATH/DT_RPATH, DT_SONAME and
+// DT_NEEDED.
+//
+// It reads through the program headers, as the loaders do, so files without
+// section headers work, and it reads only the headers, the dynamic section and
+// the dynamic string table: never the whole file.
+//
+// An edit is described by an [Edit], turned into a [Plan] by [File.Plan] and
+// written by [Plan.Apply] (or all at once by [EditFile]). The plan picks the
+// cheapest layout that keeps every loader invariant, in this order:
+//
+//  1. [InPlace]: new strings overwrite old ones that are not shared with any
+//     other string reference, and new dynamic entries take spare DT_NULL slots.
+//  2. [Slack]: a grown copy of the dynamic string table goes into the zero
+//     padding after the first PT_LOAD, which is extended to cover it.
+//  3. [Region]: one PT_LOAD appended at the end of the file holds a copy of the
+//     program header table and of whatever grew (.interp, .dynamic, .dynstr).
+//     A later edit of the same file builds its region in the free slot before
+//     or after the live one, so repeated edits do not grow the file without
+//     bound.
+//
+// Nothing else moves: section contents such as CUDA's .nv_fatbin stay where the
+// linker put them.
+//
+// # Crash safety
+//
+// A plan is a list of steps ordered so that the file on disk is, after every
+// step, either the original or the result as far as any loader can tell: first
+// bytes nothing references (the appended region, zero padding), then header
+// changes that do not change what is loaded, then a single write that switches
+// from the old to the new content, then hygiene (overwriting the bytes of
+// replaced strings with 'X' so old Nix store paths do not linger). A failed
+// step rolls back the steps before it.
+//
+// # Hardening
+//
+// Every count, size and offset read from a file is checked against the file's
+// size before anything is allocated. Hostile input gives an error naming the
+// problem and its offset; it never panics and never allocates more than the
+// file size justifies. The package has fuzz targets for reading and editing.
+//
+// The package knows nothing of Nix or CUDA and does not log.
+package elfedit

@@ -1,0 +1,117 @@
+package elfedit
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// PathTag says which dynamic tag carries a search path that is set.
+type PathTag int
+
+const (
+	// TagRunPath writes DT_RUNPATH; an existing DT_RPATH is retagged (a
+	// one-word change) or dropped, so the result has DT_RUNPATH only. This is
+	// what patchelf --set-rpath does, and what Nix wants: DT_RUNPATH applies
+	// to the file's own dependencies only and comes after LD_LIBRARY_PATH.
+	TagRunPath PathTag = iota
+	// TagKeep sets the value in the tag the file already has (DT_RPATH stays
+	// DT_RPATH); DT_RUNPATH when it has neither.
+	TagKeep
+	// TagRPath writes DT_RPATH only (patchelf --force-rpath). DT_RPATH is
+	// inherited by everything the file loads and outranks LD_LIBRARY_PATH.
+	TagRPath
+)
+
+func (t PathTag) String() string {
+	switch t {
+	case TagRunPath:
+		return "runpath"
+	case TagKeep:
+		return "keep"
+	case TagRPath:
+		return "rpath"
+	}
+	return fmt.Sprintf("PathTag(%d)", int(t))
+}
+
+// Replace renames one DT_NEEDED entry.
+type Replace struct {
+	Old string `json:"old"`
+	New string `json:"new"`
+}
+
+// Edit lists the changes to make to one file. The zero Edit changes nothing.
+// All changes of one Edit are laid out together, so a file is rewritten
+// once however many of them there are.
+type Edit struct {
+	// SetPath sets the library search path (DT_RUNPATH or DT_RPATH, see Tag).
+	SetPath *string `json:"set_path,omitempty"`
+	// RemovePath removes DT_RUNPATH and DT_RPATH.
+	RemovePath bool `json:"remove_path,omitempty"`
+	// Tag chooses the tag of a path that is set, or, with Retag, converts
+	// the existing path to that tag without changing its value.
+	Tag   PathTag `json:"tag"`
+	Retag bool    `json:"retag,omitempty"`
+
+	Interpreter *string `json:"interpreter,omitempty"`
+	Soname      *string `json:"soname,omitempty"`
+
+	// AddNeeded adds DT_NEEDED entries in front of the existing ones (as
+	// patchelf --add-needed does); names already needed are not added twice.
+	AddNeeded     []string  `json:"add_needed,omitempty"`
+	RemoveNeeded  []string  `json:"remove_needed,omitempty"`
+	ReplaceNeeded []Replace `json:"replace_needed,omitempty"`
+}
+
+// IsZero reports whether the edit asks for nothing.
+func (e *Edit) IsZero() bool {
+	return e.SetPath == nil && !e.RemovePath && !e.Retag && e.Interpreter == nil &&
+		e.Soname == nil && len(e.AddNeeded) == 0 && len(e.RemoveNeeded) == 0 && len(e.ReplaceNeeded) == 0
+}
+
+// Validate rejects edits no loader could use: strings with NUL bytes, empty
+// names, and search paths with an empty entry, which glibc takes for the
+// current directory.
+func (e *Edit) Validate() error {
+	var errs []error
+	str := func(what, s string, allowEmpty bool) {
+		if strings.IndexByte(s, 0) >= 0 {
+			errs = append(errs, fmt.Errorf("%s %q contains a NUL byte", what, s))
+		}
+		if s == "" && !allowEmpty {
+			errs = append(errs, fmt.Errorf("%s is empty", what))
+		}
+	}
+	if e.SetPath != nil {
+		p := *e.SetPath
+		str("search path", p, true)
+		if p != "" {
+			for _, d := range strings.Split(p, ":") {
+				if d == "" {
+					errs = append(errs, fmt.Errorf("search path %q has an empty entry (the loader would search the current directory)", p))
+					break
+				}
+			}
+		}
+		if e.RemovePath {
+			errs = append(errs, errors.New("search path both set and removed"))
+		}
+	}
+	if e.Interpreter != nil {
+		str("interpreter", *e.Interpreter, false)
+	}
+	if e.Soname != nil {
+		str("soname", *e.Soname, false)
+	}
+	for _, n := range e.AddNeeded {
+		str("needed name", n, false)
+	}
+	for _, r := range e.ReplaceNeeded {
+		str("needed name", r.New, false)
+	}
+	if e.Tag < TagRunPath || e.Tag > TagRPath {
+		errs = append(errs, fmt.Errorf("unknown path tag %d", e.Tag))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,46 @@
+package elfedit
+
+import (
+	"errors"
+	"fmt"
+)
+
+// FormatError reports a malformed or unsupported file. It carries the file
+// offset of the record at fault so that a message can be checked with a hex
+// dump.
+type FormatError struct {
+	Off int64  // file offset of the offending record, -1 if none
+	Msg string // what is wrong
+}
+
+func (e *FormatError) Error() string {
+	if e.Off < 0 {
+		return e.Msg
+	}
+	return fmt.Sprintf("%s (at 0x%x)", e.Msg, e.Off)
+}
+
+var _ error = (*FormatError)(nil)
+
+func formatErr(off int64, format string, args ...any) error {
+	return &FormatError{Off: off, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Sentinel errors callers branch on.
+var (
+	// ErrNotELF means the file does not start with the ELF magic.
+	ErrNotELF = errors.New("not an ELF file")
+	// ErrNotDynamic means an edit of dynamic-linking data was asked of a file
+	// that has no PT_DYNAMIC (a static executable, an object file).
+	ErrNotDynamic = errors.New("no dynamic section (statically linked?)")
+	// ErrNoInterpreter means the interpreter of a file without PT_INTERP was
+	// asked to be changed.
+	ErrNoInterpreter = errors.New("no PT_INTERP (not a dynamically linked executable)")
+	// ErrHardLinks means the file has several hard links and the caller did
+	// not allow breaking them: editing in place would silently change the
+	// other paths too.
+	ErrHardLinks = errors.New("file has several hard links")
+	// ErrVerify means the result of a plan failed the verifier; nothing was
+	// written.
+	ErrVerify = errors.New("result would be invalid")
+)

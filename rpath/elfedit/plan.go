@@ -1,0 +1,443 @@
+package elfedit
+
+import (
+	"bytes"
+	"debug/elf"
+	"fmt"
+	"slices"
+)
+
+// Strategy names the layout a plan uses (see the package documentation).
+type Strategy string
+
+// The layouts, cheapest first.
+const (
+	NoOp    Strategy = "no-op"
+	InPlace Strategy = "in-place"
+	Slack   Strategy = "slack"
+	Region  Strategy = "region"
+)
+
+// StepKind says what a step may touch, which is what makes the order of a
+// plan crash-safe.
+type StepKind string
+
+// The kinds of step, in the order a plan runs them.
+const (
+	// StepUnused writes bytes nothing references yet: past the old end of
+	// the file, or zero padding.
+	StepUnused StepKind = "unused"
+	// StepNeutral changes headers without changing what the loaders load
+	// (a segment grown over padding, section headers).
+	StepNeutral StepKind = "neutral"
+	// StepCommit is the single write that switches from the old content to
+	// the new one.
+	StepCommit StepKind = "commit"
+	// StepHygiene overwrites bytes nothing references any more, so replaced
+	// store paths do not linger in the file.
+	StepHygiene StepKind = "hygiene"
+	// StepTruncate cuts the file to Len bytes (a dead region at the end).
+	StepTruncate StepKind = "truncate"
+)
+
+// Step is one write of a plan.
+type Step struct {
+	Kind StepKind `json:"kind"`
+	What string   `json:"what"`
+	Off  int64    `json:"offset"`
+	Len  int64    `json:"length"`
+
+	data []byte
+}
+
+// Plan is a laid-out edit of one file, ready to be applied.
+type Plan struct {
+	Strategy Strategy `json:"strategy"`
+	Steps    []Step   `json:"steps"`
+	OldSize  int64    `json:"old_size"`
+	NewSize  int64    `json:"new_size"`
+	// Written is the number of bytes the plan writes (holes excluded).
+	Written int64 `json:"bytes_written"`
+
+	f *File
+}
+
+// IsNoOp reports a plan that changes nothing: applying it does not even
+// open the file for writing.
+func (p *Plan) IsNoOp() bool { return p.Strategy == NoOp }
+
+// dent is one planned dynamic entry.
+type dent struct {
+	tag     elf.DynTag
+	val     uint64
+	isStr   bool
+	str     string
+	origOff int64 // offset of the string this entry had, -1 if the entry is new
+	changed bool  // str must be given an offset
+	placed  bool  // str was written over the old one in place
+}
+
+// desiredDyn applies the edit to the dynamic entries, before any string is
+// placed.
+func (f *File) desiredDyn(e *Edit) []dent {
+	var ents []dent
+	for _, d := range f.Dynamic[:f.dynLen] {
+		x := dent{tag: d.Tag, val: d.Val, origOff: -1}
+		if isStringTag(d.Tag) {
+			x.isStr, x.origOff = true, int64(d.Val)
+			x.str, _ = cstring(f.strtab, d.Val)
+		}
+		ents = append(ents, x)
+	}
+	set := func(d *dent, s string) {
+		if d.str != s {
+			d.str, d.changed = s, true
+		}
+	}
+	newStr := func(tag elf.DynTag, s string) dent {
+		return dent{tag: tag, isStr: true, str: s, origOff: -1, changed: true}
+	}
+	// DT_NEEDED
+	for _, name := range e.RemoveNeeded {
+		ents = slices.DeleteFunc(ents, func(d dent) bool { return d.tag == elf.DT_NEEDED && d.str == name })
+	}
+	for _, r := range e.ReplaceNeeded {
+		for i := range ents {
+			if ents[i].tag == elf.DT_NEEDED && ents[i].str == r.Old {
+				set(&ents[i], r.New)
+			}
+		}
+	}
+	var add []dent
+	for _, name := range e.AddNeeded {
+		if !slices.ContainsFunc(ents, func(d dent) bool { return d.tag == elf.DT_NEEDED && d.str == name }) &&
+			!slices.ContainsFunc(add, func(d dent) bool { return d.str == name }) {
+			add = append(add, newStr(elf.DT_NEEDED, name))
+		}
+	}
+	ents = append(add, ents...)
+	// DT_SONAME
+	if e.Soname != nil {
+		if i := slices.IndexFunc(ents, func(d dent) bool { return d.tag == elf.DT_SONAME }); i >= 0 {
+			set(&ents[i], *e.Soname)
+		} else {
+			at := 0
+			for at < len(ents) && ents[at].tag == elf.DT_NEEDED {
+				at++
+			}
+			ents = slices.Insert(ents, at, newStr(elf.DT_SONAME, *e.Soname))
+		}
+	}
+	// DT_RUNPATH / DT_RPATH
+	find := func(tag elf.DynTag) int { return slices.IndexFunc(ents, func(d dent) bool { return d.tag == tag }) }
+	drop := func(tag elf.DynTag) {
+		ents = slices.DeleteFunc(ents, func(d dent) bool { return d.tag == tag })
+	}
+	switch {
+	case e.RemovePath:
+		drop(elf.DT_RUNPATH)
+		drop(elf.DT_RPATH)
+	case e.SetPath != nil || e.Retag:
+		want, other := elf.DT_RUNPATH, elf.DT_RPATH
+		if e.Tag == TagRPath {
+			want, other = elf.DT_RPATH, elf.DT_RUNPATH
+		}
+		iw, io := find(want), find(other)
+		if e.Tag == TagKeep {
+			if e.SetPath != nil {
+				for i := range ents {
+					if ents[i].tag == elf.DT_RUNPATH || ents[i].tag == elf.DT_RPATH {
+						set(&ents[i], *e.SetPath)
+					}
+				}
+				if iw < 0 && io < 0 {
+					ents = append(ents, newStr(elf.DT_RUNPATH, *e.SetPath))
+				}
+			}
+			break
+		}
+		switch {
+		case iw >= 0 && io >= 0:
+			drop(other)
+		case io >= 0:
+			ents[io].tag = want // a one-word retag, no string moves
+		case iw < 0 && e.SetPath != nil:
+			ents = append(ents, newStr(want, *e.SetPath))
+		}
+		if e.SetPath != nil {
+			set(&ents[find(want)], *e.SetPath)
+		}
+	}
+	return ents
+}
+
+// Plan lays out the edit. It reads nothing beyond what NewFile read, except
+// the dynamic symbol and version tables when a string is replaced (to know
+// whether its bytes are shared).
+func (f *File) Plan(e Edit) (*Plan, error) {
+	if err := e.Validate(); err != nil {
+		return nil, err
+	}
+	noop := &Plan{Strategy: NoOp, OldSize: f.size, NewSize: f.size, f: f}
+	if e.IsZero() {
+		return noop, nil
+	}
+	if f.debugOnly {
+		return nil, fmt.Errorf("separate debug object: nothing to edit")
+	}
+	needDyn := e.SetPath != nil || e.RemovePath || e.Retag || e.Soname != nil ||
+		len(e.AddNeeded)+len(e.RemoveNeeded)+len(e.ReplaceNeeded) > 0
+	if needDyn && !f.IsDynamic() {
+		return nil, ErrNotDynamic
+	}
+	if e.Interpreter != nil && f.interpProg < 0 {
+		return nil, ErrNoInterpreter
+	}
+	var ents []dent
+	dynChanged := false
+	if f.IsDynamic() {
+		ents = f.desiredDyn(&e)
+		dynChanged = len(ents) != f.dynLen
+		for i := 0; !dynChanged && i < len(ents); i++ {
+			d := ents[i]
+			dynChanged = d.changed || d.tag != f.Dynamic[i].Tag || d.val != f.Dynamic[i].Val
+		}
+	}
+	interp := f.Interp
+	if e.Interpreter != nil {
+		interp = *e.Interpreter
+	}
+	interpChanged := interp != f.Interp
+	if !dynChanged && !interpChanged {
+		return noop, nil
+	}
+	if !slices.ContainsFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_LOAD }) {
+		return nil, formatErr(-1, "no PT_LOAD segment")
+	}
+	var sl *strLayout
+	if dynChanged {
+		var err error
+		if sl, err = f.layoutStrings(ents); err != nil {
+			return nil, err
+		}
+	} else {
+		sl = &strLayout{image: f.strtab}
+	}
+	b := &builder{f: f, ents: ents, sl: sl, interp: interp, interpChanged: interpChanged, dynChanged: dynChanged}
+	if p, ok := b.inPlace(); ok {
+		return p, nil
+	}
+	if p, ok := b.slack(); ok {
+		return p, nil
+	}
+	return b.region()
+}
+
+// builder holds the decisions shared by the three layouts.
+type builder struct {
+	f             *File
+	ents          []dent
+	sl            *strLayout
+	interp        string
+	interpChanged bool
+	dynChanged    bool
+	steps         []Step
+}
+
+func (b *builder) add(kind StepKind, what string, off uint64, data []byte) {
+	b.steps = append(b.steps, Step{Kind: kind, What: what, Off: int64(off), Len: int64(len(data)), data: data})
+}
+
+// dynBytes encodes the planned dynamic entries with strtab at the given
+// address and size, padded with DT_NULL to slots entries.
+func (b *builder) dynBytes(strAddr, strSize uint64, slots int) []byte {
+	f := b.f
+	es := int(f.dynSize())
+	out := make([]byte, slots*es)
+	for i, d := range b.ents {
+		v := d.val
+		switch d.tag {
+		case elf.DT_STRTAB:
+			v = strAddr
+		case elf.DT_STRSZ:
+			v = strSize
+		}
+		f.encodeDyn(out[i*es:], Dyn{Tag: d.tag, Val: v})
+	}
+	return out
+}
+
+func (b *builder) finish(s Strategy, newSize int64) *Plan {
+	p := &Plan{Strategy: s, Steps: b.steps, OldSize: b.f.size, NewSize: newSize, f: b.f}
+	for _, st := range p.Steps {
+		if st.Kind != StepTruncate {
+			p.Written += st.Len
+		}
+	}
+	return p
+}
+
+// diffRange returns the smallest range of new that differs from old, as an
+// offset and the bytes to write.
+func diffRange(old, new []byte) (int, []byte, bool) {
+	lo := 0
+	for lo < len(old) && old[lo] == new[lo] {
+		lo++
+	}
+	if lo == len(old) {
+		return 0, nil, false
+	}
+	hi := len(old)
+	for hi > lo && old[hi-1] == new[hi-1] {
+		hi--
+	}
+	return lo, new[lo:hi], true
+}
+
+// inPlace: every new string fit over an old one, the entries fit in the
+// dynamic section's slots and the interpreter in PT_INTERP. It is taken only
+// when the result needs a single write, so that no crash can leave half of
+// the change.
+func (b *builder) inPlace() (*Plan, bool) {
+	f := b.f
+	if b.sl.grown || len(b.ents)+1 > len(f.Dynamic) {
+		return nil, false
+	}
+	var commits, hyg []Step
+	if b.dynChanged {
+		for _, r := range b.sl.overwrites {
+			commits = append(commits, Step{Kind: StepCommit, What: "dynamic string in place", Off: int64(f.strOff + r.lo), data: b.sl.image[r.lo:r.hi]})
+		}
+		for _, r := range b.sl.scrub {
+			hyg = append(hyg, Step{Kind: StepHygiene, What: "scrub replaced string", Off: int64(f.strOff + r.lo), data: b.sl.image[r.lo:r.hi]})
+		}
+		old := make([]byte, len(f.Dynamic)*int(f.dynSize()))
+		for i, d := range f.Dynamic {
+			f.encodeDyn(old[i*int(f.dynSize()):], d)
+		}
+		nw := b.dynBytes(f.strAddr, uint64(len(f.strtab)), len(f.Dynamic))
+		if lo, data, ok := diffRange(old, nw); ok {
+			commits = append(commits, Step{Kind: StepCommit, What: ".dynamic entries", Off: int64(f.Progs[f.dynProg].Off) + int64(lo), data: data})
+		}
+	}
+	if b.interpChanged {
+		p := f.Progs[f.interpProg]
+		if uint64(len(b.interp))+1 > p.Filesz {
+			return nil, false
+		}
+		buf := make([]byte, p.Filesz) // NUL padding: the kernel reads up to the first NUL
+		copy(buf, b.interp)
+		commits = append(commits, Step{Kind: StepCommit, What: "interpreter in place", Off: int64(p.Off), data: buf})
+	}
+	if len(commits) > 1 {
+		return nil, false
+	}
+	for _, st := range append(commits, hyg...) {
+		b.add(st.Kind, st.What, uint64(st.Off), st.data)
+	}
+	return b.finish(InPlace, f.size), true
+}
+
+// slack: the grown string table fits in the zero padding after the first
+// PT_LOAD; the segment is extended over it and DT_STRTAB repointed by one
+// write of .dynamic. Not used when the interpreter changes too (two commit
+// writes).
+func (b *builder) slack() (*Plan, bool) {
+	f := b.f
+	if b.interpChanged || !b.dynChanged || len(b.ents)+1 > len(f.Dynamic) {
+		return nil, false
+	}
+	li := slices.IndexFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_LOAD })
+	first := f.Progs[li]
+	if first.Filesz != first.Memsz {
+		return nil, false
+	}
+	start := first.Off + first.Filesz
+	fileLimit, memLimit := uint64(f.size), ^uint64(0)
+	for i, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || i == li {
+			continue
+		}
+		if p.Off < start && p.Off+p.Filesz > start {
+			return nil, false
+		}
+		if p.Off >= start {
+			fileLimit = min(fileLimit, p.Off)
+		}
+		if p.Vaddr >= first.Vaddr {
+			memLimit = min(memLimit, p.Vaddr)
+		}
+	}
+	for _, r := range f.usedRanges() {
+		if r.lo < start && r.hi > start {
+			return nil, false
+		}
+		if r.lo >= start {
+			fileLimit = min(fileLimit, r.lo)
+		}
+	}
+	n := uint64(len(b.sl.image))
+	endVaddr := first.Vaddr + first.Filesz
+	if start+n > fileLimit || endVaddr+n > memLimit || start+n < start {
+		return nil, false
+	}
+	pad, err := readAt(f.r, f.size, start, n, "padding")
+	if err != nil || bytes.ContainsFunc(pad, func(r rune) bool { return r != 0 }) {
+		return nil, false
+	}
+	b.add(StepUnused, ".dynstr copy in padding after the first PT_LOAD", start, b.sl.image)
+	grown := first
+	grown.Filesz += n
+	grown.Memsz += n
+	phdr := make([]byte, f.phdrSize())
+	f.encodeProg(phdr, grown)
+	b.add(StepNeutral, "first PT_LOAD extended over the padding", f.Header.Phoff+uint64(li)*uint64(f.phdrSize()), phdr)
+	if si := f.sectionAt(elf.SHT_STRTAB, f.strAddr); si >= 0 {
+		s := f.Sections[si]
+		s.Offset, s.Addr, s.Size = start, endVaddr, n
+		b.add(StepNeutral, ".dynstr section header", f.Header.Shoff+uint64(si)*uint64(f.shdrSize()), f.encodeSection(s))
+	}
+	dyn := b.dynBytes(endVaddr, n, len(f.Dynamic))
+	b.add(StepCommit, ".dynamic entries", f.Progs[f.dynProg].Off, dyn)
+	b.scrubOld()
+	return b.finish(Slack, f.size), true
+}
+
+// scrubOld overwrites, in the old string table that nothing references after
+// the commit, every string that was replaced or removed.
+func (b *builder) scrubOld() {
+	f := b.f
+	if f.region.contains(f.strOff) {
+		return // the old table lives in the old region, which is dropped or zeroed
+	}
+	for _, r := range b.sl.dead {
+		if r.hi > r.lo {
+			b.add(StepHygiene, "scrub replaced string in the old .dynstr", f.strOff+r.lo, bytes.Repeat([]byte{'X'}, int(r.hi-r.lo)))
+		}
+	}
+}
+
+// sectionAt finds the allocated section of the given type at addr.
+func (f *File) sectionAt(t elf.SectionType, addr uint64) int {
+	return slices.IndexFunc(f.Sections, func(s Section) bool {
+		return s.Type == t && s.Addr == addr && s.Flags&elf.SHF_ALLOC != 0
+	})
+}
+
+// usedRanges lists the file ranges that hold something: sections, the
+// program and section header tables.
+func (f *File) usedRanges() []rng {
+	var out []rng
+	for _, s := range f.Sections {
+		if s.Type != elf.SHT_NOBITS && s.Type != elf.SHT_NULL && s.Size > 0 {
+			out = append(out, rng{s.Offset, s.Offset + s.Size})
+		}
+	}
+	if f.Header.Phnum > 0 {
+		out = append(out, rng{f.Header.Phoff, f.Header.Phoff + uint64(f.Header.Phnum)*uint64(f.Header.Phentsize)})
+	}
+	if f.Header.Shoff > 0 {
+		out = append(out, rng{f.Header.Shoff, f.Header.Shoff + uint64(f.Header.Shnum)*uint64(f.Header.Shentsize)})
+	}
+	return out
+}

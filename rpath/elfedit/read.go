@@ -1,0 +1,567 @@
+package elfedit
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Sizes of the ELF records, per class (gABI).
+const (
+	ehdr32Size = 52
+	ehdr64Size = 64
+	phdr32Size = 32
+	phdr64Size = 56
+	shdr32Size = 40
+	shdr64Size = 64
+	dyn32Size  = 8
+	dyn64Size  = 16
+	sym32Size  = 16
+	sym64Size  = 24
+
+	// maxPhnum is the largest e_phnum we accept. PN_XNUM (0xffff) means the
+	// real count lives in section 0; no linker emits that for files we edit.
+	maxPhnum = 0xfffe
+)
+
+// Header is the ELF file header, widened to 64 bits for both classes.
+type Header struct {
+	Class      elf.Class
+	Data       elf.Data
+	OSABI      elf.OSABI
+	ABIVersion uint8
+	Type       elf.Type
+	Machine    elf.Machine
+	Entry      uint64
+	Phoff      uint64 // e_phoff: file offset of the program header table
+	Shoff      uint64 // e_shoff: file offset of the section header table, 0 if none
+	Flags      uint32
+	Phentsize  uint16
+	Phnum      int
+	Shentsize  uint16
+	Shnum      int // the real count, also when e_shnum overflowed into section 0
+	Shstrndx   int
+}
+
+// Section is one section header. Sections are optional for the loaders; they
+// are kept consistent for strip, objcopy and debuggers.
+type Section struct {
+	Name      string
+	NameOff   uint32
+	Type      elf.SectionType
+	Flags     elf.SectionFlag
+	Addr      uint64
+	Offset    uint64
+	Size      uint64
+	Link      uint32
+	Info      uint32
+	Addralign uint64
+	Entsize   uint64
+}
+
+// Dyn is one entry of the dynamic section.
+type Dyn struct {
+	Tag elf.DynTag
+	Val uint64
+}
+
+// File is an ELF file whose headers and dynamic-linking data have been read.
+// It keeps the io.ReaderAt it was read from for the lazy reads that planning
+// an in-place overwrite needs (the dynamic symbol table).
+type File struct {
+	Header   Header
+	Progs    []elf.ProgHeader
+	Sections []Section // nil when the file has no section header table
+
+	// Dynamic holds every slot of PT_DYNAMIC, including the terminating
+	// DT_NULL and any spare DT_NULL slots after it.
+	Dynamic []Dyn
+	// Interp is the content of PT_INTERP up to its first NUL.
+	Interp string
+
+	r       io.ReaderAt
+	closer  io.Closer
+	size    int64
+	order   binary.ByteOrder
+	rawEhdr []byte
+
+	dynProg    int // index of PT_DYNAMIC in Progs, -1 if none
+	interpProg int // index of PT_INTERP in Progs, -1 if none
+	dynLen     int // number of entries before the first DT_NULL
+	strtab     []byte
+	strOff     uint64 // file offset of DT_STRTAB
+	strAddr    uint64 // DT_STRTAB
+	region     *regionInfo
+	debugOnly  bool // separate debug object: contents are NOBITS
+}
+
+// Size is the size of the file in bytes.
+func (f *File) Size() int64 { return f.size }
+
+// ByteOrder is the file's byte order.
+func (f *File) ByteOrder() binary.ByteOrder { return f.order }
+
+// Open reads the ELF headers and dynamic-linking data of the file at path.
+// The caller must Close the returned file.
+func Open(path string) (*File, error) {
+	fd, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	st, err := fd.Stat()
+	if err != nil {
+		fd.Close()
+		return nil, err
+	}
+	f, err := NewFile(fd, st.Size())
+	if err != nil {
+		fd.Close()
+		return nil, err
+	}
+	f.closer = fd
+	return f, nil
+}
+
+// Close closes the file opened by Open; it does nothing for a File made by
+// NewFile.
+func (f *File) Close() error {
+	if f.closer == nil {
+		return nil
+	}
+	err := f.closer.Close()
+	f.closer = nil
+	return err
+}
+
+// readAt reads n bytes at off, refusing ranges that overflow or lie past the
+// end of the file before allocating anything (the shape of the standard
+// library's internal/saferio: a lying size ends in an error, not a huge make).
+func readAt(r io.ReaderAt, size int64, off, n uint64, what string) ([]byte, error) {
+	if off > uint64(size) || n > uint64(size)-off {
+		return nil, formatErr(int64(min(off, uint64(size))), "%s: range 0x%x+0x%x lies past the end of the file (size 0x%x)", what, off, n, size)
+	}
+	buf := make([]byte, n)
+	if _, err := r.ReadAt(buf, int64(off)); err != nil && !(errors.Is(err, io.EOF) && n == 0) {
+		return nil, fmt.Errorf("%s: reading 0x%x bytes at 0x%x: %w", what, n, off, err)
+	}
+	return buf, nil
+}
+
+// NewFile reads the headers and dynamic-linking data of the ELF file of the
+// given size that r reads from.
+func NewFile(r io.ReaderAt, size int64) (*File, error) {
+	f := &File{r: r, size: size, dynProg: -1, interpProg: -1}
+	if err := f.readHeader(); err != nil {
+		return nil, err
+	}
+	if err := f.readProgs(); err != nil {
+		return nil, err
+	}
+	if err := f.readSections(); err != nil {
+		return nil, err
+	}
+	f.debugOnly = f.isDebugObject()
+	if f.debugOnly {
+		return f, nil
+	}
+	if err := f.readInterp(); err != nil {
+		return nil, err
+	}
+	if err := f.readDynamic(); err != nil {
+		return nil, err
+	}
+	f.region = f.findRegion()
+	return f, nil
+}
+
+func (f *File) readHeader() error {
+	ident, err := readAt(f.r, f.size, 0, elf.EI_NIDENT, "ELF identification")
+	if err != nil {
+		if _, ok := err.(*FormatError); ok {
+			return ErrNotELF
+		}
+		return err
+	}
+	if !bytes.Equal(ident[:4], []byte(elf.ELFMAG)) {
+		return ErrNotELF
+	}
+	h := &f.Header
+	h.Class = elf.Class(ident[elf.EI_CLASS])
+	h.Data = elf.Data(ident[elf.EI_DATA])
+	h.OSABI = elf.OSABI(ident[elf.EI_OSABI])
+	h.ABIVersion = ident[elf.EI_ABIVERSION]
+	switch h.Data {
+	case elf.ELFDATA2LSB:
+		f.order = binary.LittleEndian
+	case elf.ELFDATA2MSB:
+		f.order = binary.BigEndian
+	default:
+		return formatErr(elf.EI_DATA, "unknown ELF data encoding %d", h.Data)
+	}
+	if ident[elf.EI_VERSION] != byte(elf.EV_CURRENT) {
+		return formatErr(elf.EI_VERSION, "unknown ELF version %d", ident[elf.EI_VERSION])
+	}
+	var hsize uint64
+	switch h.Class {
+	case elf.ELFCLASS32:
+		hsize = ehdr32Size
+	case elf.ELFCLASS64:
+		hsize = ehdr64Size
+	default:
+		return formatErr(elf.EI_CLASS, "unknown ELF class %d", h.Class)
+	}
+	raw, err := readAt(f.r, f.size, 0, hsize, "ELF header")
+	if err != nil {
+		return err
+	}
+	f.rawEhdr = raw
+	o := f.order
+	h.Type = elf.Type(o.Uint16(raw[16:]))
+	h.Machine = elf.Machine(o.Uint16(raw[18:]))
+	var phnum, shnum, shstrndx uint16
+	if h.Class == elf.ELFCLASS64 {
+		h.Entry = o.Uint64(raw[24:])
+		h.Phoff = o.Uint64(raw[32:])
+		h.Shoff = o.Uint64(raw[40:])
+		h.Flags = o.Uint32(raw[48:])
+		h.Phentsize = o.Uint16(raw[54:])
+		phnum = o.Uint16(raw[56:])
+		h.Shentsize = o.Uint16(raw[58:])
+		shnum = o.Uint16(raw[60:])
+		shstrndx = o.Uint16(raw[62:])
+	} else {
+		h.Entry = uint64(o.Uint32(raw[24:]))
+		h.Phoff = uint64(o.Uint32(raw[28:]))
+		h.Shoff = uint64(o.Uint32(raw[32:]))
+		h.Flags = o.Uint32(raw[36:])
+		h.Phentsize = o.Uint16(raw[42:])
+		phnum = o.Uint16(raw[44:])
+		h.Shentsize = o.Uint16(raw[46:])
+		shnum = o.Uint16(raw[48:])
+		shstrndx = o.Uint16(raw[50:])
+	}
+	if phnum > maxPhnum {
+		return formatErr(0, "extended program header numbering (e_phnum 0x%x) is not supported", phnum)
+	}
+	h.Phnum = int(phnum)
+	h.Shnum = int(shnum)
+	h.Shstrndx = int(shstrndx)
+	if h.Phnum > 0 && h.Phentsize != f.phdrSize() {
+		return formatErr(0, "e_phentsize %d, want %d", h.Phentsize, f.phdrSize())
+	}
+	return nil
+}
+
+func (f *File) phdrSize() uint16 {
+	if f.Header.Class == elf.ELFCLASS64 {
+		return phdr64Size
+	}
+	return phdr32Size
+}
+
+func (f *File) shdrSize() uint16 {
+	if f.Header.Class == elf.ELFCLASS64 {
+		return shdr64Size
+	}
+	return shdr32Size
+}
+
+func (f *File) dynSize() uint64 {
+	if f.Header.Class == elf.ELFCLASS64 {
+		return dyn64Size
+	}
+	return dyn32Size
+}
+
+func (f *File) readProgs() error {
+	h := &f.Header
+	if h.Phnum == 0 {
+		return nil
+	}
+	raw, err := readAt(f.r, f.size, h.Phoff, uint64(h.Phnum)*uint64(h.Phentsize), "program header table")
+	if err != nil {
+		return err
+	}
+	f.Progs = make([]elf.ProgHeader, h.Phnum)
+	for i := range f.Progs {
+		f.Progs[i] = f.decodeProg(raw[i*int(h.Phentsize):])
+		p := &f.Progs[i]
+		off := int64(h.Phoff) + int64(i)*int64(h.Phentsize)
+		switch p.Type {
+		case elf.PT_DYNAMIC:
+			if f.dynProg < 0 {
+				f.dynProg = i
+			}
+		case elf.PT_INTERP:
+			if f.interpProg >= 0 {
+				return formatErr(off, "second PT_INTERP")
+			}
+			f.interpProg = i
+		case elf.PT_LOAD:
+			if p.Align > 1 && p.Align&(p.Align-1) != 0 {
+				return formatErr(off, "PT_LOAD p_align 0x%x is not a power of two", p.Align)
+			}
+		}
+	}
+	return nil
+}
+
+func (f *File) decodeProg(b []byte) elf.ProgHeader {
+	o := f.order
+	if f.Header.Class == elf.ELFCLASS64 {
+		return elf.ProgHeader{
+			Type: elf.ProgType(o.Uint32(b[0:])), Flags: elf.ProgFlag(o.Uint32(b[4:])),
+			Off: o.Uint64(b[8:]), Vaddr: o.Uint64(b[16:]), Paddr: o.Uint64(b[24:]),
+			Filesz: o.Uint64(b[32:]), Memsz: o.Uint64(b[40:]), Align: o.Uint64(b[48:]),
+		}
+	}
+	return elf.ProgHeader{
+		Type: elf.ProgType(o.Uint32(b[0:])), Off: uint64(o.Uint32(b[4:])),
+		Vaddr: uint64(o.Uint32(b[8:])), Paddr: uint64(o.Uint32(b[12:])),
+		Filesz: uint64(o.Uint32(b[16:])), Memsz: uint64(o.Uint32(b[20:])),
+		Flags: elf.ProgFlag(o.Uint32(b[24:])), Align: uint64(o.Uint32(b[28:])),
+	}
+}
+
+func (f *File) readSections() error {
+	h := &f.Header
+	if h.Shoff == 0 {
+		h.Shnum, h.Shstrndx = 0, 0
+		return nil
+	}
+	if h.Shentsize != f.shdrSize() {
+		return formatErr(0, "e_shentsize %d, want %d", h.Shentsize, f.shdrSize())
+	}
+	if h.Shnum == 0 || h.Shstrndx == int(elf.SHN_XINDEX) {
+		// Extended numbering: the real values live in section 0.
+		raw, err := readAt(f.r, f.size, h.Shoff, uint64(h.Shentsize), "section header 0")
+		if err != nil {
+			return err
+		}
+		s0 := f.decodeSection(raw)
+		if h.Shnum == 0 {
+			if s0.Size > uint64(f.size)/uint64(h.Shentsize) {
+				return formatErr(int64(h.Shoff), "section count 0x%x does not fit in the file", s0.Size)
+			}
+			h.Shnum = int(s0.Size)
+		}
+		if h.Shstrndx == int(elf.SHN_XINDEX) {
+			h.Shstrndx = int(s0.Link)
+		}
+	}
+	if h.Shnum == 0 {
+		return nil
+	}
+	raw, err := readAt(f.r, f.size, h.Shoff, uint64(h.Shnum)*uint64(h.Shentsize), "section header table")
+	if err != nil {
+		return err
+	}
+	f.Sections = make([]Section, h.Shnum)
+	for i := range f.Sections {
+		f.Sections[i] = f.decodeSection(raw[i*int(h.Shentsize):])
+	}
+	// Section names are a convenience (verifier messages, debug-object
+	// detection); a broken .shstrtab leaves them empty rather than failing.
+	if h.Shstrndx > 0 && h.Shstrndx < len(f.Sections) {
+		s := f.Sections[h.Shstrndx]
+		if s.Type != elf.SHT_NOBITS {
+			if names, err := readAt(f.r, f.size, s.Offset, s.Size, "section name table"); err == nil {
+				for i := range f.Sections {
+					f.Sections[i].Name, _ = cstring(names, uint64(f.Sections[i].NameOff))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (f *File) decodeSection(b []byte) Section {
+	o := f.order
+	if f.Header.Class == elf.ELFCLASS64 {
+		return Section{
+			NameOff: o.Uint32(b[0:]), Type: elf.SectionType(o.Uint32(b[4:])),
+			Flags: elf.SectionFlag(o.Uint64(b[8:])), Addr: o.Uint64(b[16:]),
+			Offset: o.Uint64(b[24:]), Size: o.Uint64(b[32:]), Link: o.Uint32(b[40:]),
+			Info: o.Uint32(b[44:]), Addralign: o.Uint64(b[48:]), Entsize: o.Uint64(b[56:]),
+		}
+	}
+	return Section{
+		NameOff: o.Uint32(b[0:]), Type: elf.SectionType(o.Uint32(b[4:])),
+		Flags: elf.SectionFlag(o.Uint32(b[8:])), Addr: uint64(o.Uint32(b[12:])),
+		Offset: uint64(o.Uint32(b[16:])), Size: uint64(o.Uint32(b[20:])), Link: o.Uint32(b[24:]),
+		Info: o.Uint32(b[28:]), Addralign: uint64(o.Uint32(b[32:])), Entsize: uint64(o.Uint32(b[36:])),
+	}
+}
+
+// isDebugObject reports a separate debug object (objcopy --only-keep-debug):
+// its allocated sections are NOBITS, so the program headers describe bytes
+// the file does not have.
+func (f *File) isDebugObject() bool {
+	for _, s := range f.Sections {
+		if s.Name == ".text" {
+			return s.Type == elf.SHT_NOBITS
+		}
+	}
+	return false
+}
+
+// cstring returns the NUL-terminated string at off in tab.
+func cstring(tab []byte, off uint64) (string, bool) {
+	if off >= uint64(len(tab)) {
+		return "", false
+	}
+	end := bytes.IndexByte(tab[off:], 0)
+	if end < 0 {
+		return "", false
+	}
+	return string(tab[off : off+uint64(end)]), true
+}
+
+func (f *File) readInterp() error {
+	if f.interpProg < 0 {
+		return nil
+	}
+	p := f.Progs[f.interpProg]
+	if p.Filesz == 0 || p.Filesz > 4096 {
+		return formatErr(int64(p.Off), "PT_INTERP size 0x%x is not plausible", p.Filesz)
+	}
+	b, err := readAt(f.r, f.size, p.Off, p.Filesz, "PT_INTERP")
+	if err != nil {
+		return err
+	}
+	i := bytes.IndexByte(b, 0)
+	if i < 0 {
+		return formatErr(int64(p.Off), "PT_INTERP is not NUL-terminated")
+	}
+	f.Interp = string(b[:i])
+	return nil
+}
+
+// vaddrToOff maps the n bytes at virtual address addr to a file offset
+// through the PT_LOAD that holds them in its file image.
+func (f *File) vaddrToOff(addr, n uint64) (uint64, bool) {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD {
+			continue
+		}
+		if addr >= p.Vaddr && addr-p.Vaddr <= p.Filesz && n <= p.Filesz-(addr-p.Vaddr) {
+			return p.Off + (addr - p.Vaddr), true
+		}
+	}
+	return 0, false
+}
+
+// offToVaddr maps a file offset to the virtual address a PT_LOAD gives it.
+func (f *File) offToVaddr(off, n uint64) (uint64, bool) {
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD {
+			continue
+		}
+		if off >= p.Off && off-p.Off <= p.Filesz && n <= p.Filesz-(off-p.Off) {
+			return p.Vaddr + (off - p.Off), true
+		}
+	}
+	return 0, false
+}
+
+func (f *File) readDynamic() error {
+	if f.dynProg < 0 {
+		return nil
+	}
+	p := f.Progs[f.dynProg]
+	es := f.dynSize()
+	if p.Filesz < es {
+		return formatErr(int64(p.Off), "PT_DYNAMIC size 0x%x holds no entry", p.Filesz)
+	}
+	raw, err := readAt(f.r, f.size, p.Off, p.Filesz-p.Filesz%es, "PT_DYNAMIC")
+	if err != nil {
+		return err
+	}
+	n := len(raw) / int(es)
+	f.Dynamic = make([]Dyn, n)
+	f.dynLen = -1
+	for i := range n {
+		d := f.decodeDyn(raw[i*int(es):])
+		f.Dynamic[i] = d
+		if d.Tag == elf.DT_NULL && f.dynLen < 0 {
+			f.dynLen = i
+		}
+	}
+	if f.dynLen < 0 {
+		return formatErr(int64(p.Off), "dynamic section has no DT_NULL terminator")
+	}
+	strtab, hasStrtab := f.dynVal(elf.DT_STRTAB)
+	strsz, hasStrsz := f.dynVal(elf.DT_STRSZ)
+	if !hasStrtab {
+		for _, d := range f.Dynamic[:f.dynLen] {
+			if isStringTag(d.Tag) {
+				return formatErr(int64(p.Off), "%v without DT_STRTAB", d.Tag)
+			}
+		}
+		return nil
+	}
+	if !hasStrsz {
+		return formatErr(int64(p.Off), "DT_STRTAB without DT_STRSZ")
+	}
+	off, ok := f.vaddrToOff(strtab, strsz)
+	if !ok {
+		return formatErr(int64(p.Off), "DT_STRTAB 0x%x (size 0x%x) maps to no PT_LOAD", strtab, strsz)
+	}
+	f.strtab, err = readAt(f.r, f.size, off, strsz, "dynamic string table")
+	if err != nil {
+		return err
+	}
+	f.strOff, f.strAddr = off, strtab
+	for i, d := range f.Dynamic[:f.dynLen] {
+		if isStringTag(d.Tag) {
+			if _, ok := cstring(f.strtab, d.Val); !ok {
+				return formatErr(int64(p.Off)+int64(i)*int64(es), "%v string offset 0x%x is outside the string table or not NUL-terminated", d.Tag, d.Val)
+			}
+		}
+	}
+	return nil
+}
+
+func (f *File) decodeDyn(b []byte) Dyn {
+	if f.Header.Class == elf.ELFCLASS64 {
+		return Dyn{Tag: elf.DynTag(int64(f.order.Uint64(b))), Val: f.order.Uint64(b[8:])}
+	}
+	return Dyn{Tag: elf.DynTag(int32(f.order.Uint32(b))), Val: uint64(f.order.Uint32(b[4:]))}
+}
+
+// isStringTag reports dynamic tags whose value is an offset into DT_STRTAB.
+func isStringTag(t elf.DynTag) bool {
+	switch t {
+	case elf.DT_NEEDED, elf.DT_SONAME, elf.DT_RPATH, elf.DT_RUNPATH,
+		elf.DT_AUXILIARY, elf.DT_FILTER, elf.DT_CONFIG, elf.DT_DEPAUDIT, elf.DT_AUDIT:
+		return true
+	}
+	return false
+}
+
+// dynVal returns the value of the first entry with the tag.
+func (f *File) dynVal(tag elf.DynTag) (uint64, bool) {
+	for _, d := range f.Dynamic[:max(f.dynLen, 0)] {
+		if d.Tag == tag {
+			return d.Val, true
+		}
+	}
+	return 0, false
+}
+
+// dynString returns the string of the first entry with the tag.
+func (f *File) dynString(tag elf.DynTag) (string, bool) {
+	v, ok := f.dynVal(tag)
+	if !ok {
+		return "", false
+	}
+	s, _ := cstring(f.strtab, v)
+	return s, true
+}
+
+// IsDynamic reports whether the file has a dynamic section.
+func (f *File) IsDynamic() bool { return f.dynProg >= 0 && !f.debugOnly }

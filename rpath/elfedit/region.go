@@ -1,0 +1,651 @@
+package elfedit
+
+import (
+	"bytes"
+	"debug/elf"
+	"slices"
+)
+
+// regionMagic starts every region this package appends. The region header
+// is regionHeader bytes: the magic, the region base (the end of the file
+// before the first region), the length of the carried bytes that follow the
+// header (sections moved out of the way of the program header table), and
+// flags, each a 64-bit word in the file's byte order. It lets a later edit
+// find the region and reuse its space instead of appending another.
+var regionMagic = [8]byte{0x7f, 'c', 'u', 'd', 'a', 'p', 'c', 1}
+
+const (
+	regionHeader = 32
+	// regionPhdrs flags a region that holds the program header table
+	// (the fallback layout, used when the table cannot grow in place).
+	regionPhdrs = 1
+)
+
+// spareDynSlots are the DT_NULL slots a moved .dynamic gets beyond the
+// terminator, so that a later edit adding an entry can be done in place.
+const spareDynSlots = 4
+
+// regionInfo describes the live region of a file edited before.
+type regionInfo struct {
+	prog   int    // index of its PT_LOAD
+	off    uint64 // file offset of the region (and of its header)
+	end    uint64 // end of the region's bytes, a section header table after it included
+	base   uint64 // end of the file before the first region was appended
+	carry  uint64 // bytes of moved sections after the header
+	phdrIn bool   // the program header table lives in the region
+}
+
+func (r *regionInfo) contains(off uint64) bool { return r != nil && off >= r.off && off < r.end }
+
+// findRegion recognises a region appended by an earlier edit: the last
+// PT_LOAD starts with regionMagic.
+func (f *File) findRegion() *regionInfo {
+	h := f.Header
+	last := -1
+	for i, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			last = i
+		}
+	}
+	if last < 0 {
+		return nil
+	}
+	p := f.Progs[last]
+	if p.Filesz < regionHeader {
+		return nil
+	}
+	b, err := readAt(f.r, f.size, p.Off, regionHeader, "region header")
+	if err != nil || !bytes.Equal(b[:8], regionMagic[:]) {
+		return nil
+	}
+	o := f.order
+	ri := &regionInfo{prog: last, off: p.Off, end: p.Off + p.Filesz, base: o.Uint64(b[8:]),
+		carry: o.Uint64(b[16:]), phdrIn: o.Uint64(b[24:])&regionPhdrs != 0}
+	if h.Shoff >= ri.end && h.Shoff <= ri.end+16 {
+		ri.end = h.Shoff + uint64(h.Shnum)*uint64(h.Shentsize)
+	}
+	if ri.base > ri.off || ri.end > uint64(f.size) || ri.carry > p.Filesz-regionHeader {
+		return nil
+	}
+	if ri.phdrIn != (h.Phoff >= ri.off && h.Phoff < ri.end) {
+		return nil
+	}
+	return ri
+}
+
+// maxPageSize is the largest page size the target's kernels use. Segments
+// we add are aligned to it: 64 KiB must be assumed wherever a kernel may run
+// with 64 KiB pages.
+func maxPageSize(m elf.Machine) uint64 {
+	switch m {
+	case elf.EM_AARCH64, elf.EM_PPC64, elf.EM_PPC, elf.EM_ARM, elf.EM_LOONGARCH, elf.EM_MIPS, elf.EM_IA_64:
+		return 0x10000
+	case elf.EM_SPARCV9:
+		return 0x100000
+	}
+	return 0x1000
+}
+
+// isExecutable reports files the kernel may start, for which AT_PHDR
+// matters.
+func (f *File) isExecutable() bool {
+	return f.Header.Type == elf.ET_EXEC || f.interpProg >= 0
+}
+
+// blob is a file range moved into the region as it is.
+type blob struct {
+	lo, hi uint64 // old file range
+	rel    uint64 // offset in the region
+}
+
+// regionLayout is the content of a region, relative to its start.
+type regionLayout struct {
+	phdrIn                    bool
+	phRel, phSize             uint64
+	blobs                     []blob
+	carryEnd                  uint64
+	interpRel, dynRel, strRel uint64
+	dynSlots                  int
+	segSize, shRel, total     uint64
+	moveInterp, moveDyn       bool
+	moveStr, moveSht          bool
+}
+
+// region lays out an appended PT_LOAD. The program header table stays where
+// it is when it can grow by one entry in place, which binutils (strip,
+// objcopy) require: they place the table right after the ELF header.
+// Room for that entry is made by moving .interp and note sections, never
+// code or data, into the region. Otherwise the table itself moves into the
+// region. Either way the commit is a single write: of the ELF header and
+// the program header table together (they are adjacent), or of the ELF
+// header alone.
+func (b *builder) region() (*Plan, error) {
+	f := b.f
+	live := f.region
+	if live == nil || !live.phdrIn {
+		if p, ok, err := b.regionLayout(false); ok || err != nil {
+			return p, err
+		}
+	}
+	p, _, err := b.regionLayout(true)
+	return p, err
+}
+
+// gapBlobs finds what occupies the bytes after the program header table
+// that one more entry needs, and returns it as blobs to move, if all of it
+// may move.
+func (f *File) gapBlobs() ([]blob, bool, bool) {
+	h := f.Header
+	ps := uint64(f.phdrSize())
+	tblEnd := h.Phoff + uint64(h.Phnum)*ps
+	gap := rng{tblEnd, tblEnd + ps}
+	if h.Phoff < uint64(len(f.rawEhdr)) {
+		return nil, false, false
+	}
+	// The grown table must stay inside the PT_LOAD that maps it.
+	inLoad := false
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && h.Phoff >= p.Off && gap.hi <= p.Off+p.Filesz && p.Filesz == p.Memsz || p.Type == elf.PT_LOAD && h.Phoff >= p.Off && gap.hi <= p.Off+p.Filesz {
+			inLoad = true
+		}
+	}
+	if !inLoad {
+		return nil, false, false
+	}
+	// Movable ranges: PT_INTERP, PT_NOTE, PT_GNU_PROPERTY and the sections
+	// .interp and SHT_NOTE. Nothing that code or relocations refer to.
+	var movable []rng
+	for _, p := range f.Progs {
+		switch p.Type {
+		case elf.PT_INTERP, elf.PT_NOTE, elf.PT_GNU_PROPERTY:
+			if p.Filesz > 0 {
+				movable = append(movable, rng{p.Off, p.Off + p.Filesz})
+			}
+		}
+	}
+	for _, s := range f.Sections {
+		if s.Size > 0 && (s.Type == elf.SHT_NOTE || s.Name == ".interp" && s.Type == elf.SHT_PROGBITS) {
+			movable = append(movable, rng{s.Offset, s.Offset + s.Size})
+		}
+	}
+	// Close over overlaps, starting from what touches the gap.
+	var set []rng
+	for _, m := range movable {
+		if m.overlaps(gap) {
+			set = append(set, m)
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		for _, m := range movable {
+			if slices.Contains(set, m) {
+				continue
+			}
+			for _, s := range set {
+				if m.overlaps(s) {
+					set = append(set, m)
+					changed = true
+					break
+				}
+			}
+		}
+	}
+	slices.SortFunc(set, func(a, b rng) int { return int(int64(a.lo) - int64(b.lo)) })
+	var merged []rng
+	for _, r := range set {
+		if n := len(merged); n > 0 && r.lo <= merged[n-1].hi {
+			merged[n-1].hi = max(merged[n-1].hi, r.hi)
+			continue
+		}
+		merged = append(merged, r)
+	}
+	covered := func(x rng) bool {
+		return slices.ContainsFunc(merged, func(m rng) bool { return x.lo >= m.lo && x.hi <= m.hi })
+	}
+	moveSht := false
+	if h.Shoff > 0 && (rng{h.Shoff, h.Shoff + uint64(h.Shnum)*uint64(h.Shentsize)}).overlaps(gap) {
+		moveSht = true
+	}
+	for i, s := range f.Sections {
+		if i == 0 || s.Type == elf.SHT_NOBITS || s.Size == 0 {
+			continue
+		}
+		r := rng{s.Offset, s.Offset + s.Size}
+		if r.overlaps(gap) && !covered(r) {
+			return nil, false, false
+		}
+	}
+	// Bytes of the gap outside every moved range and every section must be
+	// zero padding (the only evidence there is in a file without sections).
+	pad, err := readAt(f.r, f.size, gap.lo, gap.hi-gap.lo, "program header gap")
+	if err != nil {
+		return nil, false, false
+	}
+	for i, c := range pad {
+		at := gap.lo + uint64(i)
+		inSht := moveSht && at >= h.Shoff && at < h.Shoff+uint64(h.Shnum)*uint64(h.Shentsize)
+		if c != 0 && !inSht && !slices.ContainsFunc(merged, func(m rng) bool { return at >= m.lo && at < m.hi }) {
+			return nil, false, false
+		}
+	}
+	var out []blob
+	for _, m := range merged {
+		out = append(out, blob{lo: m.lo, hi: m.hi})
+	}
+	return out, moveSht, true
+}
+
+func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
+	f := b.f
+	h := f.Header
+	live := f.region
+	es := f.dynSize()
+	ps := uint64(f.phdrSize())
+
+	L := regionLayout{phdrIn: phdrIn}
+	progs := slices.Clone(f.Progs)
+	loadAt := -1
+	if live != nil {
+		loadAt = live.prog
+	} else {
+		last := -1
+		for i, p := range progs {
+			if p.Type == elf.PT_LOAD {
+				last = i
+			}
+		}
+		loadAt = last + 1
+		progs = slices.Insert(progs, loadAt, elf.ProgHeader{Type: elf.PT_LOAD})
+	}
+	L.phSize = uint64(len(progs)) * ps
+	rel := uint64(regionHeader)
+	if phdrIn {
+		L.phRel = rel
+		rel += L.phSize
+	} else if live == nil {
+		blobs, moveSht, ok := f.gapBlobs()
+		if !ok {
+			return nil, false, nil
+		}
+		L.moveSht = moveSht
+		for _, bl := range blobs {
+			rel = alignUp(rel, 16) + bl.lo%16
+			bl.rel = rel
+			rel += bl.hi - bl.lo
+			L.blobs = append(L.blobs, bl)
+		}
+	} else if live.carry > 0 {
+		L.blobs = []blob{{lo: live.off + regionHeader, hi: live.off + regionHeader + live.carry, rel: regionHeader}}
+		rel += live.carry
+	}
+	L.carryEnd = rel
+	L.moveStr = b.dynChanged && (b.sl.grown || len(b.sl.overwrites)+len(b.sl.scrub) > 0) || live.contains(f.strOff)
+	L.moveDyn = b.dynChanged || L.moveStr || (f.dynProg >= 0 && live.contains(f.Progs[f.dynProg].Off))
+	L.moveInterp = b.interpChanged || (f.interpProg >= 0 && live.contains(f.Progs[f.interpProg].Off))
+	if L.moveInterp {
+		L.interpRel = rel
+		rel += uint64(len(b.interp)) + 1
+	}
+	L.dynSlots = len(f.Dynamic)
+	if L.moveDyn {
+		rel = alignUp(rel, es)
+		L.dynRel = rel
+		L.dynSlots = len(b.ents) + 1 + spareDynSlots
+		rel += uint64(L.dynSlots) * es
+	}
+	if L.moveStr {
+		L.strRel = rel
+		rel += uint64(len(b.sl.image))
+	}
+	L.segSize = rel
+	L.moveSht = L.moveSht || phdrIn || live.contains(h.Shoff)
+	L.shRel = alignUp(rel, 8)
+	L.total = L.segSize
+	if len(f.Sections) > 0 && L.moveSht {
+		L.total = L.shRel + uint64(len(f.Sections))*uint64(f.shdrSize())
+	}
+
+	// Placement: after everything else in the file and in memory, in the
+	// free slot before the live region when it fits, else after it.
+	A := maxPageSize(h.Machine)
+	var maxEnd uint64
+	firstLoad := -1
+	for i, p := range f.Progs {
+		if p.Type != elf.PT_LOAD {
+			continue
+		}
+		if firstLoad < 0 {
+			firstLoad = i
+		}
+		if live != nil && i == live.prog {
+			continue
+		}
+		maxEnd = max(maxEnd, p.Vaddr+p.Memsz)
+	}
+	memStart := alignUp(maxEnd, A)
+	fl := f.Progs[firstLoad]
+	delta := fl.Vaddr - fl.Off
+	// With the table in the region, an executable's region must be mapped
+	// with the first PT_LOAD's vaddr-offset: kernels before 5.18 compute
+	// AT_PHDR as that plus e_phoff.
+	exec := phdrIn && f.isExecutable()
+	if exec && delta%A != 0 {
+		return nil, false, formatErr(-1, "first PT_LOAD vaddr-offset 0x%x is not a multiple of the page size 0x%x", delta, A)
+	}
+	place := func(from uint64) (off, vaddr uint64) {
+		if exec {
+			off = alignUp(from, A)
+			if memStart >= delta && memStart-delta > off {
+				off = memStart - delta
+			}
+			return off, off + delta
+		}
+		off = alignUp(from, 16)
+		return off, memStart + off%A
+	}
+	atEnd := live != nil && live.end == uint64(f.size)
+	var off, vaddr uint64
+	switch {
+	case live == nil:
+		off, vaddr = place(uint64(f.size))
+	case atEnd:
+		off, vaddr = place(live.base)
+		if off+L.total > live.off {
+			off, vaddr = place(live.end)
+		}
+	default:
+		off, vaddr = place(uint64(f.size))
+	}
+	if off+L.total < off || vaddr+L.segSize < vaddr || (h.Class == elf.ELFCLASS32 && (vaddr+L.segSize > 1<<32 || off+L.total > 1<<32)) {
+		return nil, false, formatErr(-1, "no room for a new segment in the address space")
+	}
+
+	flags := elf.PF_R
+	if L.moveDyn {
+		flags |= elf.PF_W // glibc before 2.35 writes DT_DEBUG into .dynamic
+	}
+	// Relocate what lies in moved blobs, then point at the moved tables.
+	reloc := func(o uint64) (uint64, bool) {
+		for _, bl := range L.blobs {
+			if o >= bl.lo && o < bl.hi {
+				return bl.rel + (o - bl.lo), true
+			}
+		}
+		return 0, false
+	}
+	for i := range progs {
+		p := &progs[i]
+		if i == loadAt {
+			continue
+		}
+		if r, ok := reloc(p.Off); ok && p.Type != elf.PT_LOAD {
+			p.Off, p.Vaddr, p.Paddr = off+r, vaddr+r, vaddr+r
+		}
+		switch p.Type {
+		case elf.PT_PHDR:
+			if phdrIn {
+				p.Off, p.Vaddr, p.Paddr = off+L.phRel, vaddr+L.phRel, vaddr+L.phRel
+			}
+			p.Filesz, p.Memsz = L.phSize, L.phSize
+		case elf.PT_INTERP:
+			if L.moveInterp {
+				n := uint64(len(b.interp)) + 1
+				p.Off, p.Vaddr, p.Paddr, p.Filesz, p.Memsz = off+L.interpRel, vaddr+L.interpRel, vaddr+L.interpRel, n, n
+			}
+		case elf.PT_DYNAMIC:
+			if L.moveDyn {
+				n := uint64(L.dynSlots) * es
+				p.Off, p.Vaddr, p.Paddr, p.Filesz, p.Memsz = off+L.dynRel, vaddr+L.dynRel, vaddr+L.dynRel, n, n
+			}
+		}
+	}
+	progs[loadAt] = elf.ProgHeader{Type: elf.PT_LOAD, Flags: flags, Off: off, Vaddr: vaddr, Paddr: vaddr, Filesz: L.segSize, Memsz: L.segSize, Align: A}
+
+	buf := make([]byte, L.total)
+	copy(buf, regionMagic[:])
+	base := uint64(f.size)
+	if live != nil {
+		base = live.base
+	}
+	f.order.PutUint64(buf[8:], base)
+	f.order.PutUint64(buf[16:], L.carryEnd-regionHeader)
+	if phdrIn {
+		f.order.PutUint64(buf[24:], regionPhdrs)
+	}
+	for _, bl := range L.blobs {
+		old, err := readAt(f.r, f.size, bl.lo, bl.hi-bl.lo, "moved section")
+		if err != nil {
+			return nil, false, err
+		}
+		copy(buf[bl.rel:], old)
+	}
+	if phdrIn {
+		for i, p := range progs {
+			f.encodeProg(buf[L.phRel+uint64(i)*ps:], p)
+		}
+	}
+	if L.moveInterp {
+		copy(buf[L.interpRel:], b.interp)
+	}
+	strAddr, strSize := f.strAddr, uint64(len(f.strtab))
+	if L.moveStr {
+		copy(buf[L.strRel:], b.sl.image)
+		strAddr, strSize = vaddr+L.strRel, uint64(len(b.sl.image))
+	}
+	if L.moveDyn {
+		copy(buf[L.dynRel:], b.dynBytes(strAddr, strSize, L.dynSlots))
+	}
+	var sht []byte
+	if len(f.Sections) > 0 {
+		sht = make([]byte, len(f.Sections)*int(f.shdrSize()))
+		for i, s := range f.Sections {
+			orig := s
+			if r, ok := reloc(s.Offset); ok && s.Size > 0 {
+				s.Offset, s.Addr = off+r, vaddr+r
+			}
+			switch {
+			case L.moveStr && s.Type == elf.SHT_STRTAB && orig.Addr == f.strAddr && s.Flags&elf.SHF_ALLOC != 0:
+				s.Offset, s.Addr, s.Size = off+L.strRel, strAddr, strSize
+			case L.moveDyn && s.Type == elf.SHT_DYNAMIC:
+				s.Offset, s.Addr, s.Size = off+L.dynRel, vaddr+L.dynRel, uint64(L.dynSlots)*es
+			case L.moveInterp && f.interpProg >= 0 && s.Type == elf.SHT_PROGBITS && orig.Addr == f.Progs[f.interpProg].Vaddr && s.Flags&elf.SHF_ALLOC != 0:
+				s.Offset, s.Addr, s.Size = off+L.interpRel, vaddr+L.interpRel, uint64(len(b.interp))+1
+			}
+			copy(sht[i*int(f.shdrSize()):], f.encodeSection(s))
+		}
+		if L.moveSht {
+			copy(buf[L.shRel:], sht)
+		}
+	}
+	b.add(StepUnused, "region: moved tables", off, buf)
+	shoff := h.Shoff
+	if len(f.Sections) > 0 {
+		if L.moveSht {
+			shoff = off + L.shRel
+		} else {
+			b.add(StepNeutral, "section header table", h.Shoff, sht)
+		}
+	}
+	if L.moveDyn && f.dynProg >= 0 {
+		if st := f.fixDynamicSymbol(f.Progs[f.dynProg].Vaddr, vaddr+L.dynRel); st != nil {
+			b.steps = append(b.steps, *st)
+		}
+	}
+	ehdr := slices.Clone(f.rawEhdr)
+	if phdrIn {
+		f.putEhdr(ehdr, off+L.phRel, len(progs), shoff)
+		b.add(StepCommit, "ELF header: new program header table", 0, ehdr)
+	} else {
+		// The ELF header and the program header table are written together:
+		// one write switches PT_INTERP, PT_DYNAMIC and e_phnum at once.
+		f.putEhdr(ehdr, h.Phoff, len(progs), shoff)
+		head, err := readAt(f.r, f.size, 0, h.Phoff, "bytes before the program header table")
+		if err != nil {
+			return nil, false, err
+		}
+		copy(head, ehdr)
+		tbl := make([]byte, L.phSize)
+		for i, p := range progs {
+			f.encodeProg(tbl[uint64(i)*ps:], p)
+		}
+		b.add(StepCommit, "ELF header and program header table", 0, append(head, tbl...))
+	}
+
+	if b.dynChanged {
+		b.scrubOld()
+	}
+	tblEnd := h.Phoff + L.phSize
+	if phdrIn {
+		tblEnd = 0
+	}
+	for _, bl := range L.blobs {
+		if live != nil && bl.lo >= live.off {
+			continue
+		}
+		if lo := max(bl.lo, tblEnd); lo < bl.hi {
+			b.add(StepHygiene, "clear moved sections", lo, make([]byte, bl.hi-lo))
+		}
+	}
+	if L.moveInterp && b.interpChanged && f.interpProg >= 0 && !live.contains(f.Progs[f.interpProg].Off) {
+		p := f.Progs[f.interpProg]
+		if _, moved := reloc(p.Off); !moved {
+			if lo := max(p.Off, tblEnd); lo < p.Off+p.Filesz {
+				b.add(StepHygiene, "clear the old interpreter", lo, make([]byte, p.Off+p.Filesz-lo))
+			}
+		}
+	}
+	newSize := max(int64(off+L.total), f.size)
+	if live != nil {
+		if atEnd && off+L.total <= live.off {
+			newSize = int64(off + L.total)
+			b.steps = append(b.steps, Step{Kind: StepTruncate, What: "drop the old region", Len: newSize})
+		} else {
+			b.add(StepHygiene, "zero the old region", live.off, make([]byte, live.end-live.off))
+		}
+	}
+	return b.finish(Region, newSize), true, nil
+}
+
+// putEhdr writes e_phoff, e_phnum and e_shoff into a copy of the raw header.
+func (f *File) putEhdr(b []byte, phoff uint64, phnum int, shoff uint64) {
+	o := f.order
+	if f.Header.Class == elf.ELFCLASS64 {
+		o.PutUint64(b[32:], phoff)
+		o.PutUint64(b[40:], shoff)
+		o.PutUint16(b[56:], uint16(phnum))
+		return
+	}
+	o.PutUint32(b[28:], uint32(phoff))
+	o.PutUint32(b[32:], uint32(shoff))
+	o.PutUint16(b[44:], uint16(phnum))
+}
+
+func (f *File) encodeProg(b []byte, p elf.ProgHeader) {
+	o := f.order
+	if f.Header.Class == elf.ELFCLASS64 {
+		o.PutUint32(b[0:], uint32(p.Type))
+		o.PutUint32(b[4:], uint32(p.Flags))
+		o.PutUint64(b[8:], p.Off)
+		o.PutUint64(b[16:], p.Vaddr)
+		o.PutUint64(b[24:], p.Paddr)
+		o.PutUint64(b[32:], p.Filesz)
+		o.PutUint64(b[40:], p.Memsz)
+		o.PutUint64(b[48:], p.Align)
+		return
+	}
+	o.PutUint32(b[0:], uint32(p.Type))
+	o.PutUint32(b[4:], uint32(p.Off))
+	o.PutUint32(b[8:], uint32(p.Vaddr))
+	o.PutUint32(b[12:], uint32(p.Paddr))
+	o.PutUint32(b[16:], uint32(p.Filesz))
+	o.PutUint32(b[20:], uint32(p.Memsz))
+	o.PutUint32(b[24:], uint32(p.Flags))
+	o.PutUint32(b[28:], uint32(p.Align))
+}
+
+func (f *File) encodeSection(s Section) []byte {
+	o := f.order
+	b := make([]byte, f.shdrSize())
+	if f.Header.Class == elf.ELFCLASS64 {
+		o.PutUint32(b[0:], s.NameOff)
+		o.PutUint32(b[4:], uint32(s.Type))
+		o.PutUint64(b[8:], uint64(s.Flags))
+		o.PutUint64(b[16:], s.Addr)
+		o.PutUint64(b[24:], s.Offset)
+		o.PutUint64(b[32:], s.Size)
+		o.PutUint32(b[40:], s.Link)
+		o.PutUint32(b[44:], s.Info)
+		o.PutUint64(b[48:], s.Addralign)
+		o.PutUint64(b[56:], s.Entsize)
+		return b
+	}
+	o.PutUint32(b[0:], s.NameOff)
+	o.PutUint32(b[4:], uint32(s.Type))
+	o.PutUint32(b[8:], uint32(s.Flags))
+	o.PutUint32(b[12:], uint32(s.Addr))
+	o.PutUint32(b[16:], uint32(s.Offset))
+	o.PutUint32(b[20:], uint32(s.Size))
+	o.PutUint32(b[24:], s.Link)
+	o.PutUint32(b[28:], s.Info)
+	o.PutUint32(b[32:], uint32(s.Addralign))
+	o.PutUint32(b[36:], uint32(s.Entsize))
+	return b
+}
+
+func (f *File) encodeDyn(b []byte, d Dyn) {
+	if f.Header.Class == elf.ELFCLASS64 {
+		f.order.PutUint64(b, uint64(d.Tag))
+		f.order.PutUint64(b[8:], d.Val)
+		return
+	}
+	f.order.PutUint32(b, uint32(d.Tag))
+	f.order.PutUint32(b[4:], uint32(d.Val))
+}
+
+// fixDynamicSymbol repoints the _DYNAMIC symbol of .symtab at a moved
+// .dynamic. Only tools read it (eu-elflint checks that it matches
+// PT_DYNAMIC); the loaders use PT_DYNAMIC. It returns nil when there is
+// nothing to fix or the tables cannot be read.
+func (f *File) fixDynamicSymbol(oldAddr, newAddr uint64) *Step {
+	for _, s := range f.Sections {
+		if s.Type != elf.SHT_SYMTAB || int(s.Link) >= len(f.Sections) || s.Entsize == 0 {
+			continue
+		}
+		strs := f.Sections[s.Link]
+		names, err := readAt(f.r, f.size, strs.Offset, strs.Size, "symbol names")
+		if err != nil {
+			return nil
+		}
+		syms, err := readAt(f.r, f.size, s.Offset, s.Size-s.Size%s.Entsize, "symbol table")
+		if err != nil {
+			return nil
+		}
+		valOff, valLen := 8, 8
+		if f.Header.Class == elf.ELFCLASS32 {
+			valOff, valLen = 4, 4
+		}
+		for i := 0; i+int(s.Entsize) <= len(syms); i += int(s.Entsize) {
+			e := syms[i:]
+			if name, _ := cstring(names, uint64(f.order.Uint32(e))); name != "_DYNAMIC" {
+				continue
+			}
+			var v uint64
+			if valLen == 8 {
+				v = f.order.Uint64(e[valOff:])
+			} else {
+				v = uint64(f.order.Uint32(e[valOff:]))
+			}
+			if v != oldAddr {
+				return nil
+			}
+			b := make([]byte, valLen)
+			if valLen == 8 {
+				f.order.PutUint64(b, newAddr)
+			} else {
+				f.order.PutUint32(b, uint32(newAddr))
+			}
+			return &Step{Kind: StepNeutral, What: "_DYNAMIC symbol", Off: int64(s.Offset) + int64(i+valOff), Len: int64(valLen), data: b}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,333 @@
+package elfedit
+
+import (
+	"bytes"
+	"debug/elf"
+	"errors"
+	"slices"
+)
+
+// errUnknownRefs means the string references of a file could not all be
+// found (a symbol table whose size nothing states). Without them no string
+// is overwritten in place: a symbol name might share its bytes.
+var errUnknownRefs = errors.New("string references unknown")
+
+// stringRefs returns every offset into DT_STRTAB that the file uses outside
+// the dynamic section: dynamic symbol names and symbol-version names. GNU ld
+// merges string tails, so any of these may point into the middle of a
+// DT_RUNPATH or DT_NEEDED string.
+func (f *File) stringRefs() ([]uint64, error) {
+	var refs []uint64
+	es := uint64(sym64Size)
+	if f.Header.Class == elf.ELFCLASS32 {
+		es = sym32Size
+	}
+	if symtab, ok := f.dynVal(elf.DT_SYMTAB); ok {
+		n, err := f.symbolCount(symtab, es)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			off, ok := f.vaddrToOff(symtab, n*es)
+			if !ok {
+				return nil, formatErr(-1, "DT_SYMTAB 0x%x with %d symbols maps to no PT_LOAD", symtab, n)
+			}
+			raw, err := readAt(f.r, f.size, off, n*es, "dynamic symbol table")
+			if err != nil {
+				return nil, err
+			}
+			for i := uint64(0); i < n; i++ {
+				refs = append(refs, uint64(f.order.Uint32(raw[i*es:])))
+			}
+		}
+	}
+	if err := f.versionRefs(&refs); err != nil {
+		return nil, err
+	}
+	return refs, nil
+}
+
+// symbolCount finds the number of dynamic symbols: from the .dynsym section
+// header when there is one, else from DT_HASH's nchain, else by walking
+// DT_GNU_HASH's chains to the highest symbol index.
+func (f *File) symbolCount(symtab, es uint64) (uint64, error) {
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_DYNSYM && s.Addr == symtab && s.Entsize == es {
+			return s.Size / es, nil
+		}
+	}
+	if h, ok := f.dynVal(elf.DT_HASH); ok {
+		off, ok := f.vaddrToOff(h, 8)
+		if !ok {
+			return 0, formatErr(-1, "DT_HASH 0x%x maps to no PT_LOAD", h)
+		}
+		b, err := readAt(f.r, f.size, off, 8, "DT_HASH")
+		if err != nil {
+			return 0, err
+		}
+		n := uint64(f.order.Uint32(b[4:]))
+		if n > uint64(f.size)/es {
+			return 0, formatErr(int64(off), "DT_HASH nchain %d exceeds the file", n)
+		}
+		return n, nil
+	}
+	if h, ok := f.dynVal(elf.DT_GNU_HASH); ok {
+		return f.gnuHashCount(h)
+	}
+	return 0, errUnknownRefs
+}
+
+func (f *File) gnuHashCount(addr uint64) (uint64, error) {
+	off, ok := f.vaddrToOff(addr, 16)
+	if !ok {
+		return 0, formatErr(-1, "DT_GNU_HASH 0x%x maps to no PT_LOAD", addr)
+	}
+	hdr, err := readAt(f.r, f.size, off, 16, "DT_GNU_HASH")
+	if err != nil {
+		return 0, err
+	}
+	o := f.order
+	nbuckets, symoff, bloom := uint64(o.Uint32(hdr)), uint64(o.Uint32(hdr[4:])), uint64(o.Uint32(hdr[8:]))
+	word := uint64(8)
+	if f.Header.Class == elf.ELFCLASS32 {
+		word = 4
+	}
+	if nbuckets > uint64(f.size)/4 || bloom > uint64(f.size)/word {
+		return 0, formatErr(int64(off), "DT_GNU_HASH sizes exceed the file")
+	}
+	bOff := off + 16 + bloom*word
+	buckets, err := readAt(f.r, f.size, bOff, nbuckets*4, "DT_GNU_HASH buckets")
+	if err != nil {
+		return 0, err
+	}
+	var maxSym uint64
+	for i := uint64(0); i < nbuckets; i++ {
+		maxSym = max(maxSym, uint64(o.Uint32(buckets[i*4:])))
+	}
+	if maxSym < symoff {
+		return symoff, nil
+	}
+	chainOff := bOff + nbuckets*4
+	// Walk the last chain to its end marker (low bit set), in bounded reads.
+	for idx := maxSym; ; idx++ {
+		b, err := readAt(f.r, f.size, chainOff+(idx-symoff)*4, 4, "DT_GNU_HASH chain")
+		if err != nil {
+			return 0, err
+		}
+		if o.Uint32(b)&1 != 0 {
+			return idx + 1, nil
+		}
+	}
+}
+
+// versionRefs appends the name offsets of DT_VERNEED and DT_VERDEF records.
+// Both are linked lists; each walk is bounded by the count the dynamic
+// section states and by the file.
+func (f *File) versionRefs(refs *[]uint64) error {
+	o := f.order
+	walk := func(addrTag, numTag elf.DynTag, what string, rec func(b []byte) (next uint64, aux uint64, cnt int, name uint64), auxRec func(b []byte) (next uint64, name uint64)) error {
+		addr, ok := f.dynVal(addrTag)
+		if !ok {
+			return nil
+		}
+		num, _ := f.dynVal(numTag)
+		if num > uint64(f.size)/16 {
+			return formatErr(-1, "%s count %d exceeds the file", what, num)
+		}
+		for i := uint64(0); i < num; i++ {
+			off, ok := f.vaddrToOff(addr, 16)
+			if !ok {
+				return formatErr(-1, "%s record 0x%x maps to no PT_LOAD", what, addr)
+			}
+			b, err := readAt(f.r, f.size, off, 16, what)
+			if err != nil {
+				return err
+			}
+			next, aux, cnt, name := rec(b)
+			if name != ^uint64(0) {
+				*refs = append(*refs, name)
+			}
+			a := addr + aux
+			for j := 0; j < cnt; j++ {
+				aoff, ok := f.vaddrToOff(a, 8)
+				if !ok {
+					return formatErr(-1, "%s aux record 0x%x maps to no PT_LOAD", what, a)
+				}
+				ab, err := readAt(f.r, f.size, aoff, 16, what+" aux")
+				if err != nil {
+					ab, err = readAt(f.r, f.size, aoff, 8, what+" aux")
+					if err != nil {
+						return err
+					}
+				}
+				anext, aname := auxRec(ab)
+				*refs = append(*refs, aname)
+				if anext == 0 {
+					break
+				}
+				a += anext
+			}
+			if next == 0 {
+				break
+			}
+			addr += next
+		}
+		return nil
+	}
+	err := walk(elf.DT_VERNEED, elf.DT_VERNEEDNUM, "DT_VERNEED",
+		func(b []byte) (uint64, uint64, int, uint64) {
+			return uint64(o.Uint32(b[12:])), uint64(o.Uint32(b[8:])), int(o.Uint16(b[2:])), uint64(o.Uint32(b[4:]))
+		},
+		func(b []byte) (uint64, uint64) { return uint64(o.Uint32(b[12:])), uint64(o.Uint32(b[8:])) })
+	if err != nil {
+		return err
+	}
+	return walk(elf.DT_VERDEF, elf.DT_VERDEFNUM, "DT_VERDEF",
+		func(b []byte) (uint64, uint64, int, uint64) {
+			return uint64(o.Uint32(b[16:])), uint64(o.Uint32(b[12:])), int(o.Uint16(b[6:])), ^uint64(0)
+		},
+		func(b []byte) (uint64, uint64) { return uint64(o.Uint32(b[4:])), uint64(o.Uint32(b[0:])) })
+}
+
+// rng is a half-open byte range.
+type rng struct{ lo, hi uint64 }
+
+func (r rng) overlaps(o rng) bool { return r.lo < o.hi && o.lo < r.hi }
+
+// strLayout is the decided content of the dynamic string table.
+type strLayout struct {
+	image      []byte // final table: old bytes with in-place changes, then appended strings
+	grown      bool   // image is longer than the old table: it must move
+	overwrites []rng  // old-table ranges rewritten with a replacing string (in place)
+	scrub      []rng  // old-table ranges of strings nothing references any more: 'X'
+	dead       []rng  // every old string that was replaced or removed (scrubbed in a dead copy)
+}
+
+// layoutStrings gives every string entry of ents an offset in the final
+// string table, cheapest first: overwrite the string it replaces when that
+// one is long enough and unshared, reuse an identical string (or string
+// tail) already in the table, else append.
+func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
+	sl := &strLayout{image: slices.Clone(f.strtab)}
+	// Strings of the original dynamic section that the result no longer
+	// points to in the same way.
+	keep := map[uint64]bool{}
+	for _, d := range ents {
+		if d.isStr && !d.changed && d.origOff >= 0 {
+			keep[uint64(d.origOff)] = true
+		}
+	}
+	var dropped []uint64
+	seen := map[uint64]bool{}
+	for _, d := range f.Dynamic[:f.dynLen] {
+		if isStringTag(d.Tag) && !keep[d.Val] && !seen[d.Val] {
+			seen[d.Val] = true
+			dropped = append(dropped, d.Val)
+		}
+	}
+	if len(dropped) == 0 && !slices.ContainsFunc(ents, func(d dent) bool { return d.changed }) {
+		return sl, nil
+	}
+	for _, o := range dropped {
+		s, _ := cstring(f.strtab, o)
+		sl.dead = append(sl.dead, rng{o, o + uint64(len(s))})
+	}
+	// References that stay: symbol and version names, and unchanged entries.
+	refs, err := f.stringRefs()
+	refsOK := err == nil
+	if err != nil && !errors.Is(err, errUnknownRefs) {
+		return nil, err
+	}
+	for o := range keep {
+		refs = append(refs, o)
+	}
+	shared := func(r rng) bool {
+		if !refsOK {
+			return true
+		}
+		for _, x := range refs {
+			if x >= r.lo && x <= r.hi { // x == hi shares the NUL
+				return true
+			}
+		}
+		return false
+	}
+	// Entries that replace a dropped string may take its bytes.
+	claimed := map[uint64]int{}
+	for _, d := range ents {
+		if d.changed && d.origOff >= 0 {
+			claimed[uint64(d.origOff)]++
+		}
+	}
+	for i := range ents {
+		d := &ents[i]
+		if !d.changed || d.origOff < 0 {
+			continue
+		}
+		o := uint64(d.origOff)
+		old, _ := cstring(f.strtab, o)
+		r := rng{o, o + uint64(len(old))}
+		if len(d.str) > len(old) || claimed[o] > 1 || shared(r) {
+			continue
+		}
+		copy(sl.image[o:], d.str)
+		sl.image[o+uint64(len(d.str))] = 0
+		for j := o + uint64(len(d.str)) + 1; j < r.hi; j++ {
+			sl.image[j] = 'X'
+		}
+		sl.overwrites = append(sl.overwrites, r)
+		d.val, d.changed, d.placed = o, false, true
+	}
+	// Dropped strings nobody took: scrub them if unshared.
+	for _, r := range sl.dead {
+		if slices.ContainsFunc(sl.overwrites, func(w rng) bool { return w.overlaps(rng{r.lo, r.hi + 1}) }) {
+			continue
+		}
+		if !shared(r) {
+			for j := r.lo; j < r.hi; j++ {
+				sl.image[j] = 'X'
+			}
+			sl.scrub = append(sl.scrub, r)
+		}
+	}
+	touched := append(slices.Clone(sl.overwrites), sl.scrub...)
+	appended := map[string]uint64{}
+	for i := range ents {
+		d := &ents[i]
+		if !d.changed {
+			continue
+		}
+		if v, ok := appended[d.str]; ok {
+			d.val = v
+			continue
+		}
+		if v, ok := findString(f.strtab, d.str, touched); ok {
+			d.val = v
+			continue
+		}
+		d.val = uint64(len(sl.image))
+		appended[d.str] = d.val
+		sl.image = append(append(sl.image, d.str...), 0)
+		sl.grown = true
+	}
+	return sl, nil
+}
+
+// findString finds s followed by NUL in tab, outside the ranges that change.
+// A match may be the tail of a longer string, as linkers' tail merging does.
+func findString(tab []byte, s string, avoid []rng) (uint64, bool) {
+	pat := append([]byte(s), 0)
+	for from := 0; from < len(tab); {
+		i := bytes.Index(tab[from:], pat)
+		if i < 0 {
+			return 0, false
+		}
+		at := uint64(from + i)
+		r := rng{at, at + uint64(len(pat))}
+		if !slices.ContainsFunc(avoid, func(a rng) bool { return a.overlaps(rng{r.lo, r.hi}) }) {
+			return at, true
+		}
+		from += i + 1
+	}
+	return 0, false
+}

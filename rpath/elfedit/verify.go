@@ -1,0 +1,244 @@
+package elfedit
+
+import (
+	"debug/elf"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Problem is one broken invariant found by Verify.
+type Problem struct {
+	// Rule is a stable identifier, e.g. "load-align".
+	Rule string `json:"rule"`
+	Msg  string `json:"message"`
+}
+
+func (p Problem) String() string { return p.Rule + ": " + p.Msg }
+
+// VerifyFile reads the file at path and verifies it.
+func VerifyFile(path string) ([]Problem, error) {
+	f, err := Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	defer f.Close()
+	return f.Verify(), nil
+}
+
+// Verify reads a file from r and verifies it.
+func Verify(r io.ReaderAt, size int64) ([]Problem, error) {
+	f, err := NewFile(r, size)
+	if err != nil {
+		return nil, err
+	}
+	return f.Verify(), nil
+}
+
+// Verify checks the invariants the loaders and binutils rely on (see the
+// design notes): segment alignment and order, the program header table's
+// place, the pre-5.18 AT_PHDR rule, a writable .dynamic, no W+X segment,
+// no empty search-path entry, and section headers that agree with the
+// segments. A file that NewFile read is already known to have a terminated
+// dynamic section and in-bounds strings.
+func (f *File) Verify() []Problem {
+	var ps []Problem
+	add := func(rule, format string, args ...any) {
+		ps = append(ps, Problem{rule, fmt.Sprintf(format, args...)})
+	}
+	if f.debugOnly {
+		return nil
+	}
+	h := f.Header
+	page := maxPageSize(h.Machine)
+	var loads []elf.ProgHeader
+	for i, p := range f.Progs {
+		if p.Type != elf.PT_LOAD {
+			continue
+		}
+		loads = append(loads, p)
+		if p.Align > 1 && p.Vaddr%p.Align != p.Off%p.Align {
+			add("load-align", "PT_LOAD[%d] p_vaddr 0x%x and p_offset 0x%x differ modulo p_align 0x%x", i, p.Vaddr, p.Off, p.Align)
+		}
+		if p.Align < page {
+			add("load-page", "PT_LOAD[%d] p_align 0x%x is below the %v page size 0x%x", i, p.Align, h.Machine, page)
+		}
+		if p.Filesz > p.Memsz {
+			add("load-size", "PT_LOAD[%d] p_filesz 0x%x exceeds p_memsz 0x%x", i, p.Filesz, p.Memsz)
+		}
+		if p.Off > uint64(f.size) || p.Filesz > uint64(f.size)-p.Off {
+			add("load-bounds", "PT_LOAD[%d] file range 0x%x+0x%x lies past the end of the file", i, p.Off, p.Filesz)
+		}
+		if p.Flags&elf.PF_W != 0 && p.Flags&elf.PF_X != 0 {
+			add("load-wx", "PT_LOAD[%d] is both writable and executable", i)
+		}
+	}
+	for i := 1; i < len(loads); i++ {
+		a, b := loads[i-1], loads[i]
+		if b.Vaddr < a.Vaddr {
+			add("load-order", "PT_LOAD at 0x%x comes after one at 0x%x", b.Vaddr, a.Vaddr)
+		}
+		if a.Vaddr < b.Vaddr+b.Memsz && b.Vaddr < a.Vaddr+a.Memsz {
+			add("load-overlap", "PT_LOADs at 0x%x and 0x%x overlap in memory", a.Vaddr, b.Vaddr)
+		}
+	}
+	containing := func(off, n uint64) (elf.ProgHeader, bool) {
+		for _, p := range loads {
+			if off >= p.Off && off-p.Off <= p.Filesz && n <= p.Filesz-(off-p.Off) {
+				return p, true
+			}
+		}
+		return elf.ProgHeader{}, false
+	}
+	phSize := uint64(h.Phnum) * uint64(h.Phentsize)
+	if len(loads) > 0 && (f.dynProg >= 0 || f.interpProg >= 0) {
+		pl, ok := containing(h.Phoff, phSize)
+		switch {
+		case !ok:
+			add("phdr-load", "program header table at 0x%x is in no PT_LOAD", h.Phoff)
+		case f.isExecutable() && pl.Vaddr-pl.Off != loads[0].Vaddr-loads[0].Off:
+			add("phdr-at-phdr", "program header table at 0x%x is mapped with a vaddr-offset of 0x%x, not the first PT_LOAD's 0x%x: kernels before 5.18 pass a wrong AT_PHDR", h.Phoff, pl.Vaddr-pl.Off, loads[0].Vaddr-loads[0].Off)
+		}
+	}
+	for i, p := range f.Progs {
+		switch p.Type {
+		case elf.PT_PHDR:
+			v, ok := f.offToVaddr(h.Phoff, phSize)
+			if p.Off != h.Phoff || p.Filesz != phSize || (ok && p.Vaddr != v) {
+				add("phdr-exact", "PT_PHDR (0x%x+0x%x at 0x%x) does not describe the program header table (0x%x+0x%x at 0x%x)", p.Off, p.Filesz, p.Vaddr, h.Phoff, phSize, v)
+			}
+			if i != 0 {
+				add("phdr-first", "PT_PHDR is entry %d, not the first", i)
+			}
+		case elf.PT_INTERP:
+			if _, ok := containing(p.Off, p.Filesz); !ok {
+				add("interp-load", "PT_INTERP at 0x%x is in no PT_LOAD", p.Off)
+			}
+		case elf.PT_DYNAMIC:
+			pl, ok := containing(p.Off, p.Filesz)
+			if !ok {
+				add("dynamic-load", "PT_DYNAMIC at 0x%x is in no PT_LOAD", p.Off)
+			} else if pl.Flags&elf.PF_W == 0 {
+				add("dynamic-writable", "PT_DYNAMIC at 0x%x is in a read-only segment (glibc before 2.35 writes DT_DEBUG there)", p.Off)
+			}
+			if v, ok := f.offToVaddr(p.Off, p.Filesz); ok && v != p.Vaddr {
+				add("dynamic-map", "PT_DYNAMIC p_vaddr 0x%x does not map to its p_offset 0x%x", p.Vaddr, p.Off)
+			}
+		}
+	}
+	for _, tag := range []elf.DynTag{elf.DT_RUNPATH, elf.DT_RPATH} {
+		if s, ok := f.dynString(tag); ok && s != "" && slices.Contains(strings.Split(s, ":"), "") {
+			add("path-empty-entry", "%v %q has an empty entry (the current directory)", tag, s)
+		}
+	}
+	f.verifySections(add)
+	return ps
+}
+
+func (f *File) verifySections(add func(rule, format string, args ...any)) {
+	for i, s := range f.Sections {
+		if i == 0 || s.Type == elf.SHT_NOBITS || s.Type == elf.SHT_NULL {
+			continue
+		}
+		if s.Offset > uint64(f.size) || s.Size > uint64(f.size)-s.Offset {
+			add("section-bounds", "section %d %s (0x%x+0x%x) lies past the end of the file", i, s.Name, s.Offset, s.Size)
+			continue
+		}
+		if s.Flags&elf.SHF_ALLOC == 0 || s.Size == 0 {
+			continue
+		}
+		if off, ok := f.vaddrToOff(s.Addr, s.Size); ok && off != s.Offset {
+			add("section-segment", "section %d %s at 0x%x has offset 0x%x, but its segment maps that address to 0x%x", i, s.Name, s.Addr, s.Offset, off)
+		}
+	}
+	if f.dynProg >= 0 {
+		p := f.Progs[f.dynProg]
+		for i, s := range f.Sections {
+			if s.Type == elf.SHT_DYNAMIC && (s.Addr != p.Vaddr || s.Offset != p.Off) {
+				add("section-dynamic", "section %d %s (0x%x at 0x%x) is not PT_DYNAMIC (0x%x at 0x%x)", i, s.Name, s.Offset, s.Addr, p.Off, p.Vaddr)
+			}
+		}
+		for i, s := range f.Sections {
+			if s.Type == elf.SHT_DYNSYM && int(s.Link) < len(f.Sections) {
+				str := f.Sections[s.Link]
+				if str.Addr != f.strAddr || str.Offset != f.strOff || str.Size < uint64(len(f.strtab)) {
+					add("section-dynstr", "section %d %s links to string table 0x%x+0x%x, not DT_STRTAB 0x%x+0x%x", i, s.Name, str.Addr, str.Size, f.strAddr, len(f.strtab))
+				}
+			}
+		}
+	}
+	if f.interpProg >= 0 {
+		p := f.Progs[f.interpProg]
+		for i, s := range f.Sections {
+			if s.Name == ".interp" && (s.Addr != p.Vaddr || s.Offset != p.Off) {
+				add("section-interp", "section %d .interp (0x%x at 0x%x) is not PT_INTERP (0x%x at 0x%x)", i, s.Offset, s.Addr, p.Off, p.Vaddr)
+			}
+		}
+	}
+}
+
+// checkResult verifies a planned result against the original: no invariant
+// the original met may break, and the result must say what was asked.
+func checkResult(before, after *File, e *Edit) error {
+	had := map[string]bool{}
+	for _, p := range before.Verify() {
+		had[p.Rule] = true
+	}
+	var bad []string
+	for _, p := range after.Verify() {
+		if !had[p.Rule] {
+			bad = append(bad, p.String())
+		}
+	}
+	want := func(what string, got, exp string) {
+		if got != exp {
+			bad = append(bad, fmt.Sprintf("%s reads back as %q, want %q", what, got, exp))
+		}
+	}
+	if e.Interpreter != nil {
+		want("interpreter", after.Interp, *e.Interpreter)
+	}
+	if e.Soname != nil {
+		want("soname", after.Soname(), *e.Soname)
+	}
+	if e.SetPath != nil {
+		tag := elf.DT_RUNPATH
+		if e.Tag == TagRPath {
+			tag = elf.DT_RPATH
+		} else if e.Tag == TagKeep {
+			if _, ok := after.RunPath(); !ok {
+				tag = elf.DT_RPATH
+			}
+		}
+		got, _ := after.dynString(tag)
+		want(tag.String(), got, *e.SetPath)
+	}
+	if e.RemovePath {
+		if _, ok := after.RunPath(); ok {
+			bad = append(bad, "DT_RUNPATH still present")
+		}
+		if _, ok := after.RPath(); ok {
+			bad = append(bad, "DT_RPATH still present")
+		}
+	}
+	needed := after.Needed()
+	for _, n := range e.AddNeeded {
+		if !slices.Contains(needed, n) {
+			bad = append(bad, fmt.Sprintf("DT_NEEDED %q missing", n))
+		}
+	}
+	for _, n := range e.RemoveNeeded {
+		if slices.Contains(needed, n) {
+			bad = append(bad, fmt.Sprintf("DT_NEEDED %q still present", n))
+		}
+	}
+	// Every string of the original that was not edited must read the same.
+	if sb, sa := before.Info(), after.Info(); e.Soname == nil && sb.Soname != sa.Soname {
+		bad = append(bad, fmt.Sprintf("soname changed from %q to %q", sb.Soname, sa.Soname))
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s", ErrVerify, strings.Join(bad, "; "))
+	}
+	return nil
+}
