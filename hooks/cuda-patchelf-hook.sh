@@ -1,0 +1,284 @@
+# shellcheck shell=bash
+#
+# cudaPatchelfHook: one cudapatch run over every output, in postFixup.
+#
+# It replaces autoPatchelfHook, autoAddDriverRunpath, autoAddCudaCompatRunpath
+# and removeStubsFromRunpathHook. This file only turns stdenv variables into
+# cudapatch flags; every decision about a RUNPATH is cudapatch's.
+#
+# @driverLink@ (the driver library directory, /run/opengl-driver/lib) and
+# @cudaCompat@ (cuda_compat's compat directory, or empty) are substituted by
+# makeSetupHook (nix/hook.nix). A derivation may override either by setting
+# cudaPatchelfDriverLink or cudaPatchelfCudaCompat (empty: no compat entry).
+
+# Propagated twice, the hook would gather every library directory twice.
+if [[ -n ${cudaPatchelfHookSourced-} ]]; then
+    return 0
+fi
+declare -g cudaPatchelfHookSourced=1
+
+if [[ -z ${cudaPatchelfDriverLink+set} ]]; then
+    declare -g cudaPatchelfDriverLink='@driverLink@'
+fi
+if [[ -z ${cudaPatchelfCudaCompat+set} ]]; then
+    declare -g cudaPatchelfCudaCompat='@cudaCompat@'
+fi
+
+# <dep>/lib of every host dependency, in dependency order, as autoPatchelfHook
+# gathers them: only lib/, not lib64 and not subdirectories.
+declare -ga cudaPatchelfLibs=()
+# Flag/directory pairs from addCudaPatchelfSearchPath, in call order.
+declare -ga cudaPatchelfSearchArgs=()
+
+_cudaPatchelfLog() {
+    echo "cudaPatchelfHook: $*" >&2
+}
+
+# Without strictDeps stdenv calls this once per env hook list for every
+# package, so a directory may come twice.
+_cudaPatchelfGatherLibraries() {
+    local dir
+    for dir in "${cudaPatchelfLibs[@]}"; do
+        [[ $dir == "$1/lib" ]] && return 0
+    done
+    cudaPatchelfLibs+=("$1/lib")
+}
+
+# shellcheck disable=SC2154 # targetOffset is set by stdenv while sourcing.
+addEnvHooks "$targetOffset" _cudaPatchelfGatherLibraries
+
+# addCudaPatchelfSearchPath [--no-recurse] [--] DIR...
+# Adds library search directories for the next cudaPatchelf run. Without
+# --no-recurse, cudapatch also searches every directory below DIR that holds a
+# *.so* file, as addAutoPatchelfSearchPath does.
+addCudaPatchelfSearchPath() {
+    local flag=--search-recursive
+    while (($# > 0)); do
+        case "$1" in
+        --)
+            shift
+            break
+            ;;
+        --no-recurse)
+            flag=--search
+            shift
+            ;;
+        --*)
+            _cudaPatchelfLog "addCudaPatchelfSearchPath: invalid argument: $1"
+            return 1
+            ;;
+        *) break ;;
+        esac
+    done
+    local dir
+    for dir in "$@"; do
+        if [[ -z $dir ]]; then
+            _cudaPatchelfLog "addCudaPatchelfSearchPath: ignoring an empty directory name"
+            continue
+        fi
+        cudaPatchelfSearchArgs+=("$flag" "$dir")
+    done
+}
+
+# cudaPatchelf [--no-recurse] [--] PATH...
+# Runs cudapatch once over PATHs with the flags the derivation's variables ask
+# for. Returns cudapatch's exit status; its messages go to stderr unchanged.
+cudaPatchelf() {
+    local norecurse=
+    while (($# > 0)); do
+        case "$1" in
+        --)
+            shift
+            break
+            ;;
+        --no-recurse)
+            norecurse=1
+            shift
+            ;;
+        --*)
+            _cudaPatchelfLog "cudaPatchelf: invalid argument: $1"
+            return 1
+            ;;
+        *) break ;;
+        esac
+    done
+    if (($# == 0)); then
+        _cudaPatchelfLog "cudaPatchelf: no paths given"
+        return 1
+    fi
+
+    # concatTo reads both forms: a whitespace-separated string, or a bash
+    # array under __structuredAttrs (where entries may contain spaces).
+    local -a ignoreMissing=() runtimeDeps=() appendRunpathsArray=()
+    local -a autoFlags=() ownFlags=() patchelfFlagsArray=()
+    concatTo ignoreMissing autoPatchelfIgnoreMissingDeps cudaPatchelfIgnoreMissingDeps
+    concatTo runtimeDeps runtimeDependencies
+    concatTo appendRunpathsArray appendRunpaths
+    concatTo autoFlags autoPatchelfFlags
+    concatTo ownFlags cudaPatchelfFlags
+    concatTo patchelfFlagsArray patchelfFlags
+
+    local -a args=()
+    if [[ -n $norecurse ]]; then
+        args+=(--no-recurse)
+    fi
+    if [[ -n $cudaPatchelfCudaCompat ]]; then
+        args+=(--cuda-compat "$cudaPatchelfCudaCompat")
+    fi
+    args+=(--driver-link "$cudaPatchelfDriverLink")
+
+    local entry
+    for entry in "${ignoreMissing[@]}"; do
+        if [[ $entry == 1 || $entry == true ]]; then
+            _cudaPatchelfLog "WARNING: 'autoPatchelfIgnoreMissingDeps = true' is deprecated;" \
+                "use 'autoPatchelfIgnoreMissingDeps = [ \"*\" ]' instead"
+            entry='*'
+        fi
+        args+=(--ignore-missing "$entry")
+    done
+
+    # Gathered <dep>/lib directories that do not exist are skipped, as
+    # auto-patchelf skips them. autoPatchelfHook's addAutoPatchelfSearchPath,
+    # when that hook is present, leaves its directories in
+    # extraAutoPatchelfLibs: they are honoured too.
+    for entry in "${cudaPatchelfLibs[@]}" ${extraAutoPatchelfLibs+"${extraAutoPatchelfLibs[@]}"}; do
+        if [[ -d $entry ]]; then
+            args+=(--search "$entry")
+        fi
+    done
+    local i
+    for ((i = 0; i < ${#cudaPatchelfSearchArgs[@]}; i += 2)); do
+        entry=${cudaPatchelfSearchArgs[i + 1]}
+        if [[ ! -d $entry ]]; then
+            _cudaPatchelfLog "skipping search path $entry: not a directory"
+            continue
+        fi
+        args+=("${cudaPatchelfSearchArgs[i]}" "$entry")
+    done
+
+    for entry in "${runtimeDeps[@]}"; do
+        args+=(--runtime-dependency "$entry/lib")
+    done
+    for entry in "${appendRunpathsArray[@]}"; do
+        args+=(--append-rpath "$entry")
+    done
+
+    # autoPatchelfFlags were written for auto-patchelf.py: pass the ones
+    # cudapatch shares, drop the ones it has no use for.
+    for entry in "${autoFlags[@]}"; do
+        case "$entry" in
+        --ignore-existing | --structured-logs | --relative-rpaths)
+            _cudaPatchelfLog "ignoring autoPatchelfFlags entry $entry: not supported by cudapatch"
+            ;;
+        *) args+=("$entry") ;;
+        esac
+    done
+    if [[ -n ${autoPatchelfRelativeRpaths-} ]]; then
+        _cudaPatchelfLog "ignoring autoPatchelfRelativeRpaths: not supported by cudapatch"
+    fi
+    if ((${#patchelfFlagsArray[@]} > 0)); then
+        _cudaPatchelfLog "ignoring patchelfFlags (${patchelfFlagsArray[*]}): cudapatch does not run patchelf"
+    fi
+    args+=("${ownFlags[@]}")
+
+    _cudaPatchelfLog "running cudapatch on $*"
+    local rc=0
+    cudapatch "${args[@]}" -- "$@" || rc=$?
+    if ((rc != 0)); then
+        _cudaPatchelfLog "cudapatch failed (exit status $rc)"
+    fi
+    return "$rc"
+}
+
+# Names used by derivations written for autoPatchelfHook. When that hook is
+# present its own functions stay: whichever setup hook is sourced last defines
+# them.
+if ! declare -F autoPatchelf >/dev/null; then
+    autoPatchelf() { cudaPatchelf "$@"; }
+fi
+if ! declare -F addAutoPatchelfSearchPath >/dev/null; then
+    addAutoPatchelfSearchPath() { addCudaPatchelfSearchPath "$@"; }
+fi
+
+_cudaPatchelfDisabled() {
+    [[ -n ${dontCudaPatchelf-} || -n ${dontAutoPatchelf-} ]]
+}
+
+cudaPatchelfPostFixup() {
+    if _cudaPatchelfDisabled; then
+        _cudaPatchelfLog "skipped: dontCudaPatchelf or dontAutoPatchelf is set"
+        return 0
+    fi
+    local -a paths=()
+    local output
+    for output in $(getAllOutputNames); do
+        [[ $output == debug ]] && continue
+        [[ -e ${!output} ]] || continue
+        paths+=("${!output}")
+    done
+    ((${#paths[@]} > 0)) || return 0
+    cudaPatchelf -- "${paths[@]}"
+}
+
+# _cudaPatchelfTakeOverWhat ENTRY: prints the hook that registered the
+# postFixupHooks entry ENTRY when cudapatch does its work, else fails.
+_cudaPatchelfTakeOverWhat() {
+    case "$1" in
+    autoPatchelfPostFixup) echo autoPatchelfHook ;;
+    # autoPatchelfHook before it had a named function.
+    *"autoPatchelf -- "*getAllOutputNames*) echo autoPatchelfHook ;;
+    "autoFixElfFiles addDriverRunpath") echo autoAddDriverRunpath ;;
+    autoAddDriverRunpathPhase) echo autoAddDriverRunpath ;;
+    autoAddOpenGLRunpathPhase) echo autoAddOpenGLRunpathHook ;;
+    "autoFixElfFiles addCudaCompatRunpath")
+        # Without a compat directory of its own, cudapatch adds no compat
+        # entry: the other hook's prepend then still gives the right order.
+        [[ -n $cudaPatchelfCudaCompat ]] || return 1
+        echo autoAddCudaCompatRunpath
+        ;;
+    "autoFixElfFiles removeStubsFromRunpath") echo removeStubsFromRunpathHook ;;
+    *) return 1 ;;
+    esac
+}
+
+# Runs in preFixup: by then every setup hook has been sourced and every
+# prePhases registration (removeStubsFromRunpathHook's) has run. Entries of the
+# hooks cudapatch replaces are dropped, and cudaPatchelfPostFixup takes the
+# place of the earliest of them, so hooks registered in between still run
+# after the RUNPATHs are final.
+_cudaPatchelfTakeOver() {
+    if _cudaPatchelfDisabled; then
+        _cudaPatchelfLog "not taking over other hooks: dontCudaPatchelf or dontAutoPatchelf is set"
+        return 0
+    fi
+    local -a kept=()
+    local entry owner shown placed=
+    for entry in "${postFixupHooks[@]}"; do
+        if [[ $entry == cudaPatchelfPostFixup ]]; then
+            if [[ -z $placed ]]; then
+                kept+=("$entry")
+                placed=1
+            fi
+        elif owner=$(_cudaPatchelfTakeOverWhat "$entry"); then
+            shown=$entry
+            if [[ $shown == *$'\n'* ]]; then
+                shown="(inline script)"
+            fi
+            _cudaPatchelfLog "taking over postFixupHooks entry '$shown' of $owner:" \
+                "cudapatch writes its RUNPATH entries in the same pass"
+            if [[ -z $placed ]]; then
+                kept+=(cudaPatchelfPostFixup)
+                placed=1
+            fi
+        else
+            if [[ $entry == "autoFixElfFiles addCudaCompatRunpath" ]]; then
+                _cudaPatchelfLog "leaving '$entry' in place: this cudaPatchelfHook has no cuda_compat directory"
+            fi
+            kept+=("$entry")
+        fi
+    done
+    postFixupHooks=("${kept[@]}")
+}
+
+preFixupHooks+=(_cudaPatchelfTakeOver)
+postFixupHooks+=(cudaPatchelfPostFixup)

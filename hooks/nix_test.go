@@ -1,0 +1,102 @@
+package hooks_test
+
+import (
+	"encoding/json"
+	"io/fs"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// nixFiles lists every .nix file of the repository outside .git and caches.
+func nixFiles(t *testing.T, root string) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || path == filepath.Join(root, "testdata", "build")) {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".nix") {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// TestNixParse parses every .nix file; CI has Nix's parser but no nixpkgs.
+func TestNixParse(t *testing.T) {
+	needTool(t, "nix-instantiate", "nix-bin")
+	root := repoRoot(t)
+	files := nixFiles(t, root)
+	for _, want := range []string{"flake.nix", "nix/package.nix", "nix/hook.nix", "nix/overlay.nix"} {
+		found := false
+		for _, f := range files {
+			found = found || f == filepath.Join(root, want)
+		}
+		if !found {
+			t.Errorf("%s is missing", want)
+		}
+	}
+	for _, f := range files {
+		out, err := exec.Command("nix-instantiate", "--readonly-mode", "--parse", f).CombinedOutput()
+		if err != nil {
+			t.Errorf("nix-instantiate --parse %s: %v\n%s", f, err, out)
+		}
+	}
+}
+
+// TestNixEval evaluates what needs no nixpkgs (nix/tests/eval): the flake's
+// outputs, the overlay, the hook's substitutions and lintCheck's command.
+func TestNixEval(t *testing.T) {
+	needTool(t, "nix-instantiate", "nix-bin")
+	root := repoRoot(t)
+	out, err := exec.Command("nix-instantiate", "--readonly-mode", "--eval", "--strict", "--json",
+		filepath.Join(root, "nix", "tests", "eval")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nix-instantiate --eval: %v\n%s", err, out)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	const wantJSON = `{
+		"description": "cudapatch: one-pass RUNPATH fixing for prebuilt CUDA binaries, and cudaPatchelfHook",
+		"outputs": ["checks", "devShells", "lib", "overlays", "packages"],
+		"systems": ["aarch64-linux", "x86_64-linux"],
+		"packages": ["cudaPatchelfHook", "cudapatch", "default"],
+		"defaultIsCudapatch": true,
+		"packageFile": "package.nix",
+		"hookFile": "hook.nix",
+		"devShells": ["default"],
+		"overlay": ["cudaPatchelfHook", "cudapatch"],
+		"hookScript": "cuda-patchelf-hook.sh",
+		"hookPropagated": ["cudapatch", "bintools"],
+		"hookWithoutCompat": {"cudaCompat": "", "driverLink": "/run/opengl-driver/lib"},
+		"hookWithCompat": {"cudaCompat": "/nix/store/c-cuda_compat/compat", "driverLink": "/run/opengl-driver/lib"},
+		"lintName": "example-cudapatch-lint",
+		"lintCommand": "cudapatch lint '/nix/store/o' '/nix/store/l'"
+	}`
+	var want map[string]any
+	if err := json.Unmarshal([]byte(wantJSON), &want); err != nil {
+		t.Fatal(err)
+	}
+	for k, w := range want {
+		if g, ok := got[k]; !ok || !reflect.DeepEqual(g, w) {
+			t.Errorf("%s: got %v, want %v", k, g, w)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("unexpected key %s = %v", k, got[k])
+		}
+	}
+}

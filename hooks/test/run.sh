@@ -1,0 +1,319 @@
+#!/usr/bin/env bash
+# run.sh: test cuda-patchelf-hook.sh under the stdenv re-creation in stdenv.sh.
+#
+# Environment:
+#   CUDAPATCH  the cudapatch binary under test (required)
+#   SAMPLE     a tree from build-sample.sh (required)
+#   WORK       an empty scratch directory (default: a new temporary one)
+#
+# Each scenario is one "derivation": fake store packages for the setup hooks,
+# a builder that sources stdenv.sh and runs genericBuild (installPhase copies
+# the prebuilt tree into the outputs, then fixupPhase), then assertions on the
+# result read with readelf. The hooks cudaPatchelfHook takes over are
+# re-created as registrations only: their bodies record that they ran.
+# Prints one line per failed assertion; exits 1 if any failed.
+#
+# shellcheck disable=SC2016 # Single-quoted text is code for the builder.
+set -euo pipefail
+export LC_ALL=C
+unset LD_LIBRARY_PATH
+
+here=$(cd "$(dirname "$0")" && pwd)
+: "${CUDAPATCH:?CUDAPATCH must name the cudapatch binary}"
+: "${SAMPLE:?SAMPLE must name a tree from build-sample.sh}"
+WORK=${WORK:-$(mktemp -d)}
+mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd)
+driver=/run/opengl-driver/lib
+failures=0
+
+# shellcheck disable=SC1091
+source "$SAMPLE/toolchain.env"
+: "${interp:?}" "${libc:?}"
+
+fail() {
+	echo "FAIL [$scenario]: $*"
+	failures=$((failures + 1))
+}
+
+runpath_of() {
+	readelf -d "$1" | sed -n 's/.*Library runpath: \[\(.*\)\]$/\1/p'
+}
+
+interp_of() {
+	readelf -l "$1" | sed -n 's/.*Requesting program interpreter: \(.*\)\]$/\1/p'
+}
+
+expect_runpath() {
+	local got
+	got=$(runpath_of "$1")
+	[[ $got == "$2" ]] || fail "RUNPATH of ${1#"$WORK"/}: got '$got', want '$2'"
+}
+
+expect_interp() {
+	local got
+	got=$(interp_of "$1")
+	[[ $got == "$2" ]] || fail "interpreter of ${1#"$WORK"/}: got '$got', want '$2'"
+}
+
+expect_log() {
+	grep -qF -- "$2" "$1" || fail "${1##*/} lacks: $2"
+}
+
+expect_no_log() {
+	if grep -qF -- "$2" "$1"; then fail "${1##*/} has: $2"; fi
+}
+
+expect_hooklog() {
+	local got want
+	got=$(cat "$dir/hooks.log" 2>/dev/null || true)
+	want=$(printf '%s\n' "$@")
+	[[ $got == "$want" ]] || fail "hooks.log: got
+$got
+want
+$want"
+}
+
+expect_runs() {
+	local got
+	got=$(env -u LD_LIBRARY_PATH "$1" 2>&1) || true
+	[[ $got == "sample 42" ]] || fail "${1#"$WORK"/} printed '$got', want 'sample 42'"
+}
+
+# mkpkg NAME: a fake store path; prints it.
+mkpkg() {
+	mkdir -p "$WORK/store/$1/nix-support"
+	echo "$WORK/store/$1"
+}
+
+# Packages shared by all scenarios.
+pkg_cudapatch=$(mkpkg cudapatch)
+mkdir -p "$pkg_cudapatch/bin"
+ln -sf "$CUDAPATCH" "$pkg_cudapatch/bin/cudapatch"
+
+glibc=$(mkpkg glibc)
+mkdir -p "$glibc/lib"
+ln -sf "$interp" "$glibc/lib/${interp##*/}"
+ln -sf "$libc" "$glibc/lib/libc.so.6"
+bintools=$(mkpkg bintools)
+echo "$glibc/lib/${interp##*/}" >"$bintools/nix-support/dynamic-linker"
+echo "$glibc" >"$bintools/nix-support/orig-libc"
+loader=$glibc/lib/${interp##*/}
+
+compat=$(mkpkg cuda_compat)/compat
+mkdir -p "$compat"
+
+# mkhook NAME COMPAT: cudaPatchelfHook as makeSetupHook builds it.
+mkhook() {
+	local pkg
+	pkg=$(mkpkg "$1")
+	sed -e "s|@driverLink@|$driver|g" -e "s|@cudaCompat@|$2|g" \
+		"$here/../cuda-patchelf-hook.sh" >"$pkg/nix-support/setup-hook"
+	echo "$pkg_cudapatch" >"$pkg/nix-support/propagated-build-inputs"
+	echo "$pkg"
+}
+hook_nocompat=$(mkhook cuda-patchelf-hook "")
+hook_compat=$(mkhook cuda-patchelf-hook-compat "$compat")
+
+# fakehook NAME BODY: a package whose setup hook is BODY.
+fakehook() {
+	local pkg
+	pkg=$(mkpkg "$1")
+	printf '%s\n' "$2" >"$pkg/nix-support/setup-hook"
+	echo "$pkg"
+}
+# The registrations of nixpkgs' hooks, as of nixpkgs 25.11 (autoPatchelfHook,
+# autoAddDriverRunpath, autoAddCudaCompatRunpath, removeStubsFromRunpathHook).
+fixElf='autoFixElfFiles() { echo "ran autoFixElfFiles $1" >>"$HOOKLOG"; }'
+fake_autopatchelf=$(fakehook autoPatchelfHook '
+declare -a autoPatchelfLibs extraAutoPatchelfLibs
+gatherLibraries() { autoPatchelfLibs+=("$1/lib"); }
+addEnvHooks "$targetOffset" gatherLibraries
+addAutoPatchelfSearchPath() { echo "ran addAutoPatchelfSearchPath" >>"$HOOKLOG"; }
+autoPatchelf() { echo "ran autoPatchelf" >>"$HOOKLOG"; }
+autoPatchelfPostFixup() { echo "ran autoPatchelfPostFixup" >>"$HOOKLOG"; }
+postFixupHooks+=(autoPatchelfPostFixup)')
+fake_driver=$(fakehook autoAddDriverRunpath "$fixElf"'
+postFixupHooks+=("autoFixElfFiles addDriverRunpath")')
+fake_compat=$(fakehook autoAddCudaCompatRunpath "$fixElf"'
+postFixupHooks+=("autoFixElfFiles addCudaCompatRunpath")')
+fake_stubs=$(fakehook removeStubsFromRunpathHook "$fixElf"'
+prePhases+=(removeStubsFromRunpathHookRegistration)
+removeStubsFromRunpathHookRegistration() {
+  postFixupHooks+=("autoFixElfFiles removeStubsFromRunpath")
+}')
+# Registered between others: sees the hook list and app's RUNPATH when it runs.
+bystander=$(fakehook bystander '
+bystanderPostFixup() {
+  local IFS="|"
+  echo "bystander saw postFixupHooks=${postFixupHooks[*]}" >>"$HOOKLOG"
+  echo "bystander saw RUNPATH=$(readelf -d "$out/bin/app" | sed -n "s/.*runpath: \[\(.*\)\]$/\1/p")" >>"$HOOKLOG"
+}
+postFixupHooks+=(bystanderPostFixup)')
+
+dep=$SAMPLE/deps/dep
+nolib=$SAMPLE/deps/nolib
+installPhase='mkdir -p "$out" "$debug"
+cp -r "$SAMPLE/prebuilt/out/." "$out"
+cp -r "$SAMPLE/prebuilt/debug/." "$debug"'
+
+# build NAME [VAR=VALUE...]: run the builder of scenario NAME in string mode,
+# with the variables as the environment. Sets dir, out, debug and status.
+build() {
+	scenario=$1
+	shift
+	dir=$WORK/$scenario
+	out=$dir/store/out
+	debug=$dir/store/debug
+	mkdir -p "$dir/build"
+	status=0
+	(cd "$dir/build" && env NIX_BINTOOLS="$bintools" HOOKLOG="$dir/hooks.log" \
+		SAMPLE="$SAMPLE" PATH="$PATH" outputs="out debug" out="$out" debug="$debug" \
+		installPhase="$installPhase" "$@" \
+		bash -c 'source "$1"; genericBuild
+			if declare -f autoPatchelf | grep -q cudaPatchelf; then
+				echo "autoPatchelf is cudaPatchelf" >>"$HOOKLOG"
+			fi
+			touch "$2"' builder "$here/stdenv.sh" "$dir/done") \
+		>"$dir/build.log" 2>&1 || status=$?
+}
+
+# build_structured NAME DECLARATIONS: as build, with __structuredAttrs: the
+# declarations (bash, as Nix writes them) go to .attrs.sh.
+build_structured() {
+	scenario=$1
+	dir=$WORK/$scenario
+	out=$dir/store/out
+	debug=$dir/store/debug
+	mkdir -p "$dir/build"
+	{
+		printf "declare -A outputs=([out]=%q [debug]=%q)\n" "$out" "$debug"
+		printf 'declare installPhase=%q\n' "$installPhase"
+		printf '%s\n' "$2"
+	} >"$dir/build/.attrs.sh"
+	status=0
+	(cd "$dir/build" && env NIX_BINTOOLS="$bintools" HOOKLOG="$dir/hooks.log" \
+		SAMPLE="$SAMPLE" NIX_ATTRS_SH_FILE="$dir/build/.attrs.sh" \
+		bash -c 'source "$1"; genericBuild
+			if declare -f autoPatchelf | grep -q cudaPatchelf; then
+				echo "autoPatchelf is cudaPatchelf" >>"$HOOKLOG"
+			fi
+			touch "$2"' builder "$here/stdenv.sh" "$dir/done") \
+		>"$dir/build.log" 2>&1 || status=$?
+}
+
+expect_success() {
+	if ((status != 0)) || [[ ! -e $dir/done ]]; then
+		fail "build failed (status $status); log:"
+		sed 's/^/    /' "$dir/build.log"
+		return 1
+	fi
+}
+
+# --- 1: string attrs, no compat, all replaced hooks present ----------------
+rt=$WORK/rt
+build string-takeover \
+	nativeBuildInputs="$fake_autopatchelf $bystander $fake_driver $hook_nocompat $fake_compat $fake_stubs" \
+	buildInputs="$dep $nolib" \
+	runtimeDependencies="$rt" \
+	appendRunpaths='$ORIGIN/../libexec' \
+	autoPatchelfIgnoreMissingDeps="libcuda.so.1"
+if expect_success; then
+	app_rp="$driver:$rt/lib:$out/lib:$dep/lib:\$ORIGIN/../libexec"
+	expect_runpath "$out/bin/app" "$app_rp"
+	expect_runpath "$out/lib/libfoo.so" "$driver:$dep/lib:\$ORIGIN/../libexec"
+	expect_runpath "$out/lib/libgpu.so" "$driver:\$ORIGIN/../libexec"
+	expect_runpath "$debug/lib/libfoo.so" /opt/vendor/lib
+	expect_interp "$out/bin/app" "$loader"
+	expect_runs "$out/bin/app"
+	# autoPatchelfPostFixup's place is taken; the compat hook stays, because
+	# this hook has no compat directory; the bystander sees final RUNPATHs.
+	expect_hooklog \
+		"bystander saw postFixupHooks=cudaPatchelfPostFixup|bystanderPostFixup|autoFixElfFiles addCudaCompatRunpath" \
+		"bystander saw RUNPATH=$app_rp" \
+		"ran autoFixElfFiles addCudaCompatRunpath"
+	log=$dir/build.log
+	expect_log "$log" "taking over postFixupHooks entry 'autoPatchelfPostFixup' of autoPatchelfHook"
+	expect_log "$log" "taking over postFixupHooks entry 'autoFixElfFiles addDriverRunpath' of autoAddDriverRunpath"
+	expect_log "$log" "taking over postFixupHooks entry 'autoFixElfFiles removeStubsFromRunpath' of removeStubsFromRunpathHook"
+	expect_log "$log" "leaving 'autoFixElfFiles addCudaCompatRunpath' in place"
+	[[ $(grep -c "taking over postFixupHooks entry" "$log") == 3 ]] || fail "want exactly 3 take-over lines"
+fi
+
+# --- 2: structuredAttrs, compat set, paths with spaces -----------------------
+rtsp="$WORK/rt dir"
+tree="$WORK/dep tree"
+mkdir -p "$tree/lib/x86_64" "$tree/include"
+cp "$dep/lib/libdep.so" "$tree/lib/x86_64/"
+decls=$(
+	# shellcheck disable=SC2034,SC2016 # declared for declare -p.
+	{
+		nativeBuildInputs=("$fake_driver" "$hook_compat" "$bystander" "$fake_compat" "$fake_stubs")
+		buildInputs=("$nolib")
+		runtimeDependencies=("$rtsp")
+		appendRunpaths=('$ORIGIN' "/opt/my libs")
+		autoPatchelfIgnoreMissingDeps=("libcuda.so.*")
+		cudaPatchelfIgnoreMissingDeps=("libnvidia-ml.so.1")
+		printf -v preFixup 'addCudaPatchelfSearchPath %q' "$tree"
+		declare -p nativeBuildInputs buildInputs runtimeDependencies appendRunpaths \
+			autoPatchelfIgnoreMissingDeps cudaPatchelfIgnoreMissingDeps preFixup
+	}
+)
+build_structured structured-compat "$decls"
+if expect_success; then
+	app_rp="$compat:$driver:$rtsp/lib:$out/lib:$tree/lib/x86_64:\$ORIGIN:/opt/my libs"
+	expect_runpath "$out/bin/app" "$app_rp"
+	expect_runpath "$out/lib/libfoo.so" "$compat:$driver:$tree/lib/x86_64:\$ORIGIN:/opt/my libs"
+	expect_runpath "$out/lib/libgpu.so" "$compat:$driver:\$ORIGIN:/opt/my libs"
+	expect_runpath "$debug/lib/libfoo.so" /opt/vendor/lib
+	expect_interp "$out/bin/app" "$loader"
+	expect_runs "$out/bin/app"
+	expect_hooklog \
+		"bystander saw postFixupHooks=cudaPatchelfPostFixup|bystanderPostFixup" \
+		"bystander saw RUNPATH=$app_rp" \
+		"autoPatchelf is cudaPatchelf"
+	log=$dir/build.log
+	expect_log "$log" "structuredAttrs is enabled"
+	expect_log "$log" "taking over postFixupHooks entry 'autoFixElfFiles addCudaCompatRunpath' of autoAddCudaCompatRunpath"
+	[[ $(grep -c "taking over postFixupHooks entry" "$log") == 3 ]] || fail "want exactly 3 take-over lines"
+fi
+
+# --- 3: a missing dependency fails the build ---------------------------------
+build missing \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep"
+if ((status == 0)) || [[ -e $dir/done ]]; then
+	fail "build succeeded with libcuda.so.1 missing"
+fi
+log=$dir/build.log
+expect_log "$log" "libcuda.so.1"
+expect_log "$log" "$out/lib/libgpu.so"
+expect_log "$log" "cudapatch failed (exit status 1)"
+
+# --- 4: dontCudaPatchelf leaves everything to the other hooks ----------------
+build disabled \
+	nativeBuildInputs="$fake_autopatchelf $fake_driver $hook_compat" buildInputs="$dep" \
+	dontCudaPatchelf=1
+if expect_success; then
+	expect_runpath "$out/bin/app" /opt/vendor/lib
+	expect_interp "$out/bin/app" /nonexistent/ld.so
+	expect_hooklog "ran autoPatchelfPostFixup" "ran autoFixElfFiles addDriverRunpath"
+	expect_no_log "$dir/build.log" "taking over postFixupHooks entry"
+fi
+
+# --- 5: strictDeps, deprecated "ignore all", no compat -----------------------
+build strict-ignore-all \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" strictDeps=1 \
+	autoPatchelfIgnoreMissingDeps=1
+if expect_success; then
+	expect_runpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
+	expect_runpath "$out/lib/libgpu.so" "$driver"
+	expect_runs "$out/bin/app"
+	expect_log "$dir/build.log" "'autoPatchelfIgnoreMissingDeps = true' is deprecated"
+	expect_hooklog "autoPatchelf is cudaPatchelf"
+fi
+
+if ((failures > 0)); then
+	echo "$failures assertion(s) failed; scratch tree kept in $WORK"
+	exit 1
+fi
+echo "all hook scenarios passed"

@@ -1,0 +1,46 @@
+# cudapatch, the program. Built from the Go sources only, so editing nix/ or
+# the docs does not rebuild it.
+{
+  lib,
+  buildGoModule,
+  version ? "0.1.0-dev",
+}:
+buildGoModule {
+  pname = "cudapatch";
+  inherit version;
+
+  src = lib.fileset.toSource {
+    root = ../.;
+    fileset = lib.fileset.fileFilter (
+      file: file.hasExt "go" || file.name == "go.mod" || file.name == "go.sum"
+    ) ../.;
+  };
+
+  # Placeholder: the real hash depends on which modules the finished sources
+  # import. Build once (`nix build .#cudapatch`) and paste the "got:" hash.
+  vendorHash = lib.fakeHash;
+
+  subPackages = [ "cmd/cudapatch" ];
+  env.CGO_ENABLED = 0;
+  ldflags = [
+    "-s"
+    "-w"
+    "-X main.version=${version}"
+  ];
+
+  # The test suite builds its fixtures with Debian cross compilers and runs
+  # them under qemu-user; CI runs it. The flake's checks cover the hook.
+  doCheck = false;
+
+  meta = {
+    description = "Set RUNPATH, interpreter, driver and cuda_compat entries of prebuilt ELF files in one pass";
+    longDescription = ''
+      cudapatch replaces autoPatchelfHook, autoAddDriverRunpath,
+      autoAddCudaCompatRunpath and removeStubsFromRunpathHook: it resolves
+      every DT_NEEDED against the outputs and the search directories and
+      writes each file once.
+    '';
+    mainProgram = "cudapatch";
+    platforms = lib.platforms.linux;
+  };
+}

@@ -1,0 +1,68 @@
+# What can be evaluated without nixpkgs: the flake's output names, the
+# overlay's attributes, the hook's substitutions and the lint check's command
+# line, with nixpkgs replaced by stub-nixpkgs.nix and small stand-ins.
+# `nix-instantiate --eval --strict --json nix/tests/eval` prints the summary
+# that hooks/nix_test.go compares.
+let
+  root = ../../..;
+  flake = import (root + "/flake.nix");
+  outputs = flake.outputs {
+    self = outputs;
+    nixpkgs.outPath = ./stub-nixpkgs.nix;
+  };
+  stubLib = {
+    platforms.linux = [ ];
+    remove = e: builtins.filter (x: x != e);
+    escapeShellArgs = l: builtins.concatStringsSep " " (map (x: "'${x}'") l);
+  };
+  hook =
+    cuda_compat:
+    import (root + "/nix/hook.nix") {
+      lib = stubLib;
+      makeSetupHook = args: script: {
+        inherit args;
+        script = baseNameOf script;
+      };
+      cudapatch = "cudapatch";
+      bintools = "bintools";
+      addDriverRunpath.driverLink = "/run/opengl-driver";
+      inherit cuda_compat;
+    };
+  lint =
+    (import (root + "/nix/lint-check.nix") {
+      lib = stubLib;
+      runCommand = name: env: script: { inherit name script; };
+      cudapatch = "cudapatch";
+    }).lintCheck
+      {
+        name = "example";
+        outputs = [
+          "out"
+          "debug"
+          "lib"
+        ];
+        out = "/nix/store/o";
+        debug = "/nix/store/d";
+        lib = "/nix/store/l";
+      };
+  pkgs = outputs.packages.x86_64-linux;
+in
+{
+  description = flake.description;
+  outputs = builtins.attrNames outputs;
+  systems = builtins.attrNames outputs.packages;
+  packages = builtins.attrNames pkgs;
+  defaultIsCudapatch = pkgs.default.stubCallPackage == pkgs.cudapatch.stubCallPackage;
+  packageFile = baseNameOf pkgs.cudapatch.stubCallPackage;
+  hookFile = baseNameOf pkgs.cudaPatchelfHook.stubCallPackage;
+  devShells = builtins.attrNames outputs.devShells.x86_64-linux;
+  overlay = builtins.attrNames (import (root + "/nix/overlay.nix") pkgs { });
+  hookScript = (hook null).script;
+  hookPropagated = (hook null).args.propagatedBuildInputs;
+  hookWithoutCompat = (hook null).args.substitutions;
+  hookWithCompat = (hook "/nix/store/c-cuda_compat").args.substitutions;
+  lintName = lint.name;
+  lintCommand = builtins.head (builtins.filter (l: builtins.match " *cudapatch lint.*" l != null) (
+    builtins.filter builtins.isString (builtins.split "\n" lint.script)
+  ));
+}
