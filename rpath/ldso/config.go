@@ -1,0 +1,188 @@
+package ldso
+
+import (
+	"bufio"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Config is the loader's environment: what ld.so would know at startup.
+type Config struct {
+	// Root, when set, is the directory every absolute path is taken in, as
+	// if the program ran chrooted there. Symbolic links are followed
+	// inside it.
+	Root string `json:"root,omitempty"`
+	// WorkDir is the current directory, inside Root, that relative search
+	// directories (and empty path elements) are relative to. Empty means
+	// the process's current directory when Root is empty, "/" otherwise.
+	WorkDir string `json:"workdir,omitempty"`
+	// LDLibraryPath is the value of LD_LIBRARY_PATH (':' or ';' separated).
+	LDLibraryPath string `json:"ld_library_path,omitempty"`
+	// Secure is AT_SECURE (setuid/setgid or capabilities). As in glibc,
+	// LD_LIBRARY_PATH is then ignored altogether, a path element using
+	// $ORIGIN is dropped unless it starts with $ORIGIN, and $ORIGIN in the
+	// executable's own paths must expand into a default directory.
+	Secure bool `json:"secure,omitempty"`
+	// Cache is the parsed /etc/ld.so.cache; nil means none.
+	Cache *Cache `json:"-"`
+	// Platform is the $PLATFORM expansion (AT_PLATFORM: x86_64, i686,
+	// aarch64). Empty drops path elements that use $PLATFORM, as ld.so
+	// does when it has no value.
+	Platform string `json:"platform,omitempty"`
+	// Lib is the $LIB expansion: lib/x86_64-linux-gnu on Debian, lib64 on
+	// Fedora, lib on Arch.
+	Lib string `json:"lib,omitempty"`
+	// DefaultDirs are the trusted system directories searched last (glibc's
+	// SYSTEM_DIRS), in order.
+	DefaultDirs []string `json:"default_dirs"`
+	// Hwcaps are the glibc-hwcaps subdirectory names the CPU supports,
+	// best first (x86-64-v4, x86-64-v3, x86-64-v2).
+	Hwcaps []string `json:"hwcaps,omitempty"`
+	// LegacyHwcaps are the pre-2.37 hwcap subdirectories (tls/x86_64,
+	// x86_64…) tried after the glibc-hwcaps ones, best first. glibc 2.37
+	// removed them; DefaultConfig leaves this empty.
+	LegacyHwcaps []string `json:"legacy_hwcaps,omitempty"`
+}
+
+// machineInfo is what a machine's glibc port uses for paths.
+type machineInfo struct {
+	triplet  string // Debian multiarch directory name
+	platform string // AT_PLATFORM
+}
+
+func machineOf(class elf.Class, machine elf.Machine) (machineInfo, bool) {
+	is64 := class == elf.ELFCLASS64
+	switch {
+	case machine == elf.EM_X86_64 && is64:
+		return machineInfo{"x86_64-linux-gnu", "x86_64"}, true
+	case machine == elf.EM_X86_64:
+		return machineInfo{"x86_64-linux-gnux32", "x86_64"}, true
+	case machine == elf.EM_386:
+		return machineInfo{"i386-linux-gnu", "i686"}, true
+	case machine == elf.EM_AARCH64:
+		return machineInfo{"aarch64-linux-gnu", "aarch64"}, true
+	case machine == elf.EM_ARM:
+		return machineInfo{"arm-linux-gnueabihf", "v7l"}, true
+	case machine == elf.EM_PPC64:
+		return machineInfo{"powerpc64le-linux-gnu", ""}, true
+	case machine == elf.EM_S390 && is64:
+		return machineInfo{"s390x-linux-gnu", ""}, true
+	case machine == elf.EM_RISCV && is64:
+		return machineInfo{"riscv64-linux-gnu", "riscv64"}, true
+	case machine == elf.EM_LOONGARCH && is64:
+		return machineInfo{"loongarch64-linux-gnu", "loongarch64"}, true
+	}
+	return machineInfo{}, false
+}
+
+// DefaultConfig returns the configuration of the glibc loader for programs
+// of the given class and machine installed under root ("" for the host):
+//
+//   - Cache: root/etc/ld.so.cache, nil when absent.
+//   - DefaultDirs and Lib follow the distribution's layout, found by
+//     looking for libc.so.6: Debian multiarch (/lib/<triplet>,
+//     /usr/lib/<triplet>, /lib, /usr/lib; $LIB = lib/<triplet>), else
+//     /lib64 and /usr/lib64 for 64-bit programs when libc is there
+//     (Fedora, SUSE; $LIB = lib64), else /lib and /usr/lib ($LIB = lib).
+//   - Platform: AT_PLATFORM of the machine.
+//   - Hwcaps: for x86-64, the x86-64-v{4,3,2} levels this host's CPU
+//     supports, from /proc/cpuinfo.
+//
+// LDLibraryPath, Secure and WorkDir are left for the caller. An unreadable
+// or malformed cache is an error.
+func DefaultConfig(root string, class elf.Class, machine elf.Machine) (Config, error) {
+	cfg := Config{Root: root}
+	mi, _ := machineOf(class, machine)
+	cfg.Platform = mi.platform
+
+	has := func(dir string) bool {
+		_, err := os.Stat(filepath.Join(root, dir, "libc.so.6"))
+		return err == nil
+	}
+	switch {
+	case mi.triplet != "" && (has("/lib/"+mi.triplet) || has("/usr/lib/"+mi.triplet)):
+		cfg.DefaultDirs = []string{"/lib/" + mi.triplet, "/usr/lib/" + mi.triplet, "/lib", "/usr/lib"}
+		cfg.Lib = "lib/" + mi.triplet
+	case class == elf.ELFCLASS64 && (has("/lib64") || has("/usr/lib64")):
+		cfg.DefaultDirs = []string{"/lib64", "/usr/lib64"}
+		cfg.Lib = "lib64"
+	default:
+		cfg.DefaultDirs = []string{"/lib", "/usr/lib"}
+		cfg.Lib = "lib"
+	}
+
+	if machine == elf.EM_X86_64 && class == elf.ELFCLASS64 {
+		flags, err := cpuFlags("/proc/cpuinfo")
+		if err == nil {
+			cfg.Hwcaps = X86Hwcaps(flags)
+		}
+	}
+
+	data, err := os.ReadFile(filepath.Join(root, "/etc/ld.so.cache"))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return cfg, err
+	default:
+		if cfg.Cache, err = ParseCache(data); err != nil {
+			return cfg, fmt.Errorf("%s: %w", filepath.Join(root, "/etc/ld.so.cache"), err)
+		}
+	}
+	return cfg, nil
+}
+
+// x86Levels lists the CPU features (as /proc/cpuinfo names them) each
+// x86-64 micro-architecture level adds, from the x86-64 psABI; glibc's
+// sysdeps/x86/get-isa-level.h checks the same set.
+var x86Levels = []struct {
+	name  string
+	flags []string
+}{
+	{"x86-64-v2", []string{"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"}},
+	{"x86-64-v3", []string{"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}},
+	{"x86-64-v4", []string{"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}},
+}
+
+// X86Hwcaps returns the glibc-hwcaps subdirectories a CPU with the given
+// feature flags may use, best first. Each level requires all lower ones.
+func X86Hwcaps(cpuFlags map[string]bool) []string {
+	var out []string
+	for _, l := range x86Levels {
+		for _, f := range l.flags {
+			if !cpuFlags[f] {
+				return out
+			}
+		}
+		out = append([]string{l.name}, out...)
+	}
+	return out
+}
+
+func cpuFlags(path string) (map[string]bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == "flags" {
+			m := map[string]bool{}
+			for _, w := range strings.Fields(v) {
+				m[w] = true
+			}
+			return m, nil
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("no flags line in " + path)
+}

@@ -1,0 +1,77 @@
+package ldso
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Format writes t as an indented tree: one line per DT_NEEDED, under the
+// object that needs it, as `name => path (step)` or `name => not found`.
+// A not-found entry is followed by the candidates that were tried. An
+// object already loaded elsewhere is not expanded again.
+func (t *Tree) Format(w io.Writer) error {
+	children := map[string][]*Need{}
+	for _, n := range t.Needs {
+		children[n.Requester] = append(children[n.Requester], n)
+	}
+	ew := &errWriter{w: w}
+	ew.printf("%s\n", t.Path)
+	seen := map[string]bool{t.Path: true}
+	var walk func(parent string, depth int)
+	walk = func(parent string, depth int) {
+		ind := strings.Repeat("    ", depth)
+		for _, n := range children[parent] {
+			switch {
+			case n.Error != "":
+				ew.printf("%s%s => error: %s\n", ind, n.Name, n.Error)
+			case !n.Found():
+				ew.printf("%s%s => not found\n", ind, n.Name)
+				for _, a := range n.Tried {
+					ew.printf("%s    tried %s (%s)\n", ind, a.Path, a.describe())
+				}
+			default:
+				ew.printf("%s%s => %s (%s)\n", ind, n.Name, n.Path, n.describe())
+				if !n.AlreadyLoaded && !seen[n.Path] {
+					seen[n.Path] = true
+					walk(n.Path, depth+1)
+				}
+			}
+		}
+	}
+	walk(t.Path, 1)
+	return ew.err
+}
+
+func (n *Need) describe() string {
+	s := string(n.Step)
+	if n.Step == StepRPath && n.RPathOwner != "" {
+		s += " of " + n.RPathOwner
+	}
+	if n.Step == StepRunPath {
+		s += " of " + n.Requester
+	}
+	if n.AlreadyLoaded && n.Step != StepLoaded && n.Step != StepInterp {
+		s += ", already loaded"
+	}
+	return s
+}
+
+func (a *Attempt) describe() string {
+	s := string(a.Step)
+	if a.Owner != "" {
+		s += " of " + a.Owner
+	}
+	return s + ": " + a.Result
+}
+
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) printf(format string, args ...any) {
+	if e.err == nil {
+		_, e.err = fmt.Fprintf(e.w, format, args...)
+	}
+}

@@ -1,0 +1,546 @@
+package ldso
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+	"syscall"
+)
+
+// Object is what the search needs to know about one ELF file.
+type Object struct {
+	Class   elf.Class
+	Machine elf.Machine
+	OSABI   elf.OSABI
+	Needed  []string
+	// Soname is DT_SONAME, "" if absent. ld.so treats a DT_NEEDED equal to
+	// a loaded object's SONAME as already loaded.
+	Soname     string
+	RPath      string // raw DT_RPATH value, "" if absent
+	HasRPath   bool
+	RunPath    string // raw DT_RUNPATH value
+	HasRunPath bool
+	Interp     string // PT_INTERP, "" if none
+	Flags1     uint64 // DT_FLAGS_1 (DF_1_NODEFLIB matters)
+}
+
+// Reader reads an Object from a file path (already joined with Root where
+// relevant). A missing file must give an error matching fs.ErrNotExist.
+type Reader func(path string) (*Object, error)
+
+// Step names the part of the search that found a library.
+type Step string
+
+// Search steps, in ld.so's order.
+const (
+	// StepLoaded: the name matched an object already loaded (by DT_NEEDED
+	// string, path or DT_SONAME); nothing was searched.
+	StepLoaded Step = "loaded"
+	// StepInterp: the name is the program interpreter's, which ld.so
+	// counts as loaded from the start.
+	StepInterp        Step = "interpreter"
+	StepAbsolute      Step = "absolute"
+	StepRPath         Step = "rpath"
+	StepLDLibraryPath Step = "LD_LIBRARY_PATH"
+	StepRunPath       Step = "runpath"
+	StepCache         Step = "ld.so.cache"
+	StepDefault       Step = "default"
+)
+
+// Result of one candidate file.
+const (
+	ResultFound        = "found"
+	ResultMissing      = "missing"
+	ResultWrongClass   = "wrong ELF class"
+	ResultWrongMachine = "wrong machine"
+	ResultNoDefLib     = "skipped: DF_1_NODEFLIB"
+	ResultError        = "error"
+)
+
+// Attempt is one candidate file ld.so would try.
+type Attempt struct {
+	Step Step `json:"step"`
+	// Owner is the object whose DT_RPATH or DT_RUNPATH held Dir.
+	Owner string `json:"owner,omitempty"`
+	// Dir is the search directory, as expanded ("" for the cache).
+	Dir string `json:"dir,omitempty"`
+	// Path is the candidate file: Dir, a hwcaps subdirectory, the name.
+	Path   string `json:"path"`
+	Result string `json:"result"`
+}
+
+// Need is one DT_NEEDED entry of one loaded object, and its outcome.
+type Need struct {
+	Name string `json:"name"`
+	// Requester is the path of the object whose DT_NEEDED lists Name.
+	Requester string `json:"requester"`
+	// Depth is 1 for the executable's own entries.
+	Depth int `json:"depth"`
+	// Path is the file as ld.so names it (search directory + name, not
+	// symlink-resolved); "" when not found.
+	Path string `json:"path,omitempty"`
+	Step Step   `json:"step,omitempty"`
+	// RPathOwner is, for StepRPath, the object whose DT_RPATH matched.
+	RPathOwner string `json:"rpath_owner,omitempty"`
+	// AlreadyLoaded is true when the object was loaded earlier (under this
+	// or another name): it is not loaded again and its needs are listed
+	// where it was first loaded.
+	AlreadyLoaded bool `json:"already_loaded,omitempty"`
+	// Tried lists every candidate, in order, up to the one that matched.
+	Tried []Attempt `json:"tried,omitempty"`
+	// Error is set when ld.so would stop with an error on a candidate (not
+	// an ELF file, bad OS ABI…); ld.so makes that fatal.
+	Error string `json:"error,omitempty"`
+}
+
+// Found reports whether the need resolved to a file.
+func (n *Need) Found() bool { return n.Path != "" }
+
+// Tree is the result of Resolve: every DT_NEEDED in load order.
+type Tree struct {
+	Path   string  `json:"path"`
+	Interp string  `json:"interp,omitempty"`
+	Needs  []*Need `json:"needs"`
+}
+
+// Missing returns the needs that resolved to nothing.
+func (t *Tree) Missing() []*Need {
+	var out []*Need
+	for _, n := range t.Needs {
+		if !n.Found() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// loaded is one object in the simulated link map.
+type loaded struct {
+	path   string   // l_name: the path it was opened as
+	id     string   // canonical path, for the file identity check
+	names  []string // l_libname: names it was requested as
+	obj    *Object
+	origin string  // $ORIGIN, "" if unknown
+	loader *loaded // l_loader: whose DT_NEEDED loaded it
+	exe    bool
+
+	rpath, runpath *[]string // expanded lazily (cache_rpath)
+}
+
+type resolver struct {
+	cfg      Config
+	read     Reader
+	fs       *fsys
+	class    elf.Class
+	mach     elf.Machine
+	main     *loaded
+	list     []*loaded
+	interp   []string // names matching the interpreter
+	interpID string   // the interpreter's identity
+	llp      []string // expanded LD_LIBRARY_PATH; nil: none
+	dirs     []string // default directories, with trailing '/'
+	subs     []string // hwcaps subdirectories, with trailing '/', then ""
+}
+
+// Resolve simulates ld.so loading the executable at path (a logical path,
+// inside cfg.Root) and returns every DT_NEEDED with the file it resolves
+// to. Missing libraries are recorded in the tree; the error is only for an
+// executable that cannot be read.
+func Resolve(cfg Config, read Reader, exe string) (*Tree, error) {
+	fsy, err := newFsys(cfg)
+	if err != nil {
+		return nil, err
+	}
+	hp, err := fsy.host(exe)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := read(hp)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", exe, err)
+	}
+	r := &resolver{cfg: cfg, read: read, fs: fsy, class: obj.Class, mach: obj.Machine}
+	for _, d := range cfg.DefaultDirs {
+		r.dirs = append(r.dirs, dirSlash(d))
+	}
+	for _, h := range cfg.Hwcaps {
+		r.subs = append(r.subs, "glibc-hwcaps/"+h+"/")
+	}
+	for _, h := range cfg.LegacyHwcaps {
+		r.subs = append(r.subs, dirSlash(h))
+	}
+	r.subs = append(r.subs, "")
+
+	// A running program's $ORIGIN comes from /proc/self/exe: the
+	// executable's path with every link resolved.
+	id := fsy.identity(exe)
+	r.main = &loaded{path: exe, id: id, names: []string{exe}, obj: obj, origin: path.Dir(id), exe: true}
+	if obj.Soname != "" {
+		r.main.names = append(r.main.names, obj.Soname)
+	}
+	r.list = []*loaded{r.main}
+
+	t := &Tree{Path: exe, Interp: obj.Interp}
+	if obj.Interp != "" {
+		r.interp = []string{obj.Interp}
+		r.interpID = fsy.identity(obj.Interp)
+		if hp, err := fsy.host(obj.Interp); err == nil {
+			if io, err := read(hp); err == nil && io.Soname != "" {
+				r.interp = append(r.interp, io.Soname)
+			}
+		}
+	}
+	if !cfg.Secure && cfg.LDLibraryPath != "" {
+		r.llp = r.expandPath(r.main, cfg.LDLibraryPath, ":;")
+	}
+
+	depth := map[*loaded]int{r.main: 0}
+	for i := 0; i < len(r.list); i++ {
+		l := r.list[i]
+		for _, name := range l.obj.Needed {
+			n := &Need{Name: name, Requester: l.path, Depth: depth[l] + 1}
+			if nl := r.mapObject(l, n); nl != nil {
+				depth[nl] = n.Depth
+			}
+			t.Needs = append(t.Needs, n)
+		}
+	}
+	return t, nil
+}
+
+// mapObject is _dl_map_object: it fills n and returns the newly loaded
+// object, if any.
+func (r *resolver) mapObject(loader *loaded, n *Need) *loaded {
+	name := n.Name
+	for _, l := range r.list {
+		if l.path == name || containsStr(l.names, name) {
+			n.Path, n.Step, n.AlreadyLoaded = l.path, StepLoaded, true
+			return nil
+		}
+		if l.obj.Soname == name {
+			l.names = append(l.names, name)
+			n.Path, n.Step, n.AlreadyLoaded = l.path, StepLoaded, true
+			return nil
+		}
+	}
+	for _, in := range r.interp {
+		if name == in {
+			n.Path, n.Step, n.AlreadyLoaded = r.main.obj.Interp, StepInterp, true
+			return nil
+		}
+	}
+
+	var c *candidate
+	if strings.Contains(name, "/") {
+		if p, ok := r.expand(loader, name); ok {
+			c = r.try(n, Attempt{Step: StepAbsolute, Dir: path.Dir(p), Path: p})
+		}
+	} else {
+		c = r.search(loader, n)
+	}
+	if c == nil {
+		return nil
+	}
+	n.Path = c.path
+	// The file may already be loaded under another name (ld.so compares
+	// st_dev and st_ino after opening it).
+	id := r.fs.identity(c.path)
+	if r.interpID != "" && id == r.interpID {
+		n.Path, n.AlreadyLoaded = r.main.obj.Interp, true
+		return nil
+	}
+	for _, l := range r.list {
+		if l.id == id {
+			l.names = append(l.names, name)
+			n.Path, n.AlreadyLoaded = l.path, true
+			return nil
+		}
+	}
+	origin := dirOf(r.fs.abs(c.path))
+	nl := &loaded{path: c.path, id: id, names: []string{name}, obj: c.obj, origin: origin, loader: loader}
+	r.list = append(r.list, nl)
+	return nl
+}
+
+type candidate struct {
+	path string
+	obj  *Object
+}
+
+// search runs the path search for a name without '/'.
+func (r *resolver) search(loader *loaded, n *Need) *candidate {
+	lo := loader.obj
+	if !lo.HasRunPath {
+		didMain := false
+		for l := loader; l != nil; l = l.loader {
+			dirs := r.rpathOf(l)
+			if len(dirs) == 0 {
+				continue
+			}
+			if c := r.openPath(n, StepRPath, l.path, dirs); c != nil || n.Error != "" {
+				if c != nil {
+					n.RPathOwner = l.path
+				}
+				return c
+			}
+			didMain = didMain || l == r.main
+		}
+		if !didMain {
+			if dirs := r.rpathOf(r.main); len(dirs) > 0 {
+				if c := r.openPath(n, StepRPath, r.main.path, dirs); c != nil || n.Error != "" {
+					if c != nil {
+						n.RPathOwner = r.main.path
+					}
+					return c
+				}
+			}
+		}
+	}
+	if r.llp != nil {
+		if c := r.openPath(n, StepLDLibraryPath, "", r.llp); c != nil || n.Error != "" {
+			return c
+		}
+	}
+	if dirs := r.runpathOf(loader); len(dirs) > 0 {
+		if c := r.openPath(n, StepRunPath, loader.path, dirs); c != nil || n.Error != "" {
+			return c
+		}
+	}
+	nodeflib := elf.DynFlag1(lo.Flags1)&elf.DF_1_NODEFLIB != 0
+	if p, ok := r.cfg.Cache.LookupHwcaps(n.Name, r.class, r.mach, r.cfg.Hwcaps); ok {
+		a := Attempt{Step: StepCache, Path: p}
+		excluded := false
+		if nodeflib {
+			for _, d := range r.dirs {
+				if strings.HasPrefix(p, d) {
+					excluded = true
+				}
+			}
+		}
+		if excluded {
+			a.Result = ResultNoDefLib
+			n.Tried = append(n.Tried, a)
+		} else if c := r.try(n, a); c != nil || n.Error != "" {
+			return c
+		}
+	}
+	if !nodeflib {
+		return r.openPath(n, StepDefault, "", r.dirs)
+	}
+	return nil
+}
+
+// openPath is open_path: every directory of dirs, each with the hwcaps
+// subdirectories first.
+func (r *resolver) openPath(n *Need, step Step, owner string, dirs []string) *candidate {
+	for _, d := range dirs {
+		for _, sub := range r.subs {
+			a := Attempt{Step: step, Owner: owner, Dir: strings.TrimSuffix(d, "/"), Path: d + sub + n.Name}
+			if d == "/" {
+				a.Dir = "/"
+			}
+			if c := r.try(n, a); c != nil || n.Error != "" {
+				if c != nil {
+					n.Step = step
+				}
+				return c
+			}
+		}
+	}
+	return nil
+}
+
+// try is open_verify on one candidate; it records the attempt.
+func (r *resolver) try(n *Need, a Attempt) *candidate {
+	defer func() { n.Tried = append(n.Tried, a) }()
+	hp, err := r.fs.host(a.Path)
+	var obj *Object
+	if err == nil {
+		obj, err = r.read(hp)
+	}
+	switch {
+	case err != nil && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOTDIR)):
+		a.Result = ResultMissing
+		return nil
+	case err != nil:
+		a.Result = ResultError
+		n.Error = fmt.Sprintf("%s: %v", a.Path, err)
+		return nil
+	case obj.Class != r.class:
+		a.Result = ResultWrongClass
+		return nil
+	case obj.Machine != r.mach:
+		a.Result = ResultWrongMachine
+		return nil
+	case obj.OSABI != elf.ELFOSABI_NONE && obj.OSABI != elf.ELFOSABI_LINUX:
+		a.Result = ResultError
+		n.Error = fmt.Sprintf("%s: ELF file OS ABI invalid (%v)", a.Path, obj.OSABI)
+		return nil
+	}
+	a.Result = ResultFound
+	n.Step = a.Step
+	return &candidate{path: a.Path, obj: obj}
+}
+
+// rpathOf returns l's expanded DT_RPATH; an object with DT_RUNPATH has none.
+func (r *resolver) rpathOf(l *loaded) []string {
+	if l.rpath == nil {
+		var dirs []string
+		if l.obj.HasRPath && !l.obj.HasRunPath {
+			dirs = r.expandPath(l, l.obj.RPath, ":")
+		}
+		l.rpath = &dirs
+	}
+	return *l.rpath
+}
+
+func (r *resolver) runpathOf(l *loaded) []string {
+	if l.runpath == nil {
+		var dirs []string
+		if l.obj.HasRunPath {
+			dirs = r.expandPath(l, l.obj.RunPath, ":")
+		}
+		l.runpath = &dirs
+	}
+	return *l.runpath
+}
+
+// expandPath is fillin_rpath: split on sep, expand each element, drop those
+// that expand to nothing, keep a literal empty element as "" (the current
+// directory), end each directory with one '/', drop repeats.
+func (r *resolver) expandPath(l *loaded, s, sep string) []string {
+	out := []string{}
+	for _, e := range splitAny(s, sep) {
+		if e != "" {
+			var ok bool
+			if e, ok = r.expand(l, e); !ok || e == "" {
+				continue
+			}
+			e = dirSlash(e)
+		}
+		if !containsStr(out, e) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// expand is _dl_dst_substitute for one path element: $ORIGIN, $PLATFORM
+// and $LIB, bare or in braces. An element using a known token that has no
+// value is dropped (ok false); an unknown token stays literal.
+func (r *resolver) expand(l *loaded, s string) (string, bool) {
+	if !strings.Contains(s, "$") {
+		return s, true
+	}
+	var b strings.Builder
+	usedOrigin := false
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' {
+			b.WriteByte(s[i])
+			continue
+		}
+		rest := s[i+1:]
+		var repl string
+		var n int
+		switch {
+		case dstLen(rest, "ORIGIN") > 0:
+			n = dstLen(rest, "ORIGIN")
+			// Secure mode allows $ORIGIN only at the start of the element.
+			if r.cfg.Secure && (i != 0 || (len(rest) > n && rest[n] != '/')) {
+				return "", false
+			}
+			repl, usedOrigin = l.origin, true
+		case dstLen(rest, "PLATFORM") > 0:
+			n, repl = dstLen(rest, "PLATFORM"), r.cfg.Platform
+		case dstLen(rest, "LIB") > 0:
+			n, repl = dstLen(rest, "LIB"), r.cfg.Lib
+		default:
+			b.WriteByte('$')
+			continue
+		}
+		if repl == "" {
+			return "", false
+		}
+		b.WriteString(repl)
+		i += n
+	}
+	out := b.String()
+	if usedOrigin && r.cfg.Secure && l.exe && !r.trusted(out) {
+		return "", false
+	}
+	return out, true
+}
+
+// dstLen is is_dst: the length of token ref at the start of s ("NAME" or
+// "{NAME}"), 0 if s does not start with it.
+func dstLen(s, ref string) int {
+	if strings.HasPrefix(s, "{"+ref+"}") {
+		return len(ref) + 2
+	}
+	if !strings.HasPrefix(s, ref) {
+		return 0
+	}
+	if len(s) > len(ref) {
+		c := s[len(ref)]
+		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' {
+			return 0
+		}
+	}
+	return len(ref)
+}
+
+// trusted is is_trusted_path_normalize: p, normalized, lies in a default
+// directory.
+func (r *resolver) trusted(p string) bool {
+	if !path.IsAbs(p) {
+		return false
+	}
+	p = dirSlash(path.Clean(p))
+	for _, d := range r.dirs {
+		if strings.HasPrefix(p, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// dirOf is the directory part of p as _dl_new_object computes l_origin:
+// everything before the last '/', not cleaned ("/" for "/x").
+func dirOf(p string) string {
+	i := strings.LastIndexByte(p, '/')
+	if i <= 0 {
+		return "/"
+	}
+	return p[:i]
+}
+
+// dirSlash strips trailing slashes and adds one ("/" stays "/").
+func dirSlash(d string) string {
+	d = strings.TrimRight(d, "/")
+	return d + "/"
+}
+
+// splitAny splits s at every byte in sep, keeping empty fields (strsep).
+func splitAny(s, sep string) []string {
+	var out []string
+	for {
+		i := strings.IndexAny(s, sep)
+		if i < 0 {
+			return append(out, s)
+		}
+		out = append(out, s[:i])
+		s = s[i+1:]
+	}
+}
+
+func containsStr(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

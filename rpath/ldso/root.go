@@ -1,0 +1,119 @@
+package ldso
+
+import (
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// maxSymlinks is Linux's MAXSYMLINKS: more links in one lookup is ELOOP.
+const maxSymlinks = 40
+
+// fsys maps logical paths (inside Config.Root) to host paths.
+type fsys struct {
+	root string // "" for the host
+	wd   string // logical working directory
+}
+
+func newFsys(cfg Config) (*fsys, error) {
+	f := &fsys{root: cfg.Root, wd: cfg.WorkDir}
+	if f.root == "/" {
+		f.root = ""
+	}
+	if f.wd == "" {
+		if f.root != "" {
+			f.wd = "/"
+		} else {
+			wd, err := os.Getwd()
+			if err != nil {
+				return nil, err
+			}
+			f.wd = wd
+		}
+	}
+	return f, nil
+}
+
+// abs makes a logical path absolute against the working directory.
+func (f *fsys) abs(p string) string {
+	if path.IsAbs(p) {
+		return p
+	}
+	// Not cleaned: ld.so joins getcwd() and the name as they are.
+	return strings.TrimSuffix(f.wd, "/") + "/" + p
+}
+
+// host returns the host path to open for logical path p. Without a root the
+// kernel resolves links itself; with one, every link is followed inside it.
+func (f *fsys) host(p string) (string, error) {
+	if f.root == "" {
+		return f.abs(p), nil
+	}
+	r, err := f.realpath(p)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(f.root, filepath.FromSlash(r)), nil
+}
+
+// identity returns the canonical logical path of p: the file's identity for
+// "already loaded" checks, standing in for ld.so's st_dev/st_ino compare.
+func (f *fsys) identity(p string) string {
+	if f.root == "" {
+		if r, err := filepath.EvalSymlinks(f.abs(p)); err == nil {
+			return r
+		}
+		return path.Clean(f.abs(p))
+	}
+	if r, err := f.realpath(p); err == nil {
+		return r
+	}
+	return path.Clean(f.abs(p))
+}
+
+// realpath resolves logical path p inside the root: ".." never climbs above
+// it and absolute link targets start again at it.
+func (f *fsys) realpath(p string) (string, error) {
+	todo := strings.Split(f.abs(p), "/")
+	done := "/"
+	links := 0
+	for len(todo) > 0 {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			done = path.Dir(done)
+			continue
+		}
+		next := path.Join(done, c)
+		hp := filepath.Join(f.root, filepath.FromSlash(next))
+		fi, err := os.Lstat(hp)
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			if len(todo) > 0 && !fi.IsDir() {
+				return "", &fs.PathError{Op: "lstat", Path: hp, Err: syscall.ENOTDIR}
+			}
+			done = next
+			continue
+		}
+		if links++; links > maxSymlinks {
+			return "", &fs.PathError{Op: "readlink", Path: hp, Err: syscall.ELOOP}
+		}
+		target, err := os.Readlink(hp)
+		if err != nil {
+			return "", err
+		}
+		if path.IsAbs(target) {
+			done = "/"
+		}
+		todo = append(strings.Split(target, "/"), todo...)
+	}
+	return done, nil
+}
