@@ -125,7 +125,7 @@ func (f *File) gnuHashCount(addr uint64) (uint64, error) {
 // section states and by the file.
 func (f *File) versionRefs(refs *[]uint64) error {
 	o := f.order
-	walk := func(addrTag, numTag elf.DynTag, what string, rec func(b []byte) (next uint64, aux uint64, cnt int, name uint64), auxRec func(b []byte) (next uint64, name uint64)) error {
+	walk := func(addrTag, numTag elf.DynTag, what string, recSize uint64, rec func(b []byte) (next uint64, aux uint64, cnt int, name uint64), auxRec func(b []byte) (next uint64, name uint64)) error {
 		addr, ok := f.dynVal(addrTag)
 		if !ok {
 			return nil
@@ -135,11 +135,11 @@ func (f *File) versionRefs(refs *[]uint64) error {
 			return formatErr(-1, "%s count %d exceeds the file", what, num)
 		}
 		for i := uint64(0); i < num; i++ {
-			off, ok := f.vaddrToOff(addr, 16)
+			off, ok := f.vaddrToOff(addr, recSize)
 			if !ok {
 				return formatErr(-1, "%s record 0x%x maps to no PT_LOAD", what, addr)
 			}
-			b, err := readAt(f.r, f.size, off, 16, what)
+			b, err := readAt(f.r, f.size, off, recSize, what)
 			if err != nil {
 				return err
 			}
@@ -149,16 +149,17 @@ func (f *File) versionRefs(refs *[]uint64) error {
 			}
 			a := addr + aux
 			for j := 0; j < cnt; j++ {
-				aoff, ok := f.vaddrToOff(a, 8)
+				aoff, ok := f.vaddrToOff(a, 8) // the smaller aux record; its size is checked by readAt
 				if !ok {
 					return formatErr(-1, "%s aux record 0x%x maps to no PT_LOAD", what, a)
 				}
-				ab, err := readAt(f.r, f.size, aoff, 16, what+" aux")
+				auxSize := uint64(16) // Elf_Vernaux; Elf_Verdaux is 8
+				if addrTag == elf.DT_VERDEF {
+					auxSize = 8
+				}
+				ab, err := readAt(f.r, f.size, aoff, auxSize, what+" aux")
 				if err != nil {
-					ab, err = readAt(f.r, f.size, aoff, 8, what+" aux")
-					if err != nil {
-						return err
-					}
+					return err
 				}
 				anext, aname := auxRec(ab)
 				*refs = append(*refs, aname)
@@ -174,7 +175,8 @@ func (f *File) versionRefs(refs *[]uint64) error {
 		}
 		return nil
 	}
-	err := walk(elf.DT_VERNEED, elf.DT_VERNEEDNUM, "DT_VERNEED",
+	// Elf_Verneed is 16 bytes, Elf_Verdef 20, in both classes.
+	err := walk(elf.DT_VERNEED, elf.DT_VERNEEDNUM, "DT_VERNEED", 16,
 		func(b []byte) (uint64, uint64, int, uint64) {
 			return uint64(o.Uint32(b[12:])), uint64(o.Uint32(b[8:])), int(o.Uint16(b[2:])), uint64(o.Uint32(b[4:]))
 		},
@@ -182,7 +184,7 @@ func (f *File) versionRefs(refs *[]uint64) error {
 	if err != nil {
 		return err
 	}
-	return walk(elf.DT_VERDEF, elf.DT_VERDEFNUM, "DT_VERDEF",
+	return walk(elf.DT_VERDEF, elf.DT_VERDEFNUM, "DT_VERDEF", 20,
 		func(b []byte) (uint64, uint64, int, uint64) {
 			return uint64(o.Uint32(b[16:])), uint64(o.Uint32(b[12:])), int(o.Uint16(b[6:])), ^uint64(0)
 		},
