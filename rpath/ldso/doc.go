@@ -32,5 +32,11 @@
 // inside it and symbolic links are followed without leaving it.
 //
 // [ParseCache] is hardened: hostile input gives an error, never a panic or
-// an allocation larger than the input.
+// an allocation larger than the input. Fuzz it with
+//
+//	go test ./rpath/ldso -run=- -fuzz=FuzzParseCache
+//
+// Not modelled: LD_PRELOAD and /etc/ld.so.preload, audit modules,
+// DT_FILTER/DT_AUXILIARY, dlopen, and the legacy (pre-2.37) hwcap bits of
+// cache entries, which are treated as unsupported.
 package ldso
