@@ -1,11 +1,192 @@
 package main
 
-import "github.com/urfave/cli/v3"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
 
-func patchCommand(g *globals) *cli.Command {
-	return &cli.Command{Name: "patch", Usage: "(being written)"}
+	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/urfave/cli/v3"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+	"golang.org/x/term"
+)
+
+func patchFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringSliceFlag{Name: "search", Usage: "library search `DIR` (repeatable; searched in order, not recursively)"},
+		&cli.StringSliceFlag{Name: "search-recursive", Usage: "add every directory below `DIR` that holds a *.so* file"},
+		&cli.BoolFlag{Name: "no-recurse", Usage: "patch only the files named, not the trees below directories"},
+		&cli.StringFlag{Name: "interpreter", Usage: "set the interpreter of dynamic executables to `PATH` (default: $NIX_BINTOOLS/nix-support/dynamic-linker)"},
+		&cli.StringFlag{Name: "libc", Usage: "`DIR` of the libc the interpreter belongs to (default: $NIX_BINTOOLS/nix-support/orig-libc + /lib)"},
+		&cli.BoolFlag{Name: "keep-libc", Usage: "give libc libraries a RUNPATH entry like any other"},
+		&cli.StringFlag{Name: "cuda-compat", Usage: "cuda_compat `DIR`, put first so its libcuda shadows the driver's"},
+		&cli.StringFlag{Name: "driver-link", Value: rpath.DefaultDriverLink, Usage: "driver link `DIR` (i686 files get the -32 variant)"},
+		&cli.StringFlag{Name: "driver-link-for", Value: string(rpath.DriverLinkAll), Usage: "which files get the driver link: all, needed or none"},
+		&cli.StringSliceFlag{Name: "runtime-dependency", Usage: "`DIR` put first in the RUNPATH of executables (repeatable; used as given)"},
+		&cli.StringSliceFlag{Name: "append-rpath", Usage: "`ENTRY` appended to every RUNPATH (repeatable)"},
+		&cli.BoolFlag{Name: "preserve-origin", Usage: "keep the $ORIGIN entries of the old RUNPATH"},
+		&cli.BoolFlag{Name: "ignore-existing", Usage: "do not search the RUNPATH directories of found libraries"},
+		&cli.StringSliceFlag{Name: "ignore-missing", Usage: "ignore missing libraries whose name matches `PATTERN` (Python fnmatch; repeatable)"},
+		&cli.BoolFlag{Name: "dry-run", Usage: "decide and verify, write nothing"},
+		&cli.BoolFlag{Name: "json", Usage: "print the report of every decision as JSON"},
+		&cli.IntFlag{Name: "jobs", Value: runtime.NumCPU(), Usage: "files processed at once"},
+		&cli.BoolFlag{Name: "sync", Usage: "flush each file to disk around its commit (survives power loss)"},
+		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log every decision"},
+	}
 }
 
-func autoPatchelfCommand(g *globals) *cli.Command {
-	return &cli.Command{Name: "auto-patchelf", Usage: "(being written)"}
+func patchCommand(g *globals) *cli.Command {
+	return &cli.Command{
+		Name:      "patch",
+		Usage:     "patch every ELF file below PATHs in one pass (the default command)",
+		ArgsUsage: "PATH...",
+		Flags:     patchFlags(),
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			paths := cmd.Args().Slice()
+			if len(paths) == 0 {
+				return withCode(exitUsage, errors.New("no paths to patch (see --help)"))
+			}
+			opts, err := g.patchOptions(cmd)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			return g.runPatch(ctx, paths, opts, cmd.Bool("json"))
+		},
+	}
+}
+
+// patchOptions turns flags (and the Nix build environment) into options.
+func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
+	if cmd.Bool("verbose") {
+		g.level.Set(-4) // slog.LevelDebug
+	}
+	interp, libc := cmd.String("interpreter"), cmd.String("libc")
+	if bt := g.getenv("NIX_BINTOOLS"); bt != "" {
+		if interp == "" {
+			b, err := os.ReadFile(filepath.Join(bt, "nix-support", "dynamic-linker"))
+			if err == nil {
+				interp = strings.TrimSpace(string(b))
+			}
+		}
+		if libc == "" {
+			b, err := os.ReadFile(filepath.Join(bt, "nix-support", "orig-libc"))
+			if err == nil {
+				libc = filepath.Join(strings.TrimSpace(string(b)), "lib")
+			}
+		}
+	}
+	buildDirs := []string{"/build"}
+	if top := g.getenv("NIX_BUILD_TOP"); top != "" {
+		buildDirs = append(buildDirs, top)
+		if tmp := g.getenv("TMPDIR"); tmp != "" {
+			buildDirs = append(buildDirs, tmp)
+		}
+	}
+	return []rpath.Option{
+		rpath.WithSearch(cmd.StringSlice("search")...),
+		rpath.WithSearchRecursive(cmd.StringSlice("search-recursive")...),
+		rpath.WithRecurse(!cmd.Bool("no-recurse")),
+		rpath.WithInterpreter(interp),
+		rpath.WithLibc(libc),
+		rpath.WithKeepLibc(cmd.Bool("keep-libc")),
+		rpath.WithCudaCompat(cmd.String("cuda-compat")),
+		rpath.WithDriverLink(cmd.String("driver-link")),
+		rpath.WithDriverLinkFor(rpath.DriverLinkPolicy(cmd.String("driver-link-for"))),
+		rpath.WithRuntimeDependencies(cmd.StringSlice("runtime-dependency")...),
+		rpath.WithAppendRunpaths(cmd.StringSlice("append-rpath")...),
+		rpath.WithPreserveOrigin(cmd.Bool("preserve-origin")),
+		rpath.WithIgnoreExisting(cmd.Bool("ignore-existing")),
+		rpath.WithIgnoreMissing(cmd.StringSlice("ignore-missing")...),
+		rpath.WithDryRun(cmd.Bool("dry-run")),
+		rpath.WithJobs(int(cmd.Int("jobs"))),
+		rpath.WithSync(cmd.Bool("sync")),
+		rpath.WithBuildDirs(buildDirs...),
+		rpath.WithLogger(g.log),
+	}, nil
+}
+
+// runPatch runs the main job and prints what Nix build logs want: one line
+// per changed file, the missing libraries, a summary line.
+func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Option, asJSON bool) error {
+	if f, ok := g.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) && !asJSON {
+		p := mpb.NewWithContext(ctx, mpb.WithOutput(f))
+		var bar *mpb.Bar
+		opts = append(opts, rpath.WithProgress(func(done, total int) {
+			if bar == nil {
+				bar = p.AddBar(int64(total), mpb.PrependDecorators(decor.Name("cudapatch ")), mpb.AppendDecorators(decor.CountersNoUnit("%d/%d")))
+			}
+			bar.SetCurrent(int64(done))
+		}))
+		defer func() {
+			if bar != nil {
+				bar.Abort(false)
+			}
+			p.Wait()
+		}()
+	}
+	rep, err := rpath.Patch(ctx, paths, opts...)
+	if rep == nil {
+		return withCode(exitUsage, err)
+	}
+	if asJSON {
+		enc := json.NewEncoder(g.stdout)
+		enc.SetIndent("", "  ")
+		if e := enc.Encode(rep); e != nil {
+			return withCode(exitUsage, e)
+		}
+	} else {
+		for _, f := range rep.Files {
+			if !f.Changed {
+				continue
+			}
+			old := "(none)"
+			switch {
+			case f.OldRunPath != nil:
+				old = *f.OldRunPath
+			case f.OldRPath != nil:
+				old = *f.OldRPath + " (RPATH)"
+			}
+			line := fmt.Sprintf("%s: RUNPATH %s -> %s", f.Path, old, f.RunPath)
+			if f.Interpreter != "" && f.Interpreter != f.OldInterpreter {
+				line += fmt.Sprintf("; interpreter %s -> %s", f.OldInterpreter, f.Interpreter)
+			}
+			fmt.Fprintln(g.stdout, line)
+		}
+	}
+	for _, m := range rep.Missing {
+		fmt.Fprintf(g.stderr, "error: auto-patchelf could not satisfy dependency %s wanted by %s\n", m.Name, m.File)
+		if m.Hint != "" {
+			fmt.Fprintf(g.stderr, "  hint: %s\n", m.Hint)
+		}
+	}
+	verb := "patched"
+	if !rep.Written {
+		verb = "would patch"
+	}
+	fmt.Fprintf(g.stderr, "cudapatch: %s %d files, %d unchanged, %d skipped, %d missing dependencies\n",
+		verb, rep.Changed, rep.Unchanged, rep.Skipped, len(rep.Missing))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, rpath.ErrUnsatisfied) || errors.Is(err, rpath.ErrAudit):
+		for _, f := range rep.Files {
+			for _, e := range f.Errors {
+				fmt.Fprintf(g.stderr, "error: %s: %s\n", f.Path, e)
+			}
+		}
+		return withCode(exitFindings, errReported)
+	default:
+		for _, f := range rep.Files {
+			for _, e := range f.Errors {
+				fmt.Fprintf(g.stderr, "error: %s: %s\n", f.Path, e)
+			}
+		}
+		return withCode(exitUsage, errReported)
+	}
 }

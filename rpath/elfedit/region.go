@@ -131,6 +131,35 @@ func (b *builder) region() (*Plan, error) {
 	return p, err
 }
 
+// movableSection reports sections nothing refers to by address except the
+// program headers or the dynamic section, so that moving them (and
+// repointing those) is safe: .interp, notes, and the dynamic-linking tables
+// (.gnu.hash, .hash, .dynsym, .dynstr, the symbol-version tables). Code and
+// data (SHT_PROGBITS, such as CUDA's .nv_fatbin) never move.
+func (f *File) movableSection(s Section) bool {
+	if s.Flags&elf.SHF_ALLOC == 0 {
+		return false
+	}
+	switch s.Type {
+	case elf.SHT_NOTE:
+		return true
+	case elf.SHT_PROGBITS:
+		return f.interpProg >= 0 && s.Addr == f.Progs[f.interpProg].Vaddr
+	case elf.SHT_GNU_HASH, elf.SHT_HASH, elf.SHT_DYNSYM, elf.SHT_GNU_VERSYM, elf.SHT_GNU_VERNEED, elf.SHT_GNU_VERDEF:
+		return f.IsDynamic()
+	case elf.SHT_STRTAB:
+		return f.IsDynamic() && s.Addr == f.strAddr
+	}
+	return false
+}
+
+// addrTags are the dynamic tags whose value is the address of a table that
+// movableSection lets move.
+var addrTags = map[elf.DynTag]bool{
+	elf.DT_GNU_HASH: true, elf.DT_HASH: true, elf.DT_SYMTAB: true, elf.DT_STRTAB: true,
+	elf.DT_VERSYM: true, elf.DT_VERNEED: true, elf.DT_VERDEF: true,
+}
+
 // gapBlobs finds what occupies the bytes after the program header table
 // that one more entry needs, and returns it as blobs to move, if all of it
 // may move.
@@ -164,7 +193,7 @@ func (f *File) gapBlobs() ([]blob, bool, bool) {
 		}
 	}
 	for _, s := range f.Sections {
-		if s.Size > 0 && (s.Type == elf.SHT_NOTE || s.Name == ".interp" && s.Type == elf.SHT_PROGBITS) {
+		if s.Size > 0 && f.movableSection(s) {
 			movable = append(movable, rng{s.Offset, s.Offset + s.Size})
 		}
 	}
@@ -279,8 +308,27 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		rel += live.carry
 	}
 	L.carryEnd = rel
+	// Tables that moved with the blobs are repointed in .dynamic.
+	blobAddr := func(addr uint64) (uint64, bool) {
+		o, ok := f.vaddrToOff(addr, 0)
+		if !ok {
+			return 0, false
+		}
+		for _, bl := range L.blobs {
+			if o >= bl.lo && o < bl.hi {
+				return bl.rel + (o - bl.lo), true
+			}
+		}
+		return 0, false
+	}
+	remapped := false
+	for _, d := range b.ents {
+		if _, ok := blobAddr(d.val); ok && addrTags[d.tag] {
+			remapped = true
+		}
+	}
 	L.moveStr = b.dynChanged && (b.sl.grown || len(b.sl.overwrites)+len(b.sl.scrub) > 0) || live.contains(f.strOff)
-	L.moveDyn = b.dynChanged || L.moveStr || (f.dynProg >= 0 && live.contains(f.Progs[f.dynProg].Off))
+	L.moveDyn = b.dynChanged || L.moveStr || remapped || (f.dynProg >= 0 && live.contains(f.Progs[f.dynProg].Off))
 	L.moveInterp = b.interpChanged || (f.interpProg >= 0 && live.contains(f.Progs[f.interpProg].Off))
 	if L.moveInterp {
 		L.interpRel = rel
@@ -433,6 +481,14 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		strAddr, strSize = vaddr+L.strRel, uint64(len(b.sl.image))
 	}
 	if L.moveDyn {
+		for i, d := range b.ents {
+			if r, ok := blobAddr(d.val); ok && addrTags[d.tag] && d.tag != elf.DT_STRTAB {
+				b.ents[i].val = vaddr + r
+			}
+		}
+		if r, ok := blobAddr(f.strAddr); ok && !L.moveStr {
+			strAddr = vaddr + r
+		}
 		copy(buf[L.dynRel:], b.dynBytes(strAddr, strSize, L.dynSlots))
 	}
 	var sht []byte

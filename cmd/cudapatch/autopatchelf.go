@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/urfave/cli/v3"
+)
+
+// autoPatchelfCommand accepts nixpkgs' auto-patchelf.py command line as it
+// is, so that the upstream hook can call cudapatch unchanged. That script
+// parses with argparse: list options take every following word up to the
+// next option (nargs="*"), and --extra-args takes the rest of the line.
+func autoPatchelfCommand(g *globals) *cli.Command {
+	return &cli.Command{
+		Name:            "auto-patchelf",
+		Usage:           "nixpkgs' auto-patchelf command line (--paths … --libs … --runtime-dependencies … --append-rpaths … --ignore-missing …)",
+		SkipFlagParsing: true,
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			a, err := parseAutoPatchelf(cmd.Args().Slice())
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			if a.help {
+				fmt.Fprintln(g.stdout, autoPatchelfUsage)
+				return nil
+			}
+			if len(a.extra) > 0 {
+				g.log.Warn("patchelf arguments are not used: cudapatch writes every file itself", "extra-args", strings.Join(a.extra, " "))
+			}
+			opts, err := g.patchOptionsFrom(a)
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			return g.runPatch(ctx, a.paths, opts, a.structured)
+		},
+	}
+}
+
+const autoPatchelfUsage = `usage: cudapatch auto-patchelf [--ignore-missing [PATTERN ...]] [--no-recurse] [--ignore-existing]
+       [--paths [PATH ...]] [--libs [DIR ...]] [--runtime-dependencies [DIR ...]]
+       [--append-rpaths [ENTRY ...]] [--keep-libc] [--preserve-origin] [--structured-logs]
+       [--extra-args ...]
+
+Accepts nixpkgs' auto-patchelf.py command line; interpreter and libc come from $NIX_BINTOOLS.`
+
+type autoPatchelfArgs struct {
+	paths, libs, runtimeDeps, appendRpaths, ignoreMissing, extra []string
+	noRecurse, keepLibc, preserveOrigin, ignoreExisting          bool
+	structured, help                                             bool
+}
+
+func parseAutoPatchelf(args []string) (*autoPatchelfArgs, error) {
+	a := &autoPatchelfArgs{}
+	lists := map[string]*[]string{
+		"--paths": &a.paths, "--libs": &a.libs, "--runtime-dependencies": &a.runtimeDeps,
+		"--append-rpaths": &a.appendRpaths, "--ignore-missing": &a.ignoreMissing,
+	}
+	flags := map[string]*bool{
+		"--no-recurse": &a.noRecurse, "--keep-libc": &a.keepLibc, "--preserve-origin": &a.preserveOrigin,
+		"--ignore-existing": &a.ignoreExisting, "--structured-logs": &a.structured, "--help": &a.help, "-h": &a.help,
+	}
+	var cur *[]string
+	for i := 0; i < len(args); i++ {
+		w := args[i]
+		name, val, hasVal := strings.Cut(w, "=")
+		switch {
+		case w == "--extra-args":
+			a.extra = append(a.extra, args[i+1:]...)
+			return a, nil
+		case lists[name] != nil && strings.HasPrefix(w, "--"):
+			cur = lists[name]
+			if hasVal {
+				*cur = append(*cur, val)
+			}
+		case flags[w] != nil:
+			*flags[w] = true
+			cur = nil
+		case strings.HasPrefix(w, "-") && w != "-":
+			return nil, fmt.Errorf("auto-patchelf: unrecognized arguments: %s", w)
+		case cur == nil:
+			return nil, fmt.Errorf("auto-patchelf: unrecognized arguments: %s", w)
+		default:
+			*cur = append(*cur, w)
+		}
+	}
+	if len(a.paths) == 0 && !a.help {
+		return nil, errors.New("auto-patchelf: the following arguments are required: --paths")
+	}
+	return a, nil
+}
+
+// patchOptionsFrom maps auto-patchelf's arguments to the main job's options;
+// the driver link stays at its default, as the nixpkgs hooks it replaces
+// would add it afterwards.
+func (g *globals) patchOptionsFrom(a *autoPatchelfArgs) ([]rpath.Option, error) {
+	cmd := &cli.Command{Flags: patchFlags()}
+	args := []string{"auto-patchelf"}
+	for _, l := range a.libs {
+		args = append(args, "--search", l)
+	}
+	for _, d := range a.runtimeDeps {
+		args = append(args, "--runtime-dependency", d)
+	}
+	for _, e := range a.appendRpaths {
+		args = append(args, "--append-rpath", e)
+	}
+	for _, p := range a.ignoreMissing {
+		args = append(args, "--ignore-missing", p)
+	}
+	for flag, on := range map[string]bool{"--no-recurse": a.noRecurse, "--keep-libc": a.keepLibc, "--preserve-origin": a.preserveOrigin, "--ignore-existing": a.ignoreExisting} {
+		if on {
+			args = append(args, flag)
+		}
+	}
+	var opts []rpath.Option
+	var perr error
+	cmd.Action = func(ctx context.Context, c *cli.Command) error {
+		opts, perr = g.patchOptions(c)
+		return nil
+	}
+	cmd.Writer, cmd.ErrWriter = g.stdout, g.stderr
+	cmd.DisableSliceFlagSeparator = true
+	if err := cmd.Run(context.Background(), args); err != nil {
+		return nil, err
+	}
+	return opts, perr
+}

@@ -1,0 +1,34 @@
+// Package rpath decides what the RUNPATH and interpreter of each ELF file of
+// a Nix output must be, and hands the edits to rpath/elfedit. It replaces
+// nixpkgs' autoPatchelfHook together with the CUDA driver, cuda_compat and
+// stub hooks, in one pass that writes each file once.
+//
+// The policy, in one place:
+//
+//   - Dependencies (DT_NEEDED, then .note.dlopen entries) are resolved
+//     against an index of libraries: every *.so* file of the paths being
+//     patched (recursively), then each search directory in the order given,
+//     then (unless WithIgnoreExisting) the RUNPATH directories of indexed
+//     libraries, breadth-first. Within a directory names are taken in sorted
+//     order. A candidate must have a compatible ELF class, machine and OS ABI
+//     (equal, or either side SYSV/unknown). The first candidate wins.
+//   - Libraries of the NVIDIA driver (DriverLibraries) are never resolved to
+//     a store path nor to a stub: they are satisfied by the driver link.
+//     Stub directories (".../stubs", "...-stubs/lib") are never indexed and
+//     never appear in a result.
+//   - Names present in the libc directory are satisfied without an entry,
+//     unless WithKeepLibc.
+//   - The RUNPATH is, in this order: the cuda_compat directory (when given),
+//     the driver link, runtime dependencies (executables only), the
+//     directories of resolved dependencies in the order they were needed,
+//     old $ORIGIN entries (WithPreserveOrigin), appended entries; duplicates
+//     removed, first wins; never an empty entry.
+//   - Every result is audited before anything is written: entries under the
+//     build directory, relative entries other than $ORIGIN, and stub
+//     directories are errors. If any dependency is missing (and not ignored
+//     with a Python fnmatch pattern) or any file fails the audit, nothing is
+//     written at all.
+//
+// The package never prints; it returns a Report and logs through the
+// *slog.Logger it is given.
+package rpath

@@ -1,0 +1,257 @@
+package rpath
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/cudapatch/cudapatch/rpath/fnmatch"
+)
+
+// DefaultDriverLink is where NixOS links the running NVIDIA driver's
+// libraries.
+const DefaultDriverLink = "/run/opengl-driver/lib"
+
+// DriverLinkPolicy says which files get the driver link in their RUNPATH.
+type DriverLinkPolicy string
+
+const (
+	// DriverLinkAll adds it to every dynamic ELF file, as nixpkgs'
+	// autoAddDriverRunpath does: libcudart and libcublasLt dlopen libcuda
+	// through their own RUNPATH without naming it anywhere.
+	DriverLinkAll DriverLinkPolicy = "all"
+	// DriverLinkNeeded adds it only to files that need a driver library
+	// (DT_NEEDED or .note.dlopen).
+	DriverLinkNeeded DriverLinkPolicy = "needed"
+	// DriverLinkNone never adds it.
+	DriverLinkNone DriverLinkPolicy = "none"
+)
+
+// config is what the options fill.
+type config struct {
+	recurse         bool
+	search          []string
+	searchRecursive []string
+	interpreter     string
+	libcDir         string
+	keepLibc        bool
+	cudaCompat      string
+	driverLink      string
+	driverLink32    string
+	driverLinkFor   DriverLinkPolicy
+	runtimeDeps     []string
+	appendRunpaths  []string
+	preserveOrigin  bool
+	ignoreExisting  bool
+	ignoreMissing   []*fnmatch.Pattern
+	driverLibs      driverMatcher
+	buildDirs       []string
+	dryRun          bool
+	sync            bool
+	jobs            int
+	log             *slog.Logger
+	progress        func(done, total int)
+}
+
+// Option configures Patch. Options that can be wrong return an error, so a
+// bad flag fails before any file is read.
+type Option func(*config) error
+
+func newConfig(opts []Option) (*config, error) {
+	c := &config{
+		recurse:       true,
+		driverLink:    DefaultDriverLink,
+		driverLinkFor: DriverLinkAll,
+		driverLibs:    newDriverMatcher(DriverLibraries),
+		buildDirs:     []string{"/build"},
+		jobs:          runtime.NumCPU(),
+		log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	if c.driverLink32 == "" {
+		c.driverLink32 = strings.Replace(c.driverLink, "/opengl-driver/", "/opengl-driver-32/", 1)
+	}
+	return c, nil
+}
+
+func absDirs(what string, dirs []string) ([]string, error) {
+	out := make([]string, 0, len(dirs))
+	for _, d := range dirs {
+		if d == "" {
+			return nil, fmt.Errorf("%s: empty directory", what)
+		}
+		a, err := filepath.Abs(d)
+		if err != nil {
+			return nil, fmt.Errorf("%s %q: %w", what, d, err)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// WithRecurse walks the paths to patch recursively (the default) or not.
+func WithRecurse(on bool) Option { return func(c *config) error { c.recurse = on; return nil } }
+
+// WithSearch adds library search directories, searched in order, not
+// recursively.
+func WithSearch(dirs ...string) Option {
+	return func(c *config) (err error) {
+		d, err := absDirs("search directory", dirs)
+		c.search = append(c.search, d...)
+		return err
+	}
+}
+
+// WithSearchRecursive adds every directory below each dir that holds a
+// *.so* file, like addAutoPatchelfSearchPath.
+func WithSearchRecursive(dirs ...string) Option {
+	return func(c *config) (err error) {
+		d, err := absDirs("search directory", dirs)
+		c.searchRecursive = append(c.searchRecursive, d...)
+		return err
+	}
+}
+
+// WithInterpreter sets the interpreter of every dynamic executable.
+func WithInterpreter(path string) Option {
+	return func(c *config) error { c.interpreter = path; return nil }
+}
+
+// WithLibc names the directory of the libc the interpreter belongs to:
+// libraries found there need no RUNPATH entry.
+func WithLibc(dir string) Option { return func(c *config) error { c.libcDir = dir; return nil } }
+
+// WithKeepLibc resolves libc libraries like any other (adds their
+// directory).
+func WithKeepLibc(on bool) Option { return func(c *config) error { c.keepLibc = on; return nil } }
+
+// WithCudaCompat puts a cuda_compat directory first, ahead of the driver
+// link, so its newer libcuda shadows the driver's.
+func WithCudaCompat(dir string) Option {
+	return func(c *config) error {
+		if dir != "" && !filepath.IsAbs(dir) {
+			return fmt.Errorf("cuda_compat directory %q is not absolute", dir)
+		}
+		c.cudaCompat = dir
+		return nil
+	}
+}
+
+// WithDriverLink sets the driver link directory (default
+// /run/opengl-driver/lib; 32-bit x86 files get /run/opengl-driver-32/lib).
+func WithDriverLink(dir string) Option {
+	return func(c *config) error {
+		if !filepath.IsAbs(dir) {
+			return fmt.Errorf("driver link %q is not absolute", dir)
+		}
+		c.driverLink = dir
+		return nil
+	}
+}
+
+// WithDriverLink32 sets the driver link of 32-bit x86 files.
+func WithDriverLink32(dir string) Option {
+	return func(c *config) error { c.driverLink32 = dir; return nil }
+}
+
+// WithDriverLinkFor chooses which files get the driver link.
+func WithDriverLinkFor(p DriverLinkPolicy) Option {
+	return func(c *config) error {
+		switch p {
+		case DriverLinkAll, DriverLinkNeeded, DriverLinkNone:
+			c.driverLinkFor = p
+			return nil
+		}
+		return fmt.Errorf("driver link policy %q: want all, needed or none", p)
+	}
+}
+
+// WithRuntimeDependencies puts directories first in the RUNPATH of
+// executables (not libraries), as nixpkgs' runtimeDependencies do. They are
+// used as given: the hook appends /lib.
+func WithRuntimeDependencies(dirs ...string) Option {
+	return func(c *config) error { c.runtimeDeps = append(c.runtimeDeps, dirs...); return nil }
+}
+
+// WithAppendRunpaths appends entries verbatim to every RUNPATH ($ORIGIN
+// allowed).
+func WithAppendRunpaths(entries ...string) Option {
+	return func(c *config) error {
+		for _, e := range entries {
+			if e == "" {
+				return fmt.Errorf("empty RUNPATH entry to append")
+			}
+		}
+		c.appendRunpaths = append(c.appendRunpaths, entries...)
+		return nil
+	}
+}
+
+// WithPreserveOrigin keeps the $ORIGIN entries of the old RUNPATH.
+func WithPreserveOrigin(on bool) Option {
+	return func(c *config) error { c.preserveOrigin = on; return nil }
+}
+
+// WithIgnoreExisting does not search the RUNPATH directories of indexed
+// libraries.
+func WithIgnoreExisting(on bool) Option {
+	return func(c *config) error { c.ignoreExisting = on; return nil }
+}
+
+// WithIgnoreMissing ignores missing dependencies whose basename matches one
+// of the Python fnmatch patterns ("*" ignores all).
+func WithIgnoreMissing(patterns ...string) Option {
+	return func(c *config) error {
+		for _, p := range patterns {
+			if p == "" {
+				return fmt.Errorf("empty ignore-missing pattern")
+			}
+			c.ignoreMissing = append(c.ignoreMissing, fnmatch.Compile(p))
+		}
+		return nil
+	}
+}
+
+// WithDriverLibraries replaces the fnmatch patterns of driver libraries.
+func WithDriverLibraries(patterns ...string) Option {
+	return func(c *config) error { c.driverLibs = newDriverMatcher(patterns); return nil }
+}
+
+// WithBuildDirs sets the directories no RUNPATH entry may point into (the
+// default is /build, the Nix sandbox's build directory; the CLI adds
+// $NIX_BUILD_TOP and $TMPDIR inside a Nix build).
+func WithBuildDirs(dirs ...string) Option {
+	return func(c *config) error { c.buildDirs = dirs; return nil }
+}
+
+// WithDryRun decides and verifies everything but writes nothing.
+func WithDryRun(on bool) Option { return func(c *config) error { c.dryRun = on; return nil } }
+
+// WithSync flushes each file to disk around its commit step.
+func WithSync(on bool) Option { return func(c *config) error { c.sync = on; return nil } }
+
+// WithJobs sets how many files are read and written at once.
+func WithJobs(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("jobs %d: want at least 1", n)
+		}
+		c.jobs = n
+		return nil
+	}
+}
+
+// WithLogger sets the logger (by default logs are discarded).
+func WithLogger(l *slog.Logger) Option { return func(c *config) error { c.log = l; return nil } }
+
+// WithProgress is called after each file is done.
+func WithProgress(f func(done, total int)) Option {
+	return func(c *config) error { c.progress = f; return nil }
+}

@@ -1,0 +1,454 @@
+package rpath
+
+import (
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
+
+// Errors Patch returns, wrapped; the CLI maps them to exit codes.
+var (
+	// ErrUnsatisfied means some dependency was found nowhere and matched no
+	// ignore pattern.
+	ErrUnsatisfied = errors.New("unsatisfied dependencies")
+	// ErrAudit means a planned RUNPATH failed the audit.
+	ErrAudit = errors.New("RUNPATH audit failed")
+)
+
+// How a dependency was satisfied.
+const (
+	HowStore    = "resolved" // found in the index; its directory is in the RUNPATH
+	HowLibc     = "libc"     // in the libc directory, found by the interpreter
+	HowDriver   = "driver"   // an NVIDIA driver library, found through the driver link
+	HowAbsolute = "absolute" // DT_NEEDED is an absolute path that exists
+	HowIgnored  = "ignored"  // missing, but matched an ignore pattern
+	HowMissing  = "missing"
+)
+
+// Dep is the decision about one dependency.
+type Dep struct {
+	Name   string `json:"name"`
+	Source string `json:"source"` // "needed" or "dlopen"
+	How    string `json:"how"`
+	Path   string `json:"path,omitempty"` // the library file chosen
+	Dir    string `json:"dir,omitempty"`  // the RUNPATH entry it needs
+	Hint   string `json:"hint,omitempty"`
+}
+
+// File is the decision about one file.
+type File struct {
+	Path           string           `json:"path"`
+	Kind           elfedit.Kind     `json:"kind,omitempty"`
+	Skipped        string           `json:"skipped,omitempty"`
+	OldInterpreter string           `json:"old_interpreter,omitempty"`
+	Interpreter    string           `json:"interpreter,omitempty"`
+	OldRunPath     *string          `json:"old_runpath,omitempty"`
+	OldRPath       *string          `json:"old_rpath,omitempty"`
+	RunPath        string           `json:"runpath,omitempty"`
+	Deps           []Dep            `json:"deps,omitempty"`
+	Changed        bool             `json:"changed"`
+	Strategy       elfedit.Strategy `json:"strategy,omitempty"`
+	Written        int64            `json:"bytes_written,omitempty"`
+	Errors         []string         `json:"errors,omitempty"`
+
+	edit elfedit.Edit
+}
+
+// Missing is one unsatisfied dependency.
+type Missing struct {
+	Name string `json:"name"`
+	File string `json:"file"`
+	Hint string `json:"hint,omitempty"`
+}
+
+// Report is everything Patch decided, in sorted file order.
+type Report struct {
+	Files     []*File   `json:"files"`
+	Missing   []Missing `json:"missing,omitempty"`
+	Changed   int       `json:"changed"`
+	Unchanged int       `json:"unchanged"`
+	Skipped   int       `json:"skipped"`
+	Written   bool      `json:"written"` // false after a dry run or an error
+}
+
+// Patch patches every ELF file below the given paths (see the package
+// documentation for the policy). It returns the report even on error; the
+// error wraps ErrUnsatisfied, ErrAudit, or the first I/O or format error.
+// Nothing is written unless every file was decided without error.
+func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := absDirs("path", paths)
+	if err != nil {
+		return nil, err
+	}
+	files, err := collect(ctx, roots, c.recurse)
+	if err != nil {
+		return nil, err
+	}
+	ix, err := buildIndex(ctx, c, roots)
+	if err != nil {
+		return nil, err
+	}
+	target := c.interpreterTarget()
+	rep := &Report{Files: make([]*File, len(files))}
+	total := len(files)
+	done := 0
+	var mu sync.Mutex
+	step := func() {
+		if c.progress != nil {
+			mu.Lock()
+			done++
+			c.progress(done, total*2)
+			mu.Unlock()
+		}
+	}
+	if err := parallel(ctx, c.jobs, len(files), func(i int) {
+		rep.Files[i] = c.decideSafe(files[i], ix, target)
+		step()
+	}); err != nil {
+		return rep, err
+	}
+	var errs []error
+	for _, f := range rep.Files {
+		for _, d := range f.Deps {
+			if d.How == HowMissing {
+				rep.Missing = append(rep.Missing, Missing{Name: d.Name, File: f.Path, Hint: d.Hint})
+			}
+		}
+		for _, e := range f.Errors {
+			errs = append(errs, fmt.Errorf("%s: %s", f.Path, e))
+		}
+		switch {
+		case f.Skipped != "":
+			rep.Skipped++
+		case f.Changed:
+			rep.Changed++
+		default:
+			rep.Unchanged++
+		}
+	}
+	if len(rep.Missing) > 0 {
+		errs = append(errs, fmt.Errorf("%w: %d missing", ErrUnsatisfied, len(rep.Missing)))
+	}
+	if len(errs) > 0 || c.dryRun {
+		return rep, errors.Join(errs...)
+	}
+	var werrs []error
+	var wmu sync.Mutex
+	if err := parallel(ctx, c.jobs, len(rep.Files), func(i int) {
+		f := rep.Files[i]
+		defer step()
+		if !f.Changed {
+			return
+		}
+		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync})
+		if err != nil {
+			f.Errors = append(f.Errors, errMsg(f.Path, err))
+			wmu.Lock()
+			werrs = append(werrs, err)
+			wmu.Unlock()
+			return
+		}
+		f.Strategy, f.Written = res.Plan.Strategy, res.Plan.Written
+		c.log.Debug("patched", "file", f.Path, "runpath", f.RunPath, "strategy", f.Strategy)
+	}); err != nil {
+		return rep, err
+	}
+	rep.Written = len(werrs) == 0
+	return rep, errors.Join(werrs...)
+}
+
+// parallel runs fn(0..n-1) on jobs goroutines, stopping early when ctx ends.
+func parallel(ctx context.Context, jobs, n int, fn func(int)) error {
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(jobs, max(n, 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				fn(i)
+			}
+		}()
+	}
+	var err error
+	for i := 0; i < n; i++ {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return err
+}
+
+// collect lists the regular files below the roots in sorted order. Symbolic
+// links are never followed: a link may point out of the tree being patched.
+func collect(ctx context.Context, roots []string, recurse bool) ([]string, error) {
+	var out []string
+	for _, r := range roots {
+		st, err := os.Lstat(r)
+		if err != nil {
+			return nil, err
+		}
+		if st.Mode().IsRegular() {
+			out = append(out, r)
+			continue
+		}
+		if !st.IsDir() {
+			continue
+		}
+		err = filepath.WalkDir(r, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if d.IsDir() && p != r && !recurse {
+				return filepath.SkipDir
+			}
+			if d.Type().IsRegular() {
+				out = append(out, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// target is the architecture of the interpreter: files of others are not
+// patched with it.
+type target struct {
+	ok      bool
+	class   elf.Class
+	machine elf.Machine
+}
+
+func (c *config) interpreterTarget() target {
+	if c.interpreter == "" {
+		return target{}
+	}
+	f, err := elfedit.Open(c.interpreter)
+	if err != nil {
+		return target{}
+	}
+	defer f.Close()
+	return target{ok: true, class: f.Header.Class, machine: f.Header.Machine}
+}
+
+// decideSafe is decide, with a bug in the reader reported against the file
+// instead of killing a whole build.
+func (c *config) decideSafe(path string, ix *index, t target) (out *File) {
+	defer func() {
+		if r := recover(); r != nil {
+			out = &File{Path: path, Errors: []string{fmt.Sprintf("internal error (please report): %v", r)}}
+		}
+	}()
+	return c.decide(path, ix, t)
+}
+
+// decide reads one file and works out its new interpreter and RUNPATH.
+func (c *config) decide(path string, ix *index, t target) *File {
+	out := &File{Path: path}
+	f, err := elfedit.Open(path)
+	if err != nil {
+		if errors.Is(err, elfedit.ErrNotELF) {
+			out.Skipped = "not ELF"
+		} else {
+			out.Errors = append(out.Errors, errMsg(path, err))
+		}
+		return out
+	}
+	defer f.Close()
+	info := f.Info()
+	out.Kind = info.Kind
+	out.OldInterpreter, out.OldRunPath, out.OldRPath = info.Interpreter, info.RunPath, info.RPath
+	switch info.Kind {
+	case elfedit.KindExecutable, elfedit.KindLibrary:
+	default:
+		out.Skipped = string(info.Kind)
+		return out
+	}
+	class, machine, osabi := info.ELFClass(), info.ELFMachine(), info.ELFOSABI()
+	if t.ok && (t.class != class || t.machine != machine) {
+		out.Skipped = fmt.Sprintf("%v %v, not the interpreter's architecture", class, machine)
+		return out
+	}
+
+	// Dependencies: DT_NEEDED in order, then .note.dlopen entries.
+	type want struct {
+		alts   []string
+		source string
+	}
+	var wants []want
+	for _, n := range info.Needed {
+		wants = append(wants, want{[]string{n}, "needed"})
+	}
+	for _, d := range info.Dlopen {
+		if len(d.Soname) > 0 {
+			wants = append(wants, want{d.Soname, "dlopen"})
+		}
+	}
+	needsDriver := false
+	for _, w := range wants {
+		dep := c.resolve(w.alts, ix, class, machine, osabi)
+		dep.Source = w.source
+		if dep.How == HowMissing && w.source == "dlopen" {
+			dep.How = HowIgnored // dlopen'ed libraries are optional by nature
+			dep.Hint = "optional (.note.dlopen)"
+		}
+		if dep.How == HowDriver {
+			needsDriver = true
+		}
+		out.Deps = append(out.Deps, dep)
+	}
+
+	// The RUNPATH, in policy order.
+	var entries []string
+	driver := c.driverLinkFor == DriverLinkAll || c.driverLinkFor == DriverLinkNeeded && needsDriver
+	if driver {
+		if c.cudaCompat != "" && machine != elf.EM_386 {
+			entries = append(entries, c.cudaCompat)
+		}
+		if machine == elf.EM_386 {
+			entries = append(entries, c.driverLink32)
+		} else {
+			entries = append(entries, c.driverLink)
+		}
+	}
+	if info.Interpreter != "" {
+		entries = append(entries, c.runtimeDeps...)
+	}
+	for _, d := range out.Deps {
+		if d.How == HowStore {
+			entries = append(entries, d.Dir)
+		}
+	}
+	if c.preserveOrigin {
+		for _, e := range runpathDirs(info) {
+			if strings.HasPrefix(e, "$ORIGIN") || strings.HasPrefix(e, "${ORIGIN}") {
+				entries = append(entries, e)
+			}
+		}
+	}
+	entries = append(entries, c.appendRunpaths...)
+	entries = dedupe(entries)
+	out.RunPath = strings.Join(entries, ":")
+	for _, e := range entries {
+		if msg := c.audit(e); msg != "" {
+			out.Errors = append(out.Errors, fmt.Sprintf("%v: RUNPATH entry %q %s", ErrAudit, e, msg))
+		}
+	}
+
+	var e elfedit.Edit
+	if out.RunPath != "" {
+		rp := out.RunPath
+		e.SetPath = &rp
+	}
+	if info.Interpreter != "" && c.interpreter != "" {
+		ip := c.interpreter
+		e.Interpreter = &ip
+		out.Interpreter = ip
+	}
+	plan, err := f.Plan(e)
+	if err != nil {
+		out.Errors = append(out.Errors, err.Error())
+		return out
+	}
+	out.Changed = !plan.IsNoOp()
+	out.Strategy = plan.Strategy
+	out.edit = e
+	return out
+}
+
+// resolve satisfies one dependency, given its alternatives (one name for
+// DT_NEEDED, several for a .note.dlopen entry).
+func (c *config) resolve(alts []string, ix *index, class elf.Class, machine elf.Machine, osabi elf.OSABI) Dep {
+	for _, name := range alts {
+		switch {
+		case c.driverLibs.match(name):
+			return Dep{Name: name, How: HowDriver}
+		case filepath.IsAbs(name):
+			if _, err := os.Stat(name); err == nil {
+				return Dep{Name: name, How: HowAbsolute, Path: name}
+			}
+		case !c.keepLibc && c.libcDir != "" && exists(filepath.Join(c.libcDir, name)):
+			return Dep{Name: name, How: HowLibc, Path: filepath.Join(c.libcDir, name)}
+		}
+		if cand, ok := ix.lookup(name, class, machine, osabi); ok {
+			return Dep{Name: name, How: HowStore, Path: cand.path, Dir: cand.dir}
+		}
+	}
+	name := strings.Join(alts, "|")
+	for _, p := range c.ignoreMissing {
+		for _, a := range alts {
+			if p.Match(filepath.Base(a)) {
+				return Dep{Name: name, How: HowIgnored}
+			}
+		}
+	}
+	return Dep{Name: name, How: HowMissing, Hint: ix.sonameHint(alts[0], class, machine, osabi)}
+}
+
+// errMsg is err's text without the file's path, which the report carries
+// once.
+func errMsg(path string, err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path == path {
+		return pe.Op + ": " + pe.Err.Error()
+	}
+	return strings.TrimPrefix(err.Error(), path+": ")
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// dedupe drops empty and repeated entries; the first of each wins.
+func dedupe(entries []string) []string {
+	seen := map[string]bool{}
+	return slices.DeleteFunc(slices.Clone(entries), func(e string) bool {
+		if e == "" || seen[e] {
+			return true
+		}
+		seen[e] = true
+		return false
+	})
+}
+
+// audit says what is wrong with a RUNPATH entry, or "".
+func (c *config) audit(e string) string {
+	if strings.HasPrefix(e, "$ORIGIN") || strings.HasPrefix(e, "${ORIGIN}") {
+		return ""
+	}
+	if !filepath.IsAbs(e) {
+		return "is relative: the loader resolves it against the current directory"
+	}
+	for _, b := range c.buildDirs {
+		if b != "" && (e == b || strings.HasPrefix(e, strings.TrimSuffix(b, "/")+"/")) {
+			return "points into the build directory " + b
+		}
+	}
+	if IsStubDir(e) {
+		return "is a stub directory: its libcuda would be loaded instead of the driver's"
+	}
+	return ""
+}
