@@ -467,6 +467,14 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		}
 		copy(buf[bl.rel:], old)
 	}
+	if b.interpChanged {
+		// The moved copy of the replaced interpreter is dead: clear it, or
+		// the old loader's store path stays in the file (and the closure).
+		p := f.Progs[f.interpProg]
+		if r, ok := reloc(p.Off); ok {
+			clear(buf[r:min(r+p.Filesz, L.carryEnd)])
+		}
+	}
 	if phdrIn {
 		for i, p := range progs {
 			f.encodeProg(buf[L.phRel+uint64(i)*ps:], p)
