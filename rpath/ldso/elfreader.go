@@ -1,0 +1,49 @@
+package ldso
+
+import (
+	"sync"
+
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
+
+// ElfReader returns a Reader that reads objects with rpath/elfedit, the
+// hardened reader the rest of cudapatch uses, and remembers each answer:
+// one Resolve opens every library once, and a Reader shared by many
+// Resolve calls (lint over a tree) opens it once in all. It is safe for
+// concurrent use. Paths are host paths, as Resolve passes them.
+func ElfReader() Reader {
+	type result struct {
+		o   *Object
+		err error
+	}
+	var m sync.Map
+	return func(path string) (*Object, error) {
+		if v, ok := m.Load(path); ok {
+			r := v.(result)
+			return r.o, r.err
+		}
+		o, err := readElfedit(path)
+		m.Store(path, result{o, err})
+		return o, err
+	}
+}
+
+func readElfedit(path string) (*Object, error) {
+	f, err := elfedit.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	in := f.Info()
+	o := &Object{
+		Class: in.ELFClass(), Machine: in.ELFMachine(), OSABI: in.ELFOSABI(),
+		Needed: in.Needed, Soname: in.Soname, Interp: in.Interpreter, Flags1: in.Flags1,
+	}
+	if in.RPath != nil {
+		o.RPath, o.HasRPath = *in.RPath, true
+	}
+	if in.RunPath != nil {
+		o.RunPath, o.HasRunPath = *in.RunPath, true
+	}
+	return o, nil
+}

@@ -1,0 +1,317 @@
+package lint
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+
+	"github.com/bmatcuk/doublestar/v4"
+
+	"github.com/cudapatch/cudapatch/rpath"
+)
+
+// ConfigFile is the name of the configuration file Lint reads at the root
+// of each directory it is given (unless WithConfig supplies one).
+const ConfigFile = ".cudapatch-lint.json"
+
+// Config is the content of a configuration file:
+//
+//	{
+//	  "enable":   ["CP013"],
+//	  "disable":  ["CP008"],
+//	  "severity": {"CP007": "error"},
+//	  "ignore":   [{"rules": ["CP009"], "paths": ["lib/python*/**/*.so"]}]
+//	}
+//
+// Rules are named by ID or name. Ignore paths are doublestar globs ("**"
+// crosses directories) matched against the file's path relative to the
+// tree root, with '/' separators; an ignore entry without rules silences
+// every rule for its paths.
+type Config struct {
+	Enable   []string            `json:"enable,omitempty"`
+	Disable  []string            `json:"disable,omitempty"`
+	Severity map[string]Severity `json:"severity,omitempty"`
+	Ignore   []Ignore            `json:"ignore,omitempty"`
+}
+
+// Ignore silences rules for paths.
+type Ignore struct {
+	Rules []string `json:"rules,omitempty"`
+	Paths []string `json:"paths"`
+}
+
+// Validate rejects unknown rules and malformed globs.
+func (c *Config) Validate() error {
+	var errs []error
+	known := func(id string) {
+		if _, ok := lookupRule(id); !ok && id != "all" {
+			errs = append(errs, fmt.Errorf("unknown rule %q", id))
+		}
+	}
+	for _, id := range c.Enable {
+		known(id)
+	}
+	for _, id := range c.Disable {
+		known(id)
+	}
+	for id := range c.Severity {
+		known(id)
+	}
+	for i, ig := range c.Ignore {
+		for _, id := range ig.Rules {
+			known(id)
+		}
+		if len(ig.Paths) == 0 {
+			errs = append(errs, fmt.Errorf("ignore[%d]: no paths", i))
+		}
+		for _, p := range ig.Paths {
+			if !doublestar.ValidatePattern(p) {
+				errs = append(errs, fmt.Errorf("ignore[%d]: bad glob %q", i, p))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ParseConfig reads a configuration from JSON; unknown fields are errors,
+// so a misspelt key does not silently do nothing.
+func ParseConfig(data []byte) (*Config, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return nil, err
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+// LoadConfig reads a configuration file. Errors name the file.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// config is what the options fill.
+type config struct {
+	root        string
+	driverLink  string
+	driverLinks []string
+	storeDir    string
+	buildDirs   []string
+	enable      []string
+	disable     []string
+	file        *Config // from WithConfig; nil: look at each tree's root
+	jobs        int
+	log         *slog.Logger
+}
+
+// Option configures Lint. Options that can be wrong return an error.
+type Option func(*config) error
+
+func newConfig(opts []Option) (*config, error) {
+	c := &config{
+		driverLink: rpath.DefaultDriverLink,
+		storeDir:   "/nix/store",
+		buildDirs:  []string{"/build", "/tmp"},
+		jobs:       runtime.NumCPU(),
+		log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	for _, o := range opts {
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	c.driverLinks = []string{c.driverLink, driverLink32(c.driverLink)}
+	return c, nil
+}
+
+func driverLink32(link string) string {
+	const a, b = "/opengl-driver/", "/opengl-driver-32/"
+	for i := 0; i+len(a) <= len(link); i++ {
+		if link[i:i+len(a)] == a {
+			return link[:i] + b + link[i+len(a):]
+		}
+	}
+	return link
+}
+
+// WithRoot resolves every absolute path (search directories, DT_NEEDED,
+// the interpreter) inside dir, as if the files ran chrooted there. The
+// paths given to Lint must then lie under dir.
+func WithRoot(dir string) Option {
+	return func(c *config) error { c.root = dir; return nil }
+}
+
+// WithDriverLink sets the driver link (default /run/opengl-driver/lib;
+// its -32 twin counts too).
+func WithDriverLink(dir string) Option {
+	return func(c *config) error {
+		if dir == "" || dir[0] != '/' {
+			return fmt.Errorf("driver link %q is not absolute", dir)
+		}
+		c.driverLink = dir
+		return nil
+	}
+}
+
+// WithStoreDir sets the Nix store directory (default /nix/store).
+func WithStoreDir(dir string) Option {
+	return func(c *config) error {
+		if dir == "" || dir[0] != '/' {
+			return fmt.Errorf("store directory %q is not absolute", dir)
+		}
+		c.storeDir = dir
+		return nil
+	}
+}
+
+// WithBuildDirs adds directories whose appearance in a search path is a
+// build-directory leak (besides /build and /tmp), such as $NIX_BUILD_TOP.
+func WithBuildDirs(dirs ...string) Option {
+	return func(c *config) error {
+		for _, d := range dirs {
+			if d != "" && d != "/" {
+				c.buildDirs = append(c.buildDirs, d)
+			}
+		}
+		return nil
+	}
+}
+
+// WithEnable turns rules on (by ID or name; "all" for every rule). It
+// overrides the configuration files.
+func WithEnable(ids ...string) Option {
+	return func(c *config) error {
+		for _, id := range ids {
+			if _, ok := lookupRule(id); !ok && id != "all" {
+				return fmt.Errorf("unknown rule %q", id)
+			}
+		}
+		c.enable = append(c.enable, ids...)
+		return nil
+	}
+}
+
+// WithDisable turns rules off (by ID or name; "all" for every rule). It
+// overrides the configuration files and WithEnable.
+func WithDisable(ids ...string) Option {
+	return func(c *config) error {
+		for _, id := range ids {
+			if _, ok := lookupRule(id); !ok && id != "all" {
+				return fmt.Errorf("unknown rule %q", id)
+			}
+		}
+		c.disable = append(c.disable, ids...)
+		return nil
+	}
+}
+
+// WithConfig uses cfg for every tree instead of the trees' own
+// configuration files.
+func WithConfig(cfg *Config) Option {
+	return func(c *config) error {
+		if cfg == nil {
+			return errors.New("nil lint configuration")
+		}
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+		c.file = cfg
+		return nil
+	}
+}
+
+// WithJobs sets how many files are checked at once (default: the number
+// of CPUs).
+func WithJobs(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("jobs %d < 1", n)
+		}
+		c.jobs = n
+		return nil
+	}
+}
+
+// WithLogger sends progress logs (keys: file, rule) to l.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error { c.log = l; return nil }
+}
+
+// ruleSet is the effective selection and severities for one tree.
+type ruleSet struct {
+	on     map[string]bool
+	sev    map[string]Severity
+	ignore []Ignore
+}
+
+func (c *config) ruleSet(file *Config) ruleSet {
+	rs := ruleSet{on: map[string]bool{}, sev: map[string]Severity{}}
+	for _, r := range rules {
+		rs.on[r.ID] = r.Default
+		rs.sev[r.ID] = r.Severity
+	}
+	set := func(ids []string, v bool) {
+		for _, id := range ids {
+			if id == "all" {
+				for k := range rs.on {
+					rs.on[k] = v
+				}
+				continue
+			}
+			if r, ok := lookupRule(id); ok {
+				rs.on[r.ID] = v
+			}
+		}
+	}
+	if file != nil {
+		set(file.Enable, true)
+		set(file.Disable, false)
+		for id, s := range file.Severity {
+			if r, ok := lookupRule(id); ok {
+				rs.sev[r.ID] = s
+			}
+		}
+		rs.ignore = file.Ignore
+	}
+	set(c.enable, true)
+	set(c.disable, false)
+	return rs
+}
+
+// ignored reports whether rule is silenced for rel (slash-separated, relative
+// to the tree root).
+func (rs *ruleSet) ignored(rule, rel string) bool {
+	for _, ig := range rs.ignore {
+		applies := len(ig.Rules) == 0
+		for _, id := range ig.Rules {
+			if r, ok := lookupRule(id); ok && r.ID == rule {
+				applies = true
+			}
+		}
+		if !applies {
+			continue
+		}
+		for _, p := range ig.Paths {
+			if doublestar.MatchUnvalidated(p, rel) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,548 @@
+package lint
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/fnmatch"
+	"github.com/cudapatch/cudapatch/rpath/ldso"
+)
+
+// KnownDlopeners are fnmatch patterns of libraries that dlopen libcuda.so.1
+// without naming it in DT_NEEDED or a .note.dlopen note: the CUDA runtime
+// (libcudart), which every runtime API call goes through; libcublasLt,
+// which opens the driver itself; libnvrtc, which asks the driver for the
+// GPU architecture; and NCCL, which links the runtime statically. The
+// loader searches the RUNPATH of the object calling dlopen, so these need
+// the driver link in their own RUNPATH. Programs that link the CUDA
+// runtime statically (nvcc's default) dlopen the driver too, and cannot be
+// told apart from the outside.
+var KnownDlopeners = []string{
+	"libcudart.so*",
+	"libcublasLt.so*",
+	"libnvrtc.so*",
+	"libnccl.so*",
+}
+
+// Finding is one fault in one file.
+type Finding struct {
+	Rule     string   `json:"rule"`
+	Name     string   `json:"name"`
+	Severity Severity `json:"severity"`
+	// Path is the file, as found under the path given to Lint.
+	Path string `json:"path"`
+	// Entry is what the finding is about, when it is one thing: a
+	// search-path entry, a DT_NEEDED name, a verifier rule.
+	Entry   string `json:"entry,omitempty"`
+	Message string `json:"message"`
+}
+
+func (f Finding) String() string {
+	return fmt.Sprintf("%s: %s %s %s: %s", f.Path, f.Severity, f.Rule, f.Name, f.Message)
+}
+
+// Report is the result of Lint.
+type Report struct {
+	// Files are the ELF files checked, sorted.
+	Files []string `json:"files"`
+	// Findings are sorted by file, then rule.
+	Findings []Finding `json:"findings"`
+}
+
+// Count returns the number of findings at or above level.
+func (r *Report) Count(level Severity) int {
+	n := 0
+	for _, f := range r.Findings {
+		if f.Severity >= level {
+			n++
+		}
+	}
+	return n
+}
+
+// job is one file to check.
+type job struct {
+	path    string // as found
+	logical string // inside the root
+	rel     string // relative to its tree root, '/'-separated
+	rules   *ruleSet
+}
+
+// Lint checks every ELF file under paths (files or directories, walked
+// recursively; symbolic links are not followed) and returns the findings.
+// The error is for bad options and for paths that cannot be read; faults
+// of files, including files that do not parse, are findings.
+func Lint(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	var jobs []job
+	for _, p := range paths {
+		js, err := c.collect(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, js...)
+	}
+	l := &linter{
+		config:   c,
+		read:     ldso.ElfReader(),
+		driver:   compile(rpath.DriverLibraries),
+		dlopener: compile(KnownDlopeners),
+		dirs:     map[string][]string{},
+		ldcfg:    map[[2]int]ldcfgResult{},
+	}
+	results := make([][]Finding, len(jobs))
+	isELF := make([]bool, len(jobs))
+	errs := make([]error, len(jobs))
+	work := make(chan int)
+	var wg sync.WaitGroup
+	for range min(c.jobs, max(len(jobs), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				isELF[i], results[i], errs[i] = l.check(jobs[i])
+			}
+		}()
+	}
+	for i := range jobs {
+		if ctx.Err() != nil {
+			break
+		}
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rep := &Report{Files: []string{}, Findings: []Finding{}}
+	for i, j := range jobs {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if !isELF[i] {
+			continue
+		}
+		rep.Files = append(rep.Files, j.path)
+		rep.Findings = append(rep.Findings, results[i]...)
+	}
+	sort.Strings(rep.Files)
+	sort.SliceStable(rep.Findings, func(a, b int) bool {
+		fa, fb := rep.Findings[a], rep.Findings[b]
+		if fa.Path != fb.Path {
+			return fa.Path < fb.Path
+		}
+		return fa.Rule < fb.Rule
+	})
+	return rep, nil
+}
+
+// collect lists the regular files under p with the rules of p's tree.
+func (c *config) collect(ctx context.Context, p string) ([]job, error) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	file := c.file
+	if file == nil && st.IsDir() {
+		cf := filepath.Join(p, ConfigFile)
+		if _, err := os.Stat(cf); err == nil {
+			if file, err = LoadConfig(cf); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rs := c.ruleSet(file)
+	var out []job
+	add := func(fp, rel string) error {
+		lg, err := c.logical(fp)
+		if err != nil {
+			return err
+		}
+		out = append(out, job{path: fp, logical: lg, rel: filepath.ToSlash(rel), rules: &rs})
+		return nil
+	}
+	if !st.IsDir() {
+		return out, add(p, filepath.Base(p))
+	}
+	err = filepath.WalkDir(p, func(fp string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		rel, _ := filepath.Rel(p, fp)
+		return add(fp, rel)
+	})
+	return out, err
+}
+
+// logical returns the path of host file p as seen inside the root.
+func (c *config) logical(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	if c.root == "" {
+		return filepath.ToSlash(abs), nil
+	}
+	root, err := filepath.Abs(c.root)
+	if err != nil {
+		return "", err
+	}
+	rel, err := filepath.Rel(root, abs)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return "", fmt.Errorf("%s is not under the root %s", p, c.root)
+	}
+	return path.Join("/", filepath.ToSlash(rel)), nil
+}
+
+// host returns the host path of logical path p.
+func (c *config) host(p string) string {
+	if c.root == "" {
+		return p
+	}
+	return filepath.Join(c.root, filepath.FromSlash(p))
+}
+
+type ldcfgResult struct {
+	cfg ldso.Config
+	err error
+}
+
+// linter holds what the checks share; its maps are guarded by mu.
+type linter struct {
+	*config
+	read     ldso.Reader
+	driver   []*fnmatch.Pattern
+	dlopener []*fnmatch.Pattern
+
+	mu    sync.Mutex
+	dirs  map[string][]string // host directory → names in it; nil: none
+	ldcfg map[[2]int]ldcfgResult
+}
+
+func compile(patterns []string) []*fnmatch.Pattern {
+	out := make([]*fnmatch.Pattern, len(patterns))
+	for i, p := range patterns {
+		out[i] = fnmatch.Compile(p)
+	}
+	return out
+}
+
+func matchAny(ps []*fnmatch.Pattern, name string) bool {
+	for _, p := range ps {
+		if p.Match(path.Base(name)) {
+			return true
+		}
+	}
+	return false
+}
+
+// listDir returns the names in logical directory d, or nil if it is not a
+// readable directory.
+func (l *linter) listDir(d string) ([]string, bool) {
+	h := l.host(d)
+	l.mu.Lock()
+	names, ok := l.dirs[h]
+	l.mu.Unlock()
+	if ok {
+		return names, names != nil
+	}
+	ents, err := os.ReadDir(h)
+	if err == nil {
+		names = []string{}
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+	}
+	l.mu.Lock()
+	l.dirs[h] = names
+	l.mu.Unlock()
+	return names, names != nil
+}
+
+func (l *linter) loaderConfig(class elf.Class, mach elf.Machine) (ldso.Config, error) {
+	key := [2]int{int(class), int(mach)}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.ldcfg[key]
+	if !ok {
+		r.cfg, r.err = ldso.DefaultConfig(l.root, class, mach)
+		r.cfg.WorkDir = "/"
+		l.ldcfg[key] = r
+	}
+	return r.cfg, r.err
+}
+
+var elfMagic = []byte(elf.ELFMAG)
+
+// isELF reports whether the file starts with the ELF magic.
+func isELF(p string) (bool, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	b := make([]byte, 4)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return false, nil
+	}
+	return bytes.Equal(b, elfMagic), nil
+}
+
+// check runs every enabled rule on one file.
+func (l *linter) check(j job) (bool, []Finding, error) {
+	ok, err := isELF(j.path)
+	if err != nil || !ok {
+		return false, nil, err
+	}
+	var out []Finding
+	add := func(id, entry, format string, args ...any) {
+		if !j.rules.on[id] || j.rules.ignored(id, j.rel) {
+			return
+		}
+		r, _ := RuleByID(id)
+		out = append(out, Finding{Rule: id, Name: r.Name, Severity: j.rules.sev[id], Path: j.path, Entry: entry, Message: fmt.Sprintf(format, args...)})
+	}
+	f, err := elfedit.Open(j.path)
+	if err != nil {
+		add(VerifyFailed, "", "not a readable ELF file: %v", err)
+		return true, out, nil
+	}
+	in := f.Info()
+	problems := f.Verify()
+	f.Close()
+	l.log.Debug("lint", "file", j.path, "kind", in.Kind)
+
+	for _, p := range problems {
+		if p.Rule == "path-empty-entry" {
+			continue // CP006 says it with the entry
+		}
+		add(VerifyFailed, p.Rule, "%s", p.Msg)
+	}
+	if in.Kind != elfedit.KindExecutable && in.Kind != elfedit.KindLibrary {
+		return true, out, nil
+	}
+	l.checkInterp(j, in, add)
+	l.checkPath(j, in, add)
+	l.checkNeeded(j, in, add)
+	return true, out, nil
+}
+
+type addFunc func(id, entry, format string, args ...any)
+
+func (l *linter) checkInterp(j job, in elfedit.Info, add addFunc) {
+	store := strings.TrimSuffix(l.storeDir, "/") + "/"
+	if in.Interpreter != "" && strings.HasPrefix(j.logical, store) && !strings.HasPrefix(in.Interpreter, store) {
+		add(InterpOutsideStore, in.Interpreter, "interpreter %s is outside %s: the program depends on the host's loader and libc", in.Interpreter, l.storeDir)
+	}
+}
+
+func (l *linter) isDriverLink(e string) bool {
+	return path.IsAbs(e) && slices.Contains(l.driverLinks, path.Clean(e))
+}
+
+// isCompat reports cuda_compat directories: a directory named compat (the
+// package's layout, <cuda_compat>/compat) or any path naming cuda_compat.
+func isCompat(e string) bool {
+	return path.Base(e) == "compat" || strings.Contains(e, "cuda_compat") || strings.Contains(e, "cuda-compat")
+}
+
+// expandOrigin replaces $ORIGIN; ok is false for entries with other
+// dynamic string tokens, whose value depends on the machine.
+func expandOrigin(e, origin string) (string, bool) {
+	e = strings.ReplaceAll(e, "${ORIGIN}", origin)
+	e = strings.ReplaceAll(e, "$ORIGIN", origin)
+	return e, !strings.Contains(e, "$")
+}
+
+func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
+	var value, tag string
+	switch {
+	case in.RunPath != nil:
+		value, tag = *in.RunPath, "DT_RUNPATH"
+	case in.RPath != nil:
+		value, tag = *in.RPath, "DT_RPATH"
+	}
+	if in.RPath != nil {
+		if in.RunPath != nil {
+			add(RPathNotRunPath, "", "DT_RPATH %q is set beside DT_RUNPATH; glibc ignores it, other loaders may not: remove it", *in.RPath)
+		} else {
+			add(RPathNotRunPath, "", "search path %q is in DT_RPATH, which outranks LD_LIBRARY_PATH and is inherited by every library the file loads: use DT_RUNPATH", *in.RPath)
+		}
+	}
+	if tag == "" && len(in.Needed) > 0 {
+		add(NoSearchPath, "", "no DT_RUNPATH or DT_RPATH: its %d DT_NEEDED libraries are found only through LD_LIBRARY_PATH, ld.so.cache and the system directories", len(in.Needed))
+	}
+	var entries []string
+	if value != "" {
+		entries = strings.Split(value, ":")
+	}
+	origin := path.Dir(j.logical)
+
+	driverIdx := -1
+	for i, e := range entries {
+		if l.isDriverLink(e) {
+			driverIdx = i
+			break
+		}
+	}
+
+	// Driver needs: DT_NEEDED, .note.dlopen, known dlopeners.
+	var driverNames []string
+	for _, n := range in.Needed {
+		if matchAny(l.driver, n) {
+			driverNames = append(driverNames, n)
+		}
+	}
+	for _, d := range in.Dlopen {
+		for _, s := range d.Soname {
+			if matchAny(l.driver, s) {
+				driverNames = append(driverNames, s)
+			}
+		}
+	}
+	if driverIdx < 0 {
+		why := ""
+		switch {
+		case len(driverNames) > 0:
+			why = "needs " + strings.Join(driverNames, ", ")
+		case matchAny(l.dlopener, j.logical) || (in.Soname != "" && matchAny(l.dlopener, in.Soname)):
+			why = "dlopens libcuda.so.1 (known dlopener)"
+		}
+		if why != "" {
+			where := "it has no search path"
+			if tag != "" {
+				where = fmt.Sprintf("%s is %q", tag, value)
+			}
+			add(DriverLinkMissing, l.driverLink, "%s, but %s is not in its search path (%s): put it first, or after cuda_compat", why, l.driverLink, where)
+		}
+	}
+
+	seen := map[string]bool{}
+	for i, e := range entries {
+		if e == "" {
+			add(RelativeEntry, e, "%s %q has an empty entry, which the loader takes for the current directory", tag, value)
+			continue
+		}
+		key := e
+		if path.IsAbs(e) {
+			key = path.Clean(e)
+		}
+		if seen[key] {
+			add(DuplicateEntry, e, "%s lists %s more than once", tag, e)
+			continue
+		}
+		seen[key] = true
+		if !path.IsAbs(e) && !strings.HasPrefix(e, "$ORIGIN") && !strings.HasPrefix(e, "${ORIGIN}") {
+			add(RelativeEntry, e, "%s entry %q is relative: the loader resolves it against the current directory", tag, e)
+			continue
+		}
+		leak := false
+		for _, b := range l.buildDirs {
+			b = strings.TrimSuffix(b, "/")
+			if e == b || strings.HasPrefix(e, b+"/") {
+				add(BuildDirLeak, e, "%s entry %s is under the build directory %s, which is gone at run time (or, worse, writable by others)", tag, e, b)
+				leak = true
+				break
+			}
+		}
+		if !leak && (strings.Contains(e, "$NIX_BUILD_TOP") || strings.Contains(e, "${NIX_BUILD_TOP}")) {
+			add(BuildDirLeak, e, "%s entry %s names $NIX_BUILD_TOP, unexpanded", tag, e)
+			leak = true
+		}
+		if rpath.IsStubDir(e) {
+			add(StubDir, e, "%s entry %s holds link-time stubs; a stub libcuda reached at run time fails with \"CUDA driver is a stub library\"", tag, e)
+		}
+		compat := isCompat(e)
+		if compat && driverIdx >= 0 && i > driverIdx {
+			add(CompatAfterDriver, e, "cuda_compat directory %s comes after the driver link %s, so the driver's libcuda wins: put compat first", e, l.driverLink)
+		}
+		dir, expanded := expandOrigin(e, origin)
+		if !expanded || l.isDriverLink(e) {
+			continue
+		}
+		names, exists := l.listDir(dir)
+		if !exists && !compat && !leak {
+			add(MissingDir, e, "%s entry %s does not exist", tag, e)
+		}
+		if exists && !compat && driverIdx >= 0 && i < driverIdx {
+			for _, n := range names {
+				if matchAny(l.driver, n) && (strings.Contains(n, ".so.") || slices.Contains(driverNames, n)) {
+					add(DriverShadowed, e, "%s provides driver library %s ahead of the driver link %s, so the loader takes it instead of the running driver's", e, n, l.driverLink)
+					break
+				}
+			}
+		}
+	}
+}
+
+func (l *linter) checkNeeded(j job, in elfedit.Info, add addFunc) {
+	if len(in.Needed) == 0 || !j.rules.on[UnresolvableNeeded] {
+		return
+	}
+	cfg, err := l.loaderConfig(in.ELFClass(), in.ELFMachine())
+	if err != nil {
+		add(UnresolvableNeeded, "", "cannot set up the loader simulation: %v", err)
+		return
+	}
+	tr, err := ldso.Resolve(cfg, l.read, j.logical)
+	if err != nil {
+		add(UnresolvableNeeded, "", "cannot simulate loading: %v", err)
+		return
+	}
+	for _, n := range tr.Needs {
+		if n.Depth != 1 {
+			continue
+		}
+		switch {
+		case n.Error != "":
+			add(UnresolvableNeeded, n.Name, "%s: the loader would stop: %s", n.Name, l.unroot(n.Error))
+		case !n.Found() && !matchAny(l.driver, n.Name):
+			var steps []string
+			for _, a := range n.Tried {
+				if s := string(a.Step); !slices.Contains(steps, s) {
+					steps = append(steps, s)
+				}
+			}
+			tried := "nothing to search"
+			if len(steps) > 0 {
+				tried = "searched " + strings.Join(steps, ", ")
+			}
+			add(UnresolvableNeeded, n.Name, "%s not found (%s)", n.Name, tried)
+		}
+	}
+}
+
+// unroot removes the root prefix from host paths in a message.
+func (l *linter) unroot(s string) string {
+	if l.root == "" {
+		return s
+	}
+	r, err := filepath.Abs(l.root)
+	if err != nil {
+		return s
+	}
+	return strings.ReplaceAll(s, r, "")
+}
