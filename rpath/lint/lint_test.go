@@ -1,0 +1,163 @@
+package lint_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/rpath/lint"
+	"github.com/cudapatch/cudapatch/rpath/lint/linttest"
+)
+
+func rulesByFile(rep *lint.Report) map[string][]string {
+	out := map[string][]string{}
+	for _, f := range rep.Findings {
+		if !slices.Contains(out[f.Path], f.Rule) {
+			out[f.Path] = append(out[f.Path], f.Rule)
+		}
+	}
+	for _, v := range out {
+		sort.Strings(v)
+	}
+	return out
+}
+
+// TestOneFaultPerRule lints the fixture tree with every rule on: each
+// planted file draws exactly its rule, each clean file nothing, and every
+// rule is exercised.
+func TestOneFaultPerRule(t *testing.T) {
+	tr := linttest.Build(t)
+	rep, err := lint.Lint(context.Background(), []string{tr.Store}, lint.WithRoot(tr.Root), lint.WithEnable("all"))
+	require.NoError(t, err)
+	got := rulesByFile(rep)
+	covered := map[string]bool{}
+	for _, c := range tr.Cases {
+		want := []string(nil)
+		if c.Rule != "" {
+			want = []string{c.Rule}
+			covered[c.Rule] = true
+		}
+		assert.Equal(t, want, got[c.Host], "%s (%s)", c.Name, c.Path)
+		assert.Contains(t, rep.Files, c.Host)
+	}
+	for _, r := range lint.Rules() {
+		assert.True(t, covered[r.ID], "no fixture for %s %s", r.ID, r.Name)
+	}
+	for _, f := range rep.Findings {
+		assert.NotEmpty(t, f.Message)
+		r, ok := lint.RuleByID(f.Rule)
+		require.True(t, ok)
+		assert.Equal(t, r.Name, f.Name)
+		assert.Equal(t, r.Severity, f.Severity)
+	}
+}
+
+// TestCleanTree lints only the clean files: no findings at all.
+func TestCleanTree(t *testing.T) {
+	tr := linttest.Build(t)
+	var clean []string
+	for _, c := range tr.Cases {
+		if c.Rule == "" {
+			clean = append(clean, c.Host)
+		}
+	}
+	rep, err := lint.Lint(context.Background(), clean, lint.WithRoot(tr.Root), lint.WithEnable("all"))
+	require.NoError(t, err)
+	assert.Empty(t, rep.Findings)
+	assert.Len(t, rep.Files, len(clean))
+}
+
+func caseHost(t *testing.T, tr *linttest.Tree, name string) string {
+	for _, c := range tr.Cases {
+		if c.Name == name {
+			return c.Host
+		}
+	}
+	t.Fatalf("no case %s", name)
+	return ""
+}
+
+func TestSelection(t *testing.T) {
+	tr := linttest.Build(t)
+	ctx := context.Background()
+	run := func(opts ...lint.Option) map[string][]string {
+		rep, err := lint.Lint(ctx, []string{tr.Store}, append([]lint.Option{lint.WithRoot(tr.Root)}, opts...)...)
+		require.NoError(t, err)
+		return rulesByFile(rep)
+	}
+	// CP013 is off by default.
+	assert.Nil(t, run()[caseHost(t, tr, "no-search-path")])
+	assert.Equal(t, []string{"CP013"}, run(lint.WithEnable("CP013"))[caseHost(t, tr, "no-search-path")])
+	// Disable by ID or by name.
+	assert.Nil(t, run(lint.WithDisable("CP007"))[caseHost(t, tr, "duplicate-entry")])
+	assert.Nil(t, run(lint.WithDisable("build-dir-leak"))[caseHost(t, tr, "build-dir-leak")])
+	// Unknown rules are errors.
+	_, err := lint.Lint(ctx, []string{tr.Store}, lint.WithEnable("CP999"))
+	assert.ErrorContains(t, err, "CP999")
+}
+
+func TestConfigFile(t *testing.T) {
+	tr := linttest.Build(t)
+	cfg := `{
+  "disable": ["CP008"],
+  "severity": {"duplicate-entry": "error"},
+  "ignore": [{"rules": ["CP011"], "paths": ["**/missing-dir"]}, {"paths": ["*-build-dir-leak/**"]}]
+}`
+	require.NoError(t, os.WriteFile(filepath.Join(tr.Store, lint.ConfigFile), []byte(cfg), 0o644))
+	rep, err := lint.Lint(context.Background(), []string{tr.Store}, lint.WithRoot(tr.Root))
+	require.NoError(t, err)
+	got := rulesByFile(rep)
+	assert.Nil(t, got[caseHost(t, tr, "rpath-not-runpath")])
+	assert.Nil(t, got[caseHost(t, tr, "missing-dir")])
+	assert.Nil(t, got[caseHost(t, tr, "build-dir-leak")])
+	assert.Equal(t, []string{"CP006"}, got[caseHost(t, tr, "relative-entry")])
+	for _, f := range rep.Findings {
+		if f.Rule == "CP007" {
+			assert.Equal(t, lint.Error, f.Severity)
+		}
+	}
+	// A flag wins over the file.
+	rep, err = lint.Lint(context.Background(), []string{tr.Store}, lint.WithRoot(tr.Root), lint.WithEnable("CP008"))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"CP008"}, rulesByFile(rep)[caseHost(t, tr, "rpath-not-runpath")])
+
+	// A bad file is an error, not silence.
+	require.NoError(t, os.WriteFile(filepath.Join(tr.Store, lint.ConfigFile), []byte(`{"disabel": ["CP008"]}`), 0o644))
+	_, err = lint.Lint(context.Background(), []string{tr.Store}, lint.WithRoot(tr.Root))
+	assert.ErrorContains(t, err, "disabel")
+	_, err = lint.ParseConfig([]byte(`{"ignore": [{"paths": ["a/[b"]}]}`))
+	assert.ErrorContains(t, err, "bad glob")
+}
+
+func TestErrors(t *testing.T) {
+	_, err := lint.Lint(context.Background(), []string{"/nonexistent/tree"})
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	tr := linttest.Build(t)
+	outside := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "f"), nil, 0o644))
+	_, err = lint.Lint(context.Background(), []string{outside}, lint.WithRoot(tr.Root))
+	assert.ErrorContains(t, err, "not under the root")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = lint.Lint(ctx, []string{tr.Store}, lint.WithRoot(tr.Root))
+	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// TestNotELF: a file with the ELF magic that does not parse is a CP012
+// finding; other files are not counted.
+func TestNotELF(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "broken.so"), []byte("\x7fELF\x02\x01\x01garbage"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "README"), []byte("text"), 0o644))
+	rep, err := lint.Lint(context.Background(), []string{dir})
+	require.NoError(t, err)
+	assert.Equal(t, []string{filepath.Join(dir, "broken.so")}, rep.Files)
+	require.Len(t, rep.Findings, 1)
+	assert.Equal(t, "CP012", rep.Findings[0].Rule)
+}

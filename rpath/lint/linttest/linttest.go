@@ -1,0 +1,244 @@
+// Package linttest builds the fixture trees of the lint tests: a fake root
+// holding a Nix store, a driver link, cuda_compat and toolkit stubs, and
+// one file per planted fault next to clean files. The files are small ELF
+// objects that gcc links without a libc (-nostdlib), so the tree needs no
+// libc to resolve; their RUNPATHs and interpreters are set with
+// rpath/elfedit. Paths inside the tree are logical: lint and explain see it
+// through --root.
+package linttest
+
+import (
+	"debug/elf"
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
+
+// Store paths of the fixture tree.
+const (
+	Glibc     = "/nix/store/00000000000000000000000000000000-glibc"
+	Interp    = Glibc + "/lib/ld-linux-x86-64.so.2"
+	LibFoo    = "/nix/store/11111111111111111111111111111111-libfoo/lib"
+	Compat    = "/nix/store/22222222222222222222222222222222-cuda_compat/compat"
+	Stubs     = "/nix/store/33333333333333333333333333333333-cudatoolkit/lib/stubs"
+	DriverCp  = "/nix/store/44444444444444444444444444444444-nvidia-x11/lib"
+	Gone      = "/nix/store/55555555555555555555555555555555-gone/lib"
+	Driver    = "/run/opengl-driver/lib"
+	casePrefx = "/nix/store/99999999999999999999999999999999-"
+)
+
+// Case is one file of the tree.
+type Case struct {
+	Name string
+	// Rule is the one rule the file breaks; "" for a clean file.
+	Rule string
+	// Path is the logical path inside the root.
+	Path string
+	// Host is Path on this machine.
+	Host string
+}
+
+// Tree is a built fixture tree.
+type Tree struct {
+	Root  string // the fake root
+	Store string // Root/nix/store, where every case lives
+	Cases []Case
+}
+
+// Host returns logical path p inside the tree.
+func (t *Tree) Host(p string) string { return filepath.Join(t.Root, filepath.FromSlash(p)) }
+
+type builder struct {
+	tb   testing.TB
+	tr   *Tree
+	tmp  string
+	src  map[string]string
+	lib  map[string]string // soname → built prototype
+	exes map[string]string
+}
+
+func (b *builder) gcc(out string, args ...string) {
+	b.tb.Helper()
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		b.tb.Fatal(err)
+	}
+	cmd := exec.Command("gcc", append([]string{"-fPIC", "-nostdlib", "-o", out}, args...)...)
+	if o, err := cmd.CombinedOutput(); err != nil {
+		b.tb.Fatalf("gcc %v: %v\n%s", args, err, o)
+	}
+}
+
+func (b *builder) source(name, text string) string {
+	p := filepath.Join(b.tmp, name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		b.tb.Fatal(err)
+	}
+	return p
+}
+
+// library builds a library with the given soname at logical path p.
+func (b *builder) library(p, soname string, extra ...string) string {
+	h := b.tr.Host(p)
+	b.gcc(h, append([]string{"-shared", "-Wl,-soname," + soname, b.src["lib"]}, extra...)...)
+	return h
+}
+
+func (b *builder) copy(from, p string) string {
+	b.tb.Helper()
+	h := b.tr.Host(p)
+	data, err := os.ReadFile(from)
+	if err != nil {
+		b.tb.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(h), 0o755); err != nil {
+		b.tb.Fatal(err)
+	}
+	if err := os.WriteFile(h, data, 0o755); err != nil {
+		b.tb.Fatal(err)
+	}
+	return h
+}
+
+func (b *builder) edit(h string, e elfedit.Edit) {
+	b.tb.Helper()
+	if _, err := elfedit.EditFile(h, e, elfedit.Options{}); err != nil {
+		b.tb.Fatal(err)
+	}
+}
+
+// exe places a copy of prototype proto at the case's path with the given
+// search path (nil: none) and interpreter ("": as linked).
+func (b *builder) exe(name, rule, proto string, runpath *string, tag elfedit.PathTag, interp string) {
+	p := casePrefx + name + "/bin/" + name
+	h := b.copy(b.exes[proto], p)
+	e := elfedit.Edit{SetPath: runpath, Tag: tag}
+	if interp != "" {
+		e.Interpreter = &interp
+	}
+	if !e.IsZero() {
+		b.edit(h, e)
+	}
+	b.tr.Cases = append(b.tr.Cases, Case{name, rule, p, h})
+}
+
+func str(s string) *string { return &s }
+
+// Build makes the tree in a temporary directory.
+func Build(tb testing.TB) *Tree {
+	tb.Helper()
+	dir := tb.TempDir()
+	b := &builder{tb: tb, tr: &Tree{Root: filepath.Join(dir, "root")}, tmp: dir, src: map[string]string{}, lib: map[string]string{}, exes: map[string]string{}}
+	b.tr.Store = b.tr.Host("/nix/store")
+	b.src["lib"] = b.source("lib.c", "int lib(void) { return 1; }\n")
+	b.src["main"] = b.source("main.c", "int main(void) { return 0; }\n")
+	b.src["note"] = b.source("note.c", `#define DESC "[{\"soname\":[\"libcuda.so.1\"],\"feature\":\"cuda\",\"priority\":\"required\"}]"
+struct note { unsigned n, d, t; char name[4]; char desc[(sizeof(DESC) + 3) & ~3]; };
+__attribute__((section(".note.dlopen"), used, aligned(4)))
+static const struct note dl = {4, sizeof(DESC), 0x407c0c0a, "FDO", DESC};
+int plugin(void) { return 0; }
+`)
+
+	// The environment: a driver link with libcuda, a store copy of the
+	// driver, cuda_compat, the toolkit's stubs, libfoo, a system library.
+	cuda := b.library(Driver+"/libcuda.so.1", "libcuda.so.1")
+	b.library(DriverCp+"/libcuda.so.1", "libcuda.so.1")
+	b.library(Compat+"/libcuda.so.1", "libcuda.so.1")
+	b.library(Stubs+"/libcuda.so", "libcuda.so.1")
+	foo := b.library(LibFoo+"/libfoo.so", "libfoo.so")
+	sys := b.library("/usr/lib/libsys.so", "libsys.so")
+	if err := os.MkdirAll(b.tr.Host(Glibc+"/lib"), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	missing := filepath.Join(dir, "proto", "libmissing.so")
+	b.gcc(missing, "-shared", "-Wl,-soname,libmissing.so", b.src["lib"])
+
+	for name, libs := range map[string][]string{
+		"foo": {foo}, "cuda": {cuda, foo}, "missing": {missing, foo}, "sys": {sys},
+	} {
+		out := filepath.Join(dir, "proto", "exe-"+name)
+		b.gcc(out, append([]string{"-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,--disable-new-dtags", b.src["main"]}, libs...)...)
+		b.exes[name] = out
+	}
+	// A program whose RUNPATH has an empty entry: elfedit refuses to write
+	// one, so the linker does.
+	emptyEntry := filepath.Join(dir, "proto", "exe-empty")
+	b.gcc(emptyEntry, "-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,--enable-new-dtags", "-Wl,-rpath,"+LibFoo+":", "-Wl,--dynamic-linker,"+Interp, b.src["main"], foo)
+	b.exes["empty"] = emptyEntry
+
+	rp := elfedit.TagRunPath
+	// Clean files.
+	b.exe("clean", "", "cuda", str(Driver+":"+LibFoo), rp, Interp)
+	b.exe("clean-compat", "", "cuda", str(Compat+":"+Driver+":"+LibFoo), rp, Interp)
+	b.exe("clean-origin", "", "foo", str("$ORIGIN/../lib:"+LibFoo), rp, Interp)
+	if err := os.MkdirAll(b.tr.Host(casePrefx+"clean-origin/lib"), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	cudart := casePrefx + "cudart/lib/libcudart.so.12"
+	b.edit(b.library(cudart, "libcudart.so.12"), elfedit.Edit{SetPath: str(Driver + ":$ORIGIN")})
+	b.tr.Cases = append(b.tr.Cases, Case{"cudart", "", cudart, b.tr.Host(cudart)})
+	b.tr.Cases = append(b.tr.Cases, Case{"libfoo", "", LibFoo + "/libfoo.so", foo})
+
+	// One fault each.
+	b.exe("driver-link-missing", "CP001", "cuda", str(LibFoo), rp, Interp)
+	cudartBad := casePrefx + "cudart-nodriver/lib/libcudart.so.12"
+	b.edit(b.library(cudartBad, "libcudart.so.12"), elfedit.Edit{SetPath: str("$ORIGIN")})
+	b.tr.Cases = append(b.tr.Cases, Case{"dlopener-driver-link-missing", "CP001", cudartBad, b.tr.Host(cudartBad)})
+	plugin := casePrefx + "plugin/lib/libplugin.so"
+	h := b.tr.Host(plugin)
+	b.gcc(h, "-shared", "-Wl,-soname,libplugin.so", b.src["note"])
+	b.edit(h, elfedit.Edit{SetPath: str("$ORIGIN")})
+	b.tr.Cases = append(b.tr.Cases, Case{"dlopen-note-driver-link-missing", "CP001", plugin, h})
+	b.exe("driver-shadowed", "CP002", "cuda", str(DriverCp+":"+Driver+":"+LibFoo), rp, Interp)
+	b.exe("compat-after-driver", "CP003", "cuda", str(Driver+":"+Compat+":"+LibFoo), rp, Interp)
+	b.exe("stub-dir", "CP004", "cuda", str(Driver+":"+LibFoo+":"+Stubs), rp, Interp)
+	b.exe("build-dir-leak", "CP005", "foo", str("/build/source/lib:"+LibFoo), rp, Interp)
+	b.exe("relative-entry", "CP006", "foo", str("lib:"+LibFoo), rp, Interp)
+	p := casePrefx + "empty-entry/bin/empty-entry"
+	b.tr.Cases = append(b.tr.Cases, Case{"empty-entry", "CP006", p, b.copy(b.exes["empty"], p)})
+	b.exe("duplicate-entry", "CP007", "foo", str(LibFoo+":"+LibFoo), rp, Interp)
+	b.exe("rpath-not-runpath", "CP008", "foo", str(LibFoo), elfedit.TagRPath, Interp)
+	b.exe("unresolvable-needed", "CP009", "missing", str(LibFoo), rp, Interp)
+	b.exe("interp-outside-store", "CP010", "foo", str(LibFoo), rp, "/lib64/ld-linux-x86-64.so.2")
+	b.exe("missing-dir", "CP011", "foo", str(LibFoo+":"+Gone), rp, Interp)
+	b.exe("verify-failed", "CP012", "foo", str(LibFoo), rp, Interp)
+	makeWX(tb, b.tr.Cases[len(b.tr.Cases)-1].Host)
+	b.exe("no-search-path", "CP013", "sys", nil, rp, Interp)
+	return b.tr
+}
+
+// makeWX marks the executable PT_LOAD writable too, which the verifier
+// refuses (load-wx) and nothing else looks at.
+func makeWX(tb testing.TB, path string) {
+	tb.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var phoff int64
+	idx := -1
+	for i, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 {
+			idx = i
+			break
+		}
+	}
+	f.Close()
+	if idx < 0 {
+		tb.Fatalf("%s: no executable PT_LOAD", path)
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	phoff = int64(binary.LittleEndian.Uint64(raw[0x20:]))
+	at := phoff + int64(idx)*56 + 4 // p_flags of an Elf64_Phdr
+	flags := binary.LittleEndian.Uint32(raw[at:])
+	binary.LittleEndian.PutUint32(raw[at:], flags|uint32(elf.PF_W))
+	if err := os.WriteFile(path, raw, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+}
