@@ -1,0 +1,245 @@
+package rpath_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
+)
+
+// tree is a test's directory of fixtures. Paths in its methods are relative
+// to the root; "{root}" in expected strings stands for the root.
+type tree struct {
+	t    *testing.T
+	root string
+}
+
+func newTree(t *testing.T) *tree {
+	t.Helper()
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tree{t: t, root: root}
+}
+
+// p returns the absolute path of rel ("{root}" allowed).
+func (tr *tree) p(rel string) string {
+	rel = tr.x(rel)
+	if filepath.IsAbs(rel) {
+		return rel
+	}
+	return filepath.Join(tr.root, rel)
+}
+
+// x expands "{root}".
+func (tr *tree) x(s string) string { return strings.ReplaceAll(s, "{root}", tr.root) }
+
+// ps maps p over rels.
+func (tr *tree) ps(rels ...string) []string {
+	out := make([]string, len(rels))
+	for i, r := range rels {
+		out[i] = tr.p(r)
+	}
+	return out
+}
+
+func (tr *tree) place(rel string, s cfix.Spec) {
+	tr.t.Helper()
+	s.RunPath, s.RPath = tr.x(s.RunPath), tr.x(s.RPath)
+	s.Needed = slices.Clone(s.Needed)
+	for i, n := range s.Needed {
+		s.Needed[i] = tr.x(n)
+	}
+	cfix.Place(tr.t, s, tr.p(rel))
+}
+
+func (tr *tree) write(rel, content string) {
+	tr.t.Helper()
+	p := tr.p(rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		tr.t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		tr.t.Fatal(err)
+	}
+}
+
+func (tr *tree) symlink(rel, target string) {
+	tr.t.Helper()
+	p := tr.p(rel)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		tr.t.Fatal(err)
+	}
+	if err := os.Symlink(tr.x(target), p); err != nil {
+		tr.t.Fatal(err)
+	}
+}
+
+func (tr *tree) mkdir(rel string) {
+	tr.t.Helper()
+	if err := os.MkdirAll(tr.p(rel), 0o755); err != nil {
+		tr.t.Fatal(err)
+	}
+}
+
+// snapshot hashes every regular file below the root, by relative path.
+func (tr *tree) snapshot() map[string][32]byte {
+	tr.t.Helper()
+	out := map[string][32]byte{}
+	err := filepath.WalkDir(tr.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(tr.root, p)
+		out[rel] = sha256.Sum256(b)
+		return nil
+	})
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	return out
+}
+
+// unchangedSince fails the test for every file that differs from snap.
+func (tr *tree) unchangedSince(snap map[string][32]byte) {
+	tr.t.Helper()
+	now := tr.snapshot()
+	for rel, h := range snap {
+		if now[rel] != h {
+			tr.t.Errorf("%s was written", rel)
+		}
+	}
+	for rel := range now {
+		if _, ok := snap[rel]; !ok {
+			tr.t.Errorf("%s was created", rel)
+		}
+	}
+}
+
+// dyn is what an independent reader (debug/elf, not elfedit) sees of a
+// file's dynamic linking.
+type dyn struct {
+	interp  string
+	runpath []string // DT_RUNPATH values (at most one in a sane file)
+	rpath   []string
+	needed  []string
+}
+
+func readDyn(t *testing.T, path string) dyn {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	defer f.Close()
+	var d dyn
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			if _, err := p.ReadAt(b, 0); err != nil {
+				t.Fatal(err)
+			}
+			d.interp = strings.TrimRight(string(b), "\x00")
+		}
+	}
+	d.runpath, _ = f.DynString(elf.DT_RUNPATH)
+	d.rpath, _ = f.DynString(elf.DT_RPATH)
+	d.needed, _ = f.DynString(elf.DT_NEEDED)
+	return d
+}
+
+// runpathOf returns the file's DT_RUNPATH ("" when it has none) and fails
+// if it has a DT_RPATH or more than one DT_RUNPATH.
+func (tr *tree) runpathOf(rel string) string {
+	tr.t.Helper()
+	d := readDyn(tr.t, tr.p(rel))
+	if len(d.rpath) > 0 {
+		tr.t.Errorf("%s: has DT_RPATH %q", rel, d.rpath)
+	}
+	switch len(d.runpath) {
+	case 0:
+		return ""
+	case 1:
+		return d.runpath[0]
+	}
+	tr.t.Errorf("%s: %d DT_RUNPATH entries: %q", rel, len(d.runpath), d.runpath)
+	return strings.Join(d.runpath, "|")
+}
+
+// patch runs rpath.Patch on the given roots (relative to the tree).
+func (tr *tree) patch(roots []string, opts ...rpath.Option) (*rpath.Report, error) {
+	tr.t.Helper()
+	return rpath.Patch(context.Background(), tr.ps(roots...), opts...)
+}
+
+// mustPatch runs Patch and fails on error.
+func (tr *tree) mustPatch(roots []string, opts ...rpath.Option) *rpath.Report {
+	tr.t.Helper()
+	rep, err := tr.patch(roots, opts...)
+	if err != nil {
+		tr.t.Fatalf("Patch: %v", err)
+	}
+	if !rep.Written {
+		tr.t.Fatalf("Patch: report says nothing was written")
+	}
+	return rep
+}
+
+// file returns the report's entry for rel.
+func (tr *tree) file(rep *rpath.Report, rel string) *rpath.File {
+	tr.t.Helper()
+	for _, f := range rep.Files {
+		if f.Path == tr.p(rel) {
+			return f
+		}
+	}
+	tr.t.Fatalf("no report entry for %s", rel)
+	return nil
+}
+
+// dep returns the decision about one dependency of rel.
+func (tr *tree) dep(rep *rpath.Report, rel, name string) rpath.Dep {
+	tr.t.Helper()
+	for _, d := range tr.file(rep, rel).Deps {
+		if d.Name == name {
+			return d
+		}
+	}
+	tr.t.Fatalf("%s: no decision about %s in %+v", rel, name, tr.file(rep, rel).Deps)
+	return rpath.Dep{}
+}
+
+// missing renders the report's missing list as "NAME wanted by REL".
+func (tr *tree) missing(rep *rpath.Report) []string {
+	var out []string
+	for _, m := range rep.Missing {
+		rel, _ := filepath.Rel(tr.root, m.File)
+		out = append(out, m.Name+" wanted by "+rel)
+	}
+	return out
+}
+
+func isErr(err, target error) bool { return errors.Is(err, target) }
+
+// Shorthands for specs.
+func lib(soname string, needed ...string) cfix.Spec {
+	return cfix.Spec{Soname: soname, Needed: needed}
+}
+
+func exe(needed ...string) cfix.Spec { return cfix.Spec{Exe: true, Needed: needed} }
+
+func withRunpath(s cfix.Spec, rp string) cfix.Spec { s.RunPath = rp; return s }
