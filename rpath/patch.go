@@ -395,6 +395,11 @@ func (c *config) resolve(alts []string, ix *index, class elf.Class, machine elf.
 		if cand, ok := ix.lookup(name, class, machine, osabi); ok {
 			return Dep{Name: name, How: HowStore, Path: cand.path, Dir: cand.dir}
 		}
+		// With keep-libc, a libc name no search directory has is still
+		// found by the interpreter (auto-patchelf.py's "step 4").
+		if c.keepLibc && c.libcDir != "" && !filepath.IsAbs(name) && exists(filepath.Join(c.libcDir, name)) {
+			return Dep{Name: name, How: HowLibc, Path: filepath.Join(c.libcDir, name)}
+		}
 	}
 	name := strings.Join(alts, "|")
 	for _, p := range c.ignoreMissing {
