@@ -396,6 +396,7 @@ func (b *builder) slack() (*Plan, bool) {
 		s := f.Sections[si]
 		s.Offset, s.Addr, s.Size = start, endVaddr, n
 		b.add(StepNeutral, ".dynstr section header", f.Header.Shoff+uint64(si)*uint64(f.shdrSize()), f.encodeSection(s))
+		b.steps = append(b.steps, f.fixSymbols(map[int]sectionMove{si: {f.strAddr, uint64(len(f.strtab)), endVaddr}})...)
 	}
 	dyn := b.dynBytes(endVaddr, n, len(f.Dynamic))
 	b.add(StepCommit, ".dynamic entries", f.Progs[f.dynProg].Off, dyn)

@@ -500,6 +500,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		copy(buf[L.dynRel:], b.dynBytes(strAddr, strSize, L.dynSlots))
 	}
 	var sht []byte
+	moves := map[int]sectionMove{}
 	if len(f.Sections) > 0 {
 		sht = make([]byte, len(f.Sections)*int(f.shdrSize()))
 		for i, s := range f.Sections {
@@ -514,6 +515,9 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 				s.Offset, s.Addr, s.Size = off+L.dynRel, vaddr+L.dynRel, uint64(L.dynSlots)*es
 			case L.moveInterp && f.interpProg >= 0 && s.Type == elf.SHT_PROGBITS && orig.Addr == f.Progs[f.interpProg].Vaddr && s.Flags&elf.SHF_ALLOC != 0:
 				s.Offset, s.Addr, s.Size = off+L.interpRel, vaddr+L.interpRel, uint64(len(b.interp))+1
+			}
+			if orig.Flags&elf.SHF_ALLOC != 0 && s.Addr != orig.Addr {
+				moves[i] = sectionMove{orig.Addr, orig.Size, s.Addr}
 			}
 			copy(sht[i*int(f.shdrSize()):], f.encodeSection(s))
 		}
@@ -530,11 +534,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			b.add(StepNeutral, "section header table", h.Shoff, sht)
 		}
 	}
-	if L.moveDyn && f.dynProg >= 0 {
-		if st := f.fixDynamicSymbol(f.Progs[f.dynProg].Vaddr, vaddr+L.dynRel); st != nil {
-			b.steps = append(b.steps, *st)
-		}
-	}
+	b.steps = append(b.steps, f.fixSymbols(moves)...)
 	ehdr := slices.Clone(f.rawEhdr)
 	if phdrIn {
 		f.putEhdr(ehdr, off+L.phRel, len(progs), shoff)
@@ -666,50 +666,81 @@ func (f *File) encodeDyn(b []byte, d Dyn) {
 	f.order.PutUint32(b[4:], uint32(d.Val))
 }
 
-// fixDynamicSymbol repoints the _DYNAMIC symbol of .symtab at a moved
-// .dynamic. Only tools read it (eu-elflint checks that it matches
-// PT_DYNAMIC); the loaders use PT_DYNAMIC. It returns nil when there is
-// nothing to fix or the tables cannot be read.
-func (f *File) fixDynamicSymbol(oldAddr, newAddr uint64) *Step {
-	for _, s := range f.Sections {
-		if s.Type != elf.SHT_SYMTAB || int(s.Link) >= len(f.Sections) || s.Entsize == 0 {
-			continue
-		}
-		strs := f.Sections[s.Link]
-		names, err := readAt(f.r, f.size, strs.Offset, strs.Size, "symbol names")
-		if err != nil {
-			return nil
-		}
-		syms, err := readAt(f.r, f.size, s.Offset, s.Size-s.Size%s.Entsize, "symbol table")
-		if err != nil {
-			return nil
-		}
-		valOff, valLen := 8, 8
-		if f.Header.Class == elf.ELFCLASS32 {
-			valOff, valLen = 4, 4
-		}
-		for i := 0; i+int(s.Entsize) <= len(syms); i += int(s.Entsize) {
-			e := syms[i:]
-			if name, _ := cstring(names, uint64(f.order.Uint32(e))); name != "_DYNAMIC" {
-				continue
-			}
-			var v uint64
-			if valLen == 8 {
-				v = f.order.Uint64(e[valOff:])
-			} else {
-				v = uint64(f.order.Uint32(e[valOff:]))
-			}
-			if v != oldAddr {
-				return nil
-			}
-			b := make([]byte, valLen)
-			if valLen == 8 {
-				f.order.PutUint64(b, newAddr)
-			} else {
-				f.order.PutUint32(b, uint32(newAddr))
-			}
-			return &Step{Kind: StepNeutral, What: "_DYNAMIC symbol", Off: int64(s.Offset) + int64(i+valOff), Len: int64(valLen), data: b}
+// sectionMove is where a plan moves an allocated section: its old address
+// and size, and its new address.
+type sectionMove struct{ addr, size, newAddr uint64 }
+
+// fixSymbols moves the .symtab symbols defined in moved sections along with
+// them: section symbols, _DYNAMIC, __abi_tag and the like. Only tools read
+// them (eu-elflint checks that each lies inside its section; gdb uses
+// them); the loaders use PT_DYNAMIC and .dynsym, which is left alone. A
+// table that cannot be read is skipped.
+func (f *File) fixSymbols(moves map[int]sectionMove) []Step {
+	if len(moves) == 0 {
+		return nil
+	}
+	es, valOff, valLen, ndxOff := uint64(sym64Size), 8, 8, 6
+	if f.Header.Class == elf.ELFCLASS32 {
+		es, valOff, valLen, ndxOff = sym32Size, 4, 4, 14
+	}
+	// _DYNAMIC is absolute in some links (aarch64 GNU ld): it is found by
+	// its value and name, and moves with .dynamic.
+	dynMove, hasDyn := sectionMove{}, false
+	for i, mv := range moves {
+		if f.Sections[i].Type == elf.SHT_DYNAMIC {
+			dynMove, hasDyn = mv, true
 		}
 	}
-	return nil
+	var steps []Step
+	for _, s := range f.Sections {
+		if s.Type != elf.SHT_SYMTAB || s.Entsize != es {
+			continue
+		}
+		var names []byte
+		isDynamic := func(e []byte) bool {
+			if names == nil && int(s.Link) < len(f.Sections) {
+				l := f.Sections[s.Link]
+				names, _ = readAt(f.r, f.size, l.Offset, l.Size, "symbol names")
+			}
+			name, _ := cstring(names, uint64(f.order.Uint32(e)))
+			return name == "_DYNAMIC"
+		}
+		n := s.Size / es
+		const chunk = 4096 // symbols per read: a huge table is not read at once
+		for i := uint64(0); i < n; i += chunk {
+			m := min(chunk, n-i)
+			raw, err := readAt(f.r, f.size, s.Offset+i*es, m*es, "symbol table")
+			if err != nil {
+				break
+			}
+			for j := uint64(0); j < m; j++ {
+				e := raw[j*es:]
+				var v uint64
+				if valLen == 8 {
+					v = f.order.Uint64(e[valOff:])
+				} else {
+					v = uint64(f.order.Uint32(e[valOff:]))
+				}
+				ndx := elf.SectionIndex(f.order.Uint16(e[ndxOff:]))
+				mv, ok := moves[int(ndx)]
+				if ndx == elf.SHN_ABS && hasDyn && v == dynMove.addr && isDynamic(e) {
+					mv, ok = dynMove, true
+				}
+				if !ok || ndx >= elf.SHN_LORESERVE && ndx != elf.SHN_ABS {
+					continue
+				}
+				if v < mv.addr || v-mv.addr > mv.size {
+					continue
+				}
+				b := make([]byte, valLen)
+				if valLen == 8 {
+					f.order.PutUint64(b, mv.newAddr+(v-mv.addr))
+				} else {
+					f.order.PutUint32(b, uint32(mv.newAddr+(v-mv.addr)))
+				}
+				steps = append(steps, Step{Kind: StepNeutral, What: "symbol moved with its section", Off: int64(s.Offset + (i+j)*es + uint64(valOff)), Len: int64(valLen), data: b})
+			}
+		}
+	}
+	return steps
 }
