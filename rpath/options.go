@@ -54,6 +54,7 @@ type config struct {
 	jobs            int
 	log             *slog.Logger
 	progress        func(done, total int)
+	big             *bigGate
 }
 
 // Option configures Patch. Options that can be wrong return an error, so a

@@ -102,6 +102,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		return nil, err
 	}
 	target := c.interpreterTarget()
+	c.big = newBigGate()
 	rep := &Report{Files: make([]*File, len(files))}
 	total := len(files)
 	done := 0
@@ -115,7 +116,9 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		}
 	}
 	if err := parallel(ctx, c.jobs, len(files), func(i int) {
+		release := c.big.enter(files[i])
 		rep.Files[i] = c.decideSafe(files[i], ix, target)
+		release()
 		step()
 	}); err != nil {
 		return rep, err
@@ -153,7 +156,9 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		if !f.Changed {
 			return
 		}
+		release := c.big.enter(f.Path)
 		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync})
+		release()
 		if err != nil {
 			f.Errors = append(f.Errors, errMsg(f.Path, err))
 			wmu.Lock()
@@ -168,6 +173,35 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	}
 	rep.Written = len(werrs) == 0
 	return rep, errors.Join(werrs...)
+}
+
+// bigTable is the dynamic string table size above which files are edited
+// one at a time. A plan that copies the table holds it a few times in
+// memory: CUDA libraries' tables are well under 1 MiB, but PyTorch's reach
+// tens of MiB, and sixteen of those at once would take gigabytes.
+const bigTable = 2 << 20
+
+// bigGate lets any number of files with small string tables through, and
+// files with big ones one at a time.
+type bigGate struct{ mu sync.Mutex }
+
+func newBigGate() *bigGate { return &bigGate{} }
+
+// enter returns the function that leaves the gate. It reads only the
+// file's headers and string table to learn the size, and drops them before
+// waiting, so waiting goroutines hold no big buffers.
+func (g *bigGate) enter(path string) func() {
+	f, err := elfedit.Open(path)
+	if err != nil {
+		return func() {}
+	}
+	n := f.StringTableSize()
+	f.Close()
+	if n < bigTable {
+		return func() {}
+	}
+	g.mu.Lock()
+	return g.mu.Unlock
 }
 
 // parallel runs fn(0..n-1) on jobs goroutines, stopping early when ctx ends.

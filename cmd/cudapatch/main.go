@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 
 	"github.com/urfave/cli/v3"
 )
@@ -39,7 +40,17 @@ func withCode(code int, err error) error {
 	return &exitError{code, err}
 }
 
+// memoryLimit is the Go heap's soft limit unless GOMEMLIMIT says otherwise.
+// The work is headers and string tables, a few MiB per file; with the limit
+// the collector returns garbage before the heap doubles, which keeps peak
+// RSS near what is live (measured: 182 MiB → 78 MiB when two libraries with
+// 17 MiB string tables are patched at once).
+const memoryLimit = 64 << 20
+
 func main() {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(memoryLimit)
+	}
 	os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr, os.Environ()))
 }
 
