@@ -131,7 +131,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 			}
 		}
 		for _, e := range f.Errors {
-			errs = append(errs, fmt.Errorf("%s: %s", f.Path, e))
+			errs = append(errs, fileError(f.Path, e))
 		}
 		switch {
 		case f.Skipped != "":
@@ -444,6 +444,15 @@ func (c *config) resolve(alts []string, ix *index, class elf.Class, machine elf.
 		}
 	}
 	return Dep{Name: name, How: HowMissing, Hint: ix.sonameHint(alts[0], class, machine, osabi)}
+}
+
+// fileError is one error of a file's report as an error; an audit failure
+// wraps ErrAudit, so that callers can tell it from an I/O or format error.
+func fileError(path, msg string) error {
+	if rest, ok := strings.CutPrefix(msg, ErrAudit.Error()); ok {
+		return fmt.Errorf("%s: %w%s", path, ErrAudit, rest)
+	}
+	return fmt.Errorf("%s: %s", path, msg)
 }
 
 // errMsg is err's text without the file's path, which the report carries
