@@ -1,0 +1,56 @@
+package layers_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/cudapatch/cudapatch"
+
+// deps lists the non-test dependencies of a package, standard library
+// included.
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", module+"/"+pkg).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	var ds []string
+	for _, l := range strings.Fields(string(out)) {
+		if l != module+"/"+pkg {
+			ds = append(ds, l)
+		}
+	}
+	return ds
+}
+
+func TestLayers(t *testing.T) {
+	tests := []struct {
+		pkg     string
+		allowed []string // non-standard imports allowed (prefixes)
+	}{
+		// Bytes: the standard library only.
+		{"rpath/elfedit", nil},
+		{"rpath/fnmatch", nil},
+		// The loader simulation reads ELF through elfedit and nothing else.
+		{"rpath/ldso", []string{module + "/rpath/elfedit"}},
+		// Policy: the engine, fnmatch; no CLI, no terminal, no progress bars.
+		{"rpath", []string{module + "/rpath/elfedit", module + "/rpath/fnmatch"}},
+		// Lint builds on the policy and the loader simulation.
+		{"rpath/lint", []string{module + "/rpath", "github.com/bmatcuk/doublestar/v4"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.pkg, func(t *testing.T) {
+			for _, d := range deps(t, tt.pkg) {
+				ok := false
+				for _, a := range tt.allowed {
+					if d == a || strings.HasPrefix(d, a+"/") {
+						ok = true
+					}
+				}
+				require.True(t, ok, "%s must not import %s", tt.pkg, d)
+			}
+		})
+	}
+}
