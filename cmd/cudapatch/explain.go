@@ -1,7 +1,96 @@
 package main
 
-import "github.com/urfave/cli/v3"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v3"
+
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/ldso"
+)
 
 func explainCommand(g *globals) *cli.Command {
-	return &cli.Command{Name: "explain", Usage: "(being written)"}
+	return &cli.Command{
+		Name:  "explain",
+		Usage: "show where the loader would find each library of FILE, and by which search step (runs nothing; exit 1 if one is missing)",
+		Description: "An ldd that executes nothing: glibc's search (DT_RPATH chain, LD_LIBRARY_PATH, DT_RUNPATH,\n" +
+			"ld.so.cache, default directories, glibc-hwcaps, $ORIGIN/$LIB/$PLATFORM) simulated over the files.",
+		ArgsUsage: "FILE",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "root", Usage: "resolve inside `DIR` as if chrooted there; FILE is a path inside it (or a path under DIR)"},
+			&cli.StringFlag{Name: "ld-library-path", Usage: "LD_LIBRARY_PATH `VALUE` (default: the environment's, without --root)"},
+			&cli.BoolFlag{Name: "secure", Usage: "simulate a setuid program (AT_SECURE): LD_LIBRARY_PATH ignored, $ORIGIN restricted"},
+			&cli.StringFlag{Name: "workdir", Usage: "current `DIR` (inside the root) for relative search directories"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON: the loader configuration and every need with the candidates tried"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			if cmd.Args().Len() != 1 {
+				return withCode(exitUsage, fmt.Errorf("explain: want exactly one FILE"))
+			}
+			file, root := cmd.Args().First(), cmd.String("root")
+			host, logical := file, file
+			if root != "" {
+				logical = insideRoot(root, file)
+				host = filepath.Join(root, filepath.FromSlash(logical))
+			}
+			f, err := elfedit.Open(host)
+			if err != nil {
+				return withCode(exitUsage, fmt.Errorf("explain: %s: %w", file, err))
+			}
+			in := f.Info()
+			f.Close()
+			cfg, err := ldso.DefaultConfig(root, in.ELFClass(), in.ELFMachine())
+			if err != nil {
+				return withCode(exitUsage, fmt.Errorf("explain: %w", err))
+			}
+			switch {
+			case cmd.IsSet("ld-library-path"):
+				cfg.LDLibraryPath = cmd.String("ld-library-path")
+			case root == "":
+				cfg.LDLibraryPath = g.getenv("LD_LIBRARY_PATH")
+			}
+			cfg.Secure = cmd.Bool("secure")
+			cfg.WorkDir = cmd.String("workdir")
+			tr, err := ldso.Resolve(cfg, ldso.ElfReader(), logical)
+			if err != nil {
+				return withCode(exitUsage, fmt.Errorf("explain: %w", err))
+			}
+			if cmd.Bool("json") {
+				enc := json.NewEncoder(g.stdout)
+				enc.SetIndent("", "  ")
+				err = enc.Encode(struct {
+					Config ldso.Config `json:"config"`
+					Tree   *ldso.Tree  `json:"tree"`
+				}{cfg, tr})
+			} else {
+				err = tr.Format(g.stdout)
+			}
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			for _, n := range tr.Needs {
+				if !n.Found() || n.Error != "" {
+					return withCode(exitFindings, errReported)
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// insideRoot returns the logical path of file: its part below root when it
+// lies there, else file itself taken as a path inside the root.
+func insideRoot(root, file string) string {
+	ar, err1 := filepath.Abs(root)
+	af, err2 := filepath.Abs(file)
+	if err1 == nil && err2 == nil {
+		if rel, err := filepath.Rel(ar, af); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return "/" + filepath.ToSlash(rel)
+		}
+	}
+	return "/" + strings.TrimPrefix(filepath.ToSlash(file), "/")
 }

@@ -1,7 +1,126 @@
 package main
 
-import "github.com/urfave/cli/v3"
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v3"
+	"golang.org/x/term"
+
+	"github.com/cudapatch/cudapatch/rpath/lint"
+)
 
 func lintCommand(g *globals) *cli.Command {
-	return &cli.Command{Name: "lint", Usage: "(being written)"}
+	return &cli.Command{
+		Name:  "lint",
+		Usage: "check the RUNPATHs, interpreters and dependencies of the ELF files in trees (exit 1 on findings)",
+		Description: "Rules are documented in docs/lint.md. A .cudapatch-lint.json at the root of each\n" +
+			"directory given (or --config) selects rules, changes severities and ignores paths.",
+		ArgsUsage: "PATH...",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "root", Usage: "resolve absolute paths inside `DIR` (the PATHs must lie under it)"},
+			&cli.StringFlag{Name: "config", Usage: "configuration `FILE` for every PATH, instead of each tree's " + lint.ConfigFile},
+			&cli.StringSliceFlag{Name: "enable", Usage: "turn on rule `ID` (or name, or all; repeatable, comma-separated)"},
+			&cli.StringSliceFlag{Name: "disable", Usage: "turn off rule `ID` (or name, or all; repeatable, comma-separated)"},
+			&cli.StringFlag{Name: "fail-on", Value: "warning", Usage: "exit 1 on findings at or above `LEVEL` (info, warning, error)"},
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "output `FORMAT`: text, json, sarif or junit"},
+			&cli.StringFlag{Name: "driver-link", Value: "/run/opengl-driver/lib", Usage: "the driver link `DIR`"},
+			&cli.StringFlag{Name: "store-dir", Value: "/nix/store", Usage: "the Nix store `DIR`"},
+			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Usage: "check `N` files at once (default: the number of CPUs)"},
+			&cli.BoolFlag{Name: "list-rules", Usage: "print the rules and exit"},
+		},
+		Action: func(ctx context.Context, cmd *cli.Command) error {
+			format := cmd.String("format")
+			switch format {
+			case "text", "json", "sarif", "junit":
+			default:
+				return withCode(exitUsage, fmt.Errorf("lint: unknown --format %q (want text, json, sarif or junit)", format))
+			}
+			failOn, err := lint.ParseSeverity(cmd.String("fail-on"))
+			if err != nil {
+				return withCode(exitUsage, fmt.Errorf("lint: --fail-on: %w", err))
+			}
+			if cmd.Bool("list-rules") {
+				for _, r := range lint.Rules() {
+					def := ""
+					if !r.Default {
+						def = " (off by default)"
+					}
+					fmt.Fprintf(g.stdout, "%s %-22s %-7s %s%s\n", r.ID, r.Name, r.Severity, r.Summary, def)
+				}
+				return nil
+			}
+			paths := cmd.Args().Slice()
+			if len(paths) == 0 {
+				return withCode(exitUsage, fmt.Errorf("lint: no paths given"))
+			}
+			opts := []lint.Option{
+				lint.WithLogger(g.log),
+				lint.WithEnable(splitList(cmd.StringSlice("enable"))...),
+				lint.WithDisable(splitList(cmd.StringSlice("disable"))...),
+				lint.WithDriverLink(cmd.String("driver-link")),
+				lint.WithStoreDir(cmd.String("store-dir")),
+				lint.WithBuildDirs(g.getenv("NIX_BUILD_TOP")),
+			}
+			if r := cmd.String("root"); r != "" {
+				opts = append(opts, lint.WithRoot(r))
+			}
+			if n := cmd.Int("jobs"); n != 0 {
+				opts = append(opts, lint.WithJobs(int(n)))
+			}
+			if f := cmd.String("config"); f != "" {
+				cfg, err := lint.LoadConfig(f)
+				if err != nil {
+					return withCode(exitUsage, fmt.Errorf("lint: %w", err))
+				}
+				opts = append(opts, lint.WithConfig(cfg))
+			}
+			rep, err := lint.Lint(ctx, paths, opts...)
+			if err != nil {
+				return withCode(exitUsage, fmt.Errorf("lint: %w", err))
+			}
+			switch format {
+			case "json":
+				err = lint.WriteJSON(g.stdout, rep)
+			case "sarif":
+				err = lint.WriteSARIF(g.stdout, rep, "")
+			case "junit":
+				err = lint.WriteJUnit(g.stdout, rep, failOn)
+			default:
+				err = lint.WriteText(g.stdout, rep, g.colorOK())
+			}
+			if err != nil {
+				return withCode(exitUsage, err)
+			}
+			if rep.Count(failOn) > 0 {
+				return withCode(exitFindings, errReported)
+			}
+			return nil
+		},
+	}
+}
+
+// splitList splits repeated, comma-separated flag values.
+func splitList(vals []string) []string {
+	var out []string
+	for _, v := range vals {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// colorOK says whether stdout is a terminal that wants colour (NO_COLOR
+// unset, TERM not dumb).
+func (g *globals) colorOK() bool {
+	f, ok := g.stdout.(*os.File)
+	if !ok || g.getenv("NO_COLOR") != "" || g.getenv("TERM") == "dumb" {
+		return false
+	}
+	return term.IsTerminal(int(f.Fd()))
 }

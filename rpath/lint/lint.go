@@ -363,9 +363,10 @@ func (l *linter) isDriverLink(e string) bool {
 	return path.IsAbs(e) && slices.Contains(l.driverLinks, path.Clean(e))
 }
 
-// isCompat reports cuda_compat directories: a directory named compat (the
-// package's layout, <cuda_compat>/compat) or any path naming cuda_compat.
-func isCompat(e string) bool {
+// IsCompatDir reports cuda_compat directories: a directory named compat
+// (the package's layout, <cuda_compat>/compat) or any path naming
+// cuda_compat.
+func IsCompatDir(e string) bool {
 	return path.Base(e) == "compat" || strings.Contains(e, "cuda_compat") || strings.Contains(e, "cuda-compat")
 }
 
@@ -475,7 +476,7 @@ func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
 		if rpath.IsStubDir(e) {
 			add(StubDir, e, "%s entry %s holds link-time stubs; a stub libcuda reached at run time fails with \"CUDA driver is a stub library\"", tag, e)
 		}
-		compat := isCompat(e)
+		compat := IsCompatDir(e)
 		if compat && driverIdx >= 0 && i > driverIdx {
 			add(CompatAfterDriver, e, "cuda_compat directory %s comes after the driver link %s, so the driver's libcuda wins: put compat first", e, l.driverLink)
 		}
