@@ -38,6 +38,8 @@ type Spec struct {
 	// Exe builds a PIE executable (with PT_INTERP); otherwise a shared
 	// library.
 	Exe bool `json:",omitempty"`
+	// NoPIE makes an executable ET_EXEC instead of a PIE.
+	NoPIE bool `json:",omitempty"`
 	// Static builds a static executable (no PT_INTERP, no PT_DYNAMIC).
 	Static bool `json:",omitempty"`
 	// DebugOnly turns the result into a separate debug object
@@ -218,6 +220,8 @@ func compile(s Spec, dir string) error {
 	switch {
 	case s.Static:
 		args = append(args, "-static", "-nostdlib")
+	case s.Exe && s.NoPIE:
+		args = append(args, "-no-pie")
 	case s.Exe:
 		args = append(args, "-pie")
 	default:
