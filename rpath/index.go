@@ -47,6 +47,7 @@ func buildIndex(ctx context.Context, c *config, roots []string) (*index, error) 
 			return nil, err
 		}
 		if !st.IsDir() {
+			queue = append(queue, r) // a library named directly is indexed too
 			continue
 		}
 		if c.recurse {
@@ -112,9 +113,24 @@ func (ix *index) addDir(c *config, dir string) ([]string, error) {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil // a search directory that does not exist holds nothing
 		}
+		if st, serr := os.Stat(dir); serr == nil && !st.IsDir() {
+			// A single file, as auto-patchelf's --libs and --paths accept:
+			// indexed under its directory if its name is *.so*.
+			lst, lerr := os.Lstat(dir)
+			if lerr != nil {
+				return nil, lerr
+			}
+			return ix.addFiles(filepath.Dir(dir), []fs.DirEntry{fs.FileInfoToDirEntry(lst)}), nil
+		}
 		return nil, err
 	}
 	ix.dirs = append(ix.dirs, dir)
+	return ix.addFiles(dir, ents), nil
+}
+
+// addFiles indexes the *.so* files among ents, entries of dir, and returns
+// the absolute, non-$ORIGIN RUNPATH directories they name.
+func (ix *index) addFiles(dir string, ents []fs.DirEntry) []string {
 	var more []string
 	for _, e := range ents {
 		name := e.Name()
@@ -153,7 +169,7 @@ func (ix *index) addDir(c *config, dir string) ([]string, error) {
 			}
 		}
 	}
-	return more, nil
+	return more
 }
 
 func runpathDirs(in elfedit.Info) []string {
