@@ -411,7 +411,7 @@ func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
 	}
 
 	// Driver needs: DT_NEEDED, .note.dlopen, known dlopeners.
-	var driverNames []string
+	var driverNames, noteNames []string
 	for _, n := range in.Needed {
 		if matchAny(l.driver, n) {
 			driverNames = append(driverNames, n)
@@ -419,8 +419,8 @@ func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
 	}
 	for _, d := range in.Dlopen {
 		for _, s := range d.Soname {
-			if matchAny(l.driver, s) {
-				driverNames = append(driverNames, s)
+			if matchAny(l.driver, s) && !slices.Contains(noteNames, s) {
+				noteNames = append(noteNames, s)
 			}
 		}
 	}
@@ -429,6 +429,8 @@ func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
 		switch {
 		case len(driverNames) > 0:
 			why = "needs " + strings.Join(driverNames, ", ")
+		case len(noteNames) > 0:
+			why = "dlopens " + strings.Join(noteNames, " or ") + " (.note.dlopen)"
 		case matchAny(l.dlopener, j.logical) || (in.Soname != "" && matchAny(l.dlopener, in.Soname)):
 			why = "dlopens libcuda.so.1 (known dlopener)"
 		}
@@ -490,7 +492,7 @@ func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
 		}
 		if exists && !compat && driverIdx >= 0 && i < driverIdx {
 			for _, n := range names {
-				if matchAny(l.driver, n) && (strings.Contains(n, ".so.") || slices.Contains(driverNames, n)) {
+				if matchAny(l.driver, n) && (strings.Contains(n, ".so.") || slices.Contains(driverNames, n) || slices.Contains(noteNames, n)) {
 					add(DriverShadowed, e, "%s provides driver library %s ahead of the driver link %s, so the loader takes it instead of the running driver's", e, n, l.driverLink)
 					break
 				}

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/rpath/lint"
+	"github.com/cudapatch/cudapatch/rpath/lint/linttest"
+)
+
+// runCLI runs the command line in-process.
+func runCLI(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(context.Background(), append([]string{"cudapatch"}, args...), &o, &e, env)
+	return o.String(), e.String(), code
+}
+
+// lintTree builds the fixture tree and moves into its parent, so the tree
+// is "root" and every path printed is relative and stable.
+func lintTree(t *testing.T) *linttest.Tree {
+	tr := linttest.Build(t)
+	t.Chdir(filepath.Dir(tr.Root))
+	return tr
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	p := filepath.Join("testdata", "lint", name)
+	if *update {
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(got), 0o644))
+		return
+	}
+	want, err := os.ReadFile(p)
+	require.NoError(t, err, "run go test ./cmd/cudapatch -run TestLintGolden -update")
+	assert.Equal(t, string(want), got, "golden file %s (rewrite with -update)", p)
+}
+
+// TestLintGolden checks every output format against its golden file.
+func TestLintGolden(t *testing.T) {
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	lintTree(t)
+	for _, format := range []string{"text", "json", "sarif", "junit"} {
+		t.Run(format, func(t *testing.T) {
+			out, errOut, code := runCLI(t, nil, "lint", "--root", "root", "--enable", "all", "--format", format, "root/nix/store")
+			assert.Equal(t, exitFindings, code, errOut)
+			assert.Empty(t, errOut)
+			ext := map[string]string{"text": "txt", "json": "json", "sarif": "sarif", "junit": "xml"}[format]
+			func() {
+				cwd, _ := os.Getwd()
+				require.NoError(t, os.Chdir(wd))
+				defer os.Chdir(cwd)
+				golden(t, "tree."+ext, out)
+			}()
+			switch format {
+			case "sarif":
+				checkSARIF(t, []byte(out))
+			case "json":
+				var rep lint.Report
+				require.NoError(t, json.Unmarshal([]byte(out), &rep))
+				assert.NotEmpty(t, rep.Findings)
+			case "junit":
+				var v struct {
+					Tests    int `xml:"tests,attr"`
+					Failures int `xml:"failures,attr"`
+				}
+				require.NoError(t, xml.Unmarshal([]byte(out), &v))
+				assert.Positive(t, v.Failures)
+				assert.Greater(t, v.Tests, v.Failures)
+			}
+		})
+	}
+}
+
+func TestLintExitCodes(t *testing.T) {
+	tr := lintTree(t)
+	clean := []string{"lint", "--root", "root"}
+	for _, c := range tr.Cases {
+		if c.Rule == "" {
+			rel, err := filepath.Rel(filepath.Dir(tr.Root), c.Host)
+			require.NoError(t, err)
+			clean = append(clean, rel)
+		}
+	}
+	out, _, code := runCLI(t, nil, clean...)
+	assert.Equal(t, exitOK, code, out)
+	assert.Contains(t, out, "0 with findings")
+
+	// Only warnings (CP007 duplicate, CP008 DT_RPATH, CP011 missing dir):
+	// fail-on error passes them, the default fails.
+	warn := []string{"lint", "--root", "root", "root/nix/store/99999999999999999999999999999999-duplicate-entry"}
+	_, _, code = runCLI(t, nil, warn...)
+	assert.Equal(t, exitFindings, code)
+	_, _, code = runCLI(t, nil, append(warn[:1:1], append([]string{"--fail-on", "error"}, warn[1:]...)...)...)
+	assert.Equal(t, exitOK, code)
+	_, _, code = runCLI(t, nil, "lint", "--root", "root", "--disable", "CP007,CP011", "root/nix/store/99999999999999999999999999999999-duplicate-entry")
+	assert.Equal(t, exitOK, code)
+
+	// --config replaces the tree's file.
+	require.NoError(t, os.WriteFile("cfg.json", []byte(`{"ignore": [{"paths": ["**"]}]}`), 0o644))
+	_, _, code = runCLI(t, nil, "lint", "--root", "root", "--config", "cfg.json", "root/nix/store")
+	assert.Equal(t, exitOK, code)
+
+	// $NIX_BUILD_TOP counts as a build directory.
+	_, _, code = runCLI(t, []string{"NIX_BUILD_TOP=" + linttest.LibFoo}, "lint", "--root", "root", "--disable", "CP007", "root/nix/store/99999999999999999999999999999999-duplicate-entry")
+	assert.Equal(t, exitFindings, code)
+
+	for _, args := range [][]string{
+		{"lint"},
+		{"lint", "--format", "xml", "root"},
+		{"lint", "--fail-on", "fatal", "root"},
+		{"lint", "--enable", "CP999", "root"},
+		{"lint", "nonexistent"},
+		{"lint", "--config", "nonexistent.json", "root"},
+	} {
+		_, errOut, code := runCLI(t, nil, args...)
+		assert.Equal(t, exitUsage, code, "%v", args)
+		assert.NotEmpty(t, errOut, "%v", args)
+	}
+	out, _, code = runCLI(t, nil, "lint", "--list-rules")
+	assert.Equal(t, exitOK, code)
+	for _, r := range lint.Rules() {
+		assert.Contains(t, out, r.ID+" "+r.Name)
+	}
+}
+
+// TestLintDocs: every rule has a section in docs/lint.md.
+func TestLintDocs(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/lint.md")
+	require.NoError(t, err)
+	for _, r := range lint.Rules() {
+		assert.Contains(t, string(doc), "## "+r.ID+" "+r.Name, "docs/lint.md lacks a section for %s", r.ID)
+	}
+}
+
+// checkSARIF checks the parts of the SARIF 2.1.0 schema
+// (sarif-schema-2.1.0.json) that the output uses: required properties,
+// types, enumerations, no properties the schema does not define (its
+// objects are additionalProperties: false), and rule references that
+// point at the right rule.
+func checkSARIF(t *testing.T, data []byte) {
+	t.Helper()
+	var doc map[string]any
+	require.NoError(t, json.Unmarshal(data, &doc))
+	obj := func(v any, where string, required []string, allowed ...string) map[string]any {
+		m, ok := v.(map[string]any)
+		require.True(t, ok, "%s: not an object", where)
+		for _, k := range required {
+			assert.Contains(t, m, k, "%s: required property %q", where, k)
+		}
+		for k := range m {
+			assert.Contains(t, append(required, allowed...), k, "%s: property %q is not in the schema", where, k)
+		}
+		return m
+	}
+	arr := func(v any, where string) []any {
+		a, ok := v.([]any)
+		require.True(t, ok, "%s: not an array", where)
+		return a
+	}
+	str := func(v any, where string) string {
+		s, ok := v.(string)
+		require.True(t, ok, "%s: not a string", where)
+		return s
+	}
+	uri := func(v any, where string) {
+		_, err := url.Parse(str(v, where))
+		assert.NoError(t, err, where)
+	}
+	levels := []string{"none", "note", "warning", "error"}
+
+	obj(doc, "sarifLog", []string{"version", "runs"}, "$schema")
+	assert.Equal(t, "2.1.0", doc["version"])
+	uri(doc["$schema"], "$schema")
+	runs := arr(doc["runs"], "runs")
+	require.Len(t, runs, 1)
+	run := obj(runs[0], "run", []string{"tool"}, "results")
+	tool := obj(run["tool"], "tool", []string{"driver"})
+	drv := obj(tool["driver"], "toolComponent", []string{"name"}, "informationUri", "rules", "version")
+	str(drv["name"], "driver.name")
+	uri(drv["informationUri"], "driver.informationUri")
+	var ids []string
+	for i, r := range arr(drv["rules"], "rules") {
+		where := "rules[" + string(rune('0'+i%10)) + "]"
+		rd := obj(r, where, []string{"id"}, "name", "shortDescription", "helpUri", "defaultConfiguration")
+		ids = append(ids, str(rd["id"], where+".id"))
+		sd := obj(rd["shortDescription"], where+".shortDescription", []string{"text"})
+		assert.NotEmpty(t, str(sd["text"], where+".shortDescription.text"))
+		uri(rd["helpUri"], where+".helpUri")
+		assert.True(t, strings.HasPrefix(rd["helpUri"].(string), "https://"), where)
+		dc := obj(rd["defaultConfiguration"], where+".defaultConfiguration", nil, "level")
+		assert.Contains(t, levels, str(dc["level"], where+".level"))
+	}
+	results := arr(run["results"], "results")
+	assert.NotEmpty(t, results)
+	for _, r := range results {
+		res := obj(r, "result", []string{"message"}, "ruleId", "ruleIndex", "level", "locations")
+		id := str(res["ruleId"], "result.ruleId")
+		idx, ok := res["ruleIndex"].(float64)
+		require.True(t, ok, "ruleIndex not a number")
+		require.True(t, idx >= 0 && int(idx) < len(ids), "ruleIndex %v out of range", idx)
+		assert.Equal(t, ids[int(idx)], id, "ruleIndex points at another rule")
+		assert.Contains(t, levels, str(res["level"], "result.level"))
+		msg := obj(res["message"], "message", nil, "text")
+		assert.NotEmpty(t, str(msg["text"], "message.text"))
+		locs := arr(res["locations"], "locations")
+		require.Len(t, locs, 1)
+		loc := obj(locs[0], "location", nil, "physicalLocation")
+		pl := obj(loc["physicalLocation"], "physicalLocation", []string{"artifactLocation"})
+		al := obj(pl["artifactLocation"], "artifactLocation", nil, "uri")
+		u := str(al["uri"], "artifactLocation.uri")
+		_, err := url.Parse(u)
+		assert.NoError(t, err)
+		assert.False(t, strings.HasPrefix(u, "/"), "uri %q: relative paths stay relative", u)
+	}
+}
