@@ -467,9 +467,11 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		}
 		copy(buf[bl.rel:], old)
 	}
-	if b.interpChanged {
-		// The moved copy of the replaced interpreter is dead: clear it, or
-		// the old loader's store path stays in the file (and the closure).
+	if L.moveInterp {
+		// A copy of the interpreter that came with the moved blobs (or the
+		// carried bytes of the live region) is dead once PT_INTERP points at
+		// interpRel: clear it, or a replaced loader's store path stays in
+		// the file (and the closure), now or after the next edit.
 		p := f.Progs[f.interpProg]
 		if r, ok := reloc(p.Off); ok {
 			clear(buf[r:min(r+p.Filesz, L.carryEnd)])
