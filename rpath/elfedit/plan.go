@@ -408,9 +408,6 @@ func (b *builder) slack() (*Plan, bool) {
 // the commit, every string that was replaced or removed.
 func (b *builder) scrubOld() {
 	f := b.f
-	if f.region.contains(f.strOff) {
-		return // the old table lives in the old region, which is dropped or zeroed
-	}
 	for _, r := range b.sl.dead {
 		if r.hi > r.lo {
 			b.add(StepHygiene, "scrub replaced string in the old .dynstr", f.strOff+r.lo, bytes.Repeat([]byte{'X'}, int(r.hi-r.lo)))

@@ -477,6 +477,12 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			clear(buf[r:min(r+p.Filesz, L.carryEnd)])
 		}
 	}
+	if L.moveStr {
+		// Likewise a copy of the replaced string table.
+		if r, ok := reloc(f.strOff); ok {
+			clear(buf[r:min(r+uint64(len(f.strtab)), L.carryEnd)])
+		}
+	}
 	if phdrIn {
 		for i, p := range progs {
 			f.encodeProg(buf[L.phRel+uint64(i)*ps:], p)
@@ -557,8 +563,8 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		b.add(StepCommit, "ELF header and program header table", 0, append(head, tbl...))
 	}
 
-	if b.dynChanged {
-		b.scrubOld()
+	if b.dynChanged && !live.contains(f.strOff) {
+		b.scrubOld() // a table in the live region goes with it
 	}
 	tblEnd := h.Phoff + L.phSize
 	if phdrIn {
