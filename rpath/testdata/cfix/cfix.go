@@ -248,6 +248,11 @@ func compile(s Spec, dir string) error {
 		args = append(args, stub)
 	}
 	args = append(args, s.Link...)
+	if len(s.Link) > 0 && (s.Exe || s.Static) {
+		// The cached libraries are all called "out", so ld cannot find
+		// their own DT_NEEDED to check their undefined symbols.
+		args = append(args, "-Wl,--allow-shlib-undefined")
+	}
 	if s.Libc {
 		args = append(args, "-ldl")
 	}
