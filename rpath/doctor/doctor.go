@@ -220,20 +220,38 @@ func orUnknown(v string) string {
 // versionOf returns the version of a libcuda from the name of the file its
 // links end at (libcuda.so.580.159.04).
 func (d *doctor) versionOf(p string) string {
-	for range 40 {
-		if m := soVersion.FindStringSubmatch(path.Base(p)); m != nil {
+	for _, q := range d.chain(p) {
+		if m := soVersion.FindStringSubmatch(path.Base(q)); m != nil {
 			return m[1]
 		}
+	}
+	return ""
+}
+
+// chain follows the symbolic links from logical path p inside the root
+// (absolute targets start again at the root) and returns every path on the
+// way, p first.
+func (d *doctor) chain(p string) []string {
+	out := []string{p}
+	for range 40 {
 		t, err := os.Readlink(d.host(p))
 		if err != nil {
-			return ""
+			break
 		}
 		if !path.IsAbs(t) {
 			t = path.Join(path.Dir(p), t)
 		}
 		p = t
+		out = append(out, p)
 	}
-	return ""
+	return out
+}
+
+// isFile reports whether logical path p is, after its links, a regular file.
+func (d *doctor) isFile(p string) bool {
+	c := d.chain(p)
+	st, err := os.Lstat(d.host(c[len(c)-1]))
+	return err == nil && st.Mode().IsRegular()
 }
 
 // driverLibsIn lists the driver libraries of dir (inside the root) with a
@@ -307,7 +325,7 @@ func (d *doctor) link() {
 		return
 	}
 	lib := link + "/libcuda.so.1"
-	if _, err := os.Stat(d.host(lib)); err != nil {
+	if !d.isFile(lib) {
 		d.add("driver-libcuda", bad, d.genericFix(), "%s exists but holds no (working link to) libcuda.so.1", link)
 		return
 	}
@@ -459,10 +477,7 @@ func (d *doctor) dlopen(cfg ldso.Config, read ldso.Reader, caller string) (strin
 	if err != nil {
 		return "", ""
 	}
-	try := func(dir string) bool {
-		_, err := os.Stat(d.host(path.Join(dir, name)))
-		return err == nil
-	}
+	try := func(dir string) bool { return d.isFile(path.Join(dir, name)) }
 	if !cfg.Secure {
 		for _, dir := range strings.FieldsFunc(cfg.LDLibraryPath, func(r rune) bool { return r == ':' || r == ';' }) {
 			if try(dir) {
