@@ -293,6 +293,21 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 		}
 	}
 	touched := append(slices.Clone(sl.overwrites), sl.scrub...)
+	// A table that grows moves, and its copy ends with the last string
+	// anything still references: old values that earlier edits appended are
+	// left behind, or every edit would grow the table (and the file) again.
+	limit := uint64(len(sl.image))
+	if refsOK {
+		limit = min(limit, 1) // offset 0, the empty string
+		for _, x := range refs {
+			if s, ok := cstring(sl.image, x); ok {
+				limit = max(limit, x+uint64(len(s))+1)
+			}
+		}
+		for _, r := range sl.overwrites {
+			limit = max(limit, r.hi+1)
+		}
+	}
 	appended := map[string]uint64{}
 	for i := range ents {
 		d := &ents[i]
@@ -303,9 +318,12 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 			d.val = v
 			continue
 		}
-		if v, ok := findString(f.strtab, d.str, touched); ok {
+		if v, ok := findString(f.strtab[:limit], d.str, touched); ok {
 			d.val = v
 			continue
+		}
+		if !sl.grown {
+			sl.image = sl.image[:limit]
 		}
 		d.val = uint64(len(sl.image))
 		appended[d.str] = d.val
