@@ -1,0 +1,461 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
+)
+
+// cliTree is a test's directory of C fixtures for the end-to-end tests of
+// the main job; "{root}" in strings stands for its root.
+type cliTree struct {
+	t    *testing.T
+	root string
+}
+
+func newCLITree(t *testing.T) *cliTree {
+	t.Helper()
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cliTree{t: t, root: root}
+}
+
+func (c *cliTree) x(s string) string { return strings.ReplaceAll(s, "{root}", c.root) }
+func (c *cliTree) p(rel string) string {
+	return filepath.Join(c.root, c.x(rel))
+}
+
+func (c *cliTree) place(rel string, s cfix.Spec) {
+	c.t.Helper()
+	s.RunPath, s.RPath = c.x(s.RunPath), c.x(s.RPath)
+	cfix.Place(c.t, s, c.p(rel))
+}
+
+func (c *cliTree) write(rel, content string) {
+	c.t.Helper()
+	if err := os.MkdirAll(filepath.Dir(c.p(rel)), 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.WriteFile(c.p(rel), []byte(c.x(content)), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *cliTree) hashes() map[string][32]byte {
+	c.t.Helper()
+	out := map[string][32]byte{}
+	err := filepath.WalkDir(c.root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		out[p] = sha256.Sum256(b)
+		return err
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return out
+}
+
+func (c *cliTree) unchanged(before map[string][32]byte) {
+	c.t.Helper()
+	after := c.hashes()
+	for p, h := range before {
+		if after[p] != h {
+			c.t.Errorf("%s was written", p)
+		}
+	}
+}
+
+// runpath reads DT_RUNPATH with debug/elf ("" when there is none).
+func (c *cliTree) runpath(rel string) string {
+	c.t.Helper()
+	f, err := elf.Open(c.p(rel))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer f.Close()
+	rp, _ := f.DynString(elf.DT_RUNPATH)
+	if rpath, _ := f.DynString(elf.DT_RPATH); len(rpath) > 0 {
+		c.t.Errorf("%s: DT_RPATH %q left", rel, rpath)
+	}
+	return strings.Join(rp, "|")
+}
+
+func (c *cliTree) interp(rel string) string {
+	c.t.Helper()
+	f, err := elf.Open(c.p(rel))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			p.ReadAt(b, 0)
+			return strings.TrimRight(string(b), "\x00")
+		}
+	}
+	return ""
+}
+
+// runCLI calls run as main would, with "{root}" expanded in args and env.
+func (c *cliTree) runCLI(env []string, args ...string) (int, string, string) {
+	c.t.Helper()
+	full := []string{"cudapatch"}
+	for _, a := range args {
+		full = append(full, c.x(a))
+	}
+	var xenv []string
+	for _, e := range env {
+		xenv = append(xenv, c.x(e))
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), full, &stdout, &stderr, xenv)
+	return code, stdout.String(), stderr.String()
+}
+
+func lines(s string) []string {
+	s = strings.TrimRight(s, "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+func (c *cliTree) wantLines(what, got string, want ...string) {
+	c.t.Helper()
+	for i := range want {
+		want[i] = c.x(want[i])
+	}
+	if g := lines(got); !slices.Equal(g, want) {
+		c.t.Errorf("%s:\n got %q\nwant %q", what, g, want)
+	}
+}
+
+func cExe(runpath string, needed ...string) cfix.Spec {
+	return cfix.Spec{Exe: true, Needed: needed, RunPath: runpath}
+}
+
+func cLib(soname string, needed ...string) cfix.Spec {
+	return cfix.Spec{Soname: soname, Needed: needed}
+}
+
+// pkgTree is the package most CLI tests patch.
+func pkgTree(t *testing.T) *cliTree {
+	c := newCLITree(t)
+	c.place("out/bin/app", cExe("/old/lib", "libdep.so"))
+	c.place("out/lib/libl.so", cLib("libl.so", "libdep.so"))
+	c.place("out/lib/librp.so", cfix.Spec{Soname: "librp.so", RPath: "/opt/x"})
+	c.write("out/share/doc.txt", "text\n")
+	c.place("deps/libdep.so", cLib("libdep.so"))
+	return c
+}
+
+const sysLoader = "/lib64/ld-linux-x86-64.so.2"
+
+// TestPatchText: one line per changed file (old -> new RUNPATH, and the
+// interpreter when it changes) on stdout, a summary line on stderr, exit 0;
+// a second run changes nothing and says so.
+func TestPatchText(t *testing.T) {
+	for _, verb := range [][]string{nil, {"patch"}} {
+		c := pkgTree(t)
+		args := append(slices.Clone(verb), "--search", "{root}/deps", "--interpreter", "/nix/store/aaa-glibc/lib/ld-linux-x86-64.so.2", "{root}/out")
+		code, stdout, stderr := c.runCLI(nil, args...)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s", code, stderr)
+		}
+		c.wantLines("stdout", stdout,
+			"{root}/out/bin/app: RUNPATH /old/lib -> /run/opengl-driver/lib:{root}/deps; interpreter "+sysLoader+" -> /nix/store/aaa-glibc/lib/ld-linux-x86-64.so.2",
+			"{root}/out/lib/libl.so: RUNPATH (none) -> /run/opengl-driver/lib:{root}/deps",
+			"{root}/out/lib/librp.so: RUNPATH /opt/x (RPATH) -> /run/opengl-driver/lib",
+		)
+		c.wantLines("stderr", stderr, "cudapatch: patched 3 files, 0 unchanged, 1 skipped, 0 missing dependencies")
+		if got := c.runpath("out/bin/app"); got != c.x("/run/opengl-driver/lib:{root}/deps") {
+			t.Errorf("RUNPATH %q", got)
+		}
+		if got := c.interp("out/bin/app"); got != "/nix/store/aaa-glibc/lib/ld-linux-x86-64.so.2" {
+			t.Errorf("interpreter %q", got)
+		}
+
+		code, stdout, stderr = c.runCLI(nil, args...)
+		if code != 0 || stdout != "" {
+			t.Errorf("second run: exit %d, stdout %q", code, stdout)
+		}
+		c.wantLines("second stderr", stderr, "cudapatch: patched 0 files, 3 unchanged, 1 skipped, 0 missing dependencies")
+	}
+}
+
+// TestPatchMissing: each unsatisfied dependency gets auto-patchelf's exact
+// error line, then the summary; exit 1 and nothing written.
+func TestPatchMissing(t *testing.T) {
+	c := pkgTree(t)
+	c.place("out/bin/tool", cExe("", "libmiss.so.1", "libdep.so", "libother.so"))
+	c.place("out/lib/libm.so", cLib("libm.so", "libmiss.so.1"))
+	c.place("deps/libver.so.2.0", cLib("libver.so.2"))
+	c.place("out/bin/ver", cExe("", "libver.so.2"))
+	before := c.hashes()
+	code, stdout, stderr := c.runCLI(nil, "--search", "{root}/deps", "--ignore-missing", "libother*", "{root}/out")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, stderr)
+	}
+	if len(lines(stdout)) != 6 {
+		t.Errorf("stdout %q", stdout)
+	}
+	c.wantLines("stderr", stderr,
+		"error: auto-patchelf could not satisfy dependency libmiss.so.1 wanted by {root}/out/bin/tool",
+		"error: auto-patchelf could not satisfy dependency libver.so.2 wanted by {root}/out/bin/ver",
+		"  hint: {root}/deps/libver.so.2.0 has this DT_SONAME; the loader needs a file or link named libver.so.2 in {root}/deps",
+		"error: auto-patchelf could not satisfy dependency libmiss.so.1 wanted by {root}/out/lib/libm.so",
+		"cudapatch: would patch 6 files, 0 unchanged, 1 skipped, 3 missing dependencies",
+	)
+	c.unchanged(before)
+}
+
+// TestPatchAudit: an entry that fails the audit is an error naming the file
+// and the entry; exit 1, nothing written.
+func TestPatchAudit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		env   []string
+		args  []string
+		entry string
+		msg   string
+	}{
+		{"relative", nil, []string{"--append-rpath", "lib"}, "lib", "is relative: the loader resolves it against the current directory"},
+		{"stubs", nil, []string{"--append-rpath", "/nix/store/x-cuda_cudart/lib/stubs"}, "/nix/store/x-cuda_cudart/lib/stubs",
+			"is a stub directory: its libcuda would be loaded instead of the driver's"},
+		{"/build", nil, []string{"--runtime-dependency", "/build/source/lib"}, "/build/source/lib", "points into the build directory /build"},
+		{"NIX_BUILD_TOP", []string{"NIX_BUILD_TOP={root}/top"}, []string{"--runtime-dependency", "{root}/top/lib"}, "{root}/top/lib",
+			"points into the build directory {root}/top"},
+		{"TMPDIR in a Nix build", []string{"NIX_BUILD_TOP=/nonexistent-top", "TMPDIR={root}/tmp"}, []string{"--append-rpath", "{root}/tmp/x"},
+			"{root}/tmp/x", "points into the build directory {root}/tmp"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCLITree(t)
+			c.place("out/bin/app", cExe(""))
+			before := c.hashes()
+			code, stdout, stderr := c.runCLI(tc.env, append(tc.args, "{root}/out")...)
+			if code != 1 {
+				t.Fatalf("exit %d, want 1\n%s", code, stderr)
+			}
+			_ = stdout
+			c.wantLines("stderr", stderr,
+				"cudapatch: would patch 1 files, 0 unchanged, 0 skipped, 0 missing dependencies",
+				`error: {root}/out/bin/app: RUNPATH audit failed: RUNPATH entry "`+tc.entry+`" `+tc.msg)
+			c.unchanged(before)
+		})
+	}
+	// TMPDIR alone (outside a Nix build) is not a build directory: tests
+	// and users patch trees under /tmp.
+	c := newCLITree(t)
+	c.place("out/bin/app", cExe(""))
+	if code, _, stderr := c.runCLI([]string{"TMPDIR={root}"}, "--append-rpath", "{root}/x", "{root}/out"); code != 0 {
+		t.Errorf("exit %d\n%s", code, stderr)
+	}
+}
+
+// TestPatchUsage: a bad command line exits 2 before anything is read.
+func TestPatchUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{nil, "cudapatch: no paths to patch (see --help)"},
+		{[]string{"patch"}, "cudapatch: no paths to patch (see --help)"},
+		{[]string{"--driver-link-for", "some", "{root}/out"}, `cudapatch: driver link policy "some": want all, needed or none`},
+		{[]string{"--driver-link", "run/opengl-driver/lib", "{root}/out"}, `cudapatch: driver link "run/opengl-driver/lib" is not absolute`},
+		{[]string{"--cuda-compat", "compat", "{root}/out"}, `cudapatch: cuda_compat directory "compat" is not absolute`},
+		{[]string{"--jobs", "0", "{root}/out"}, "cudapatch: jobs 0: want at least 1"},
+		{[]string{"--ignore-missing", "", "{root}/out"}, "cudapatch: empty ignore-missing pattern"},
+		{[]string{"--append-rpath", "", "{root}/out"}, "cudapatch: empty RUNPATH entry to append"},
+		{[]string{"--bogus", "{root}/out"}, "flag provided but not defined"},
+		{[]string{"{root}/nonexistent"}, "no such file or directory"},
+	} {
+		c := newCLITree(t)
+		c.place("out/bin/app", cExe(""))
+		before := c.hashes()
+		code, _, stderr := c.runCLI(nil, tc.args...)
+		if code != 2 || !strings.Contains(stderr, c.x(tc.msg)) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, c.x(tc.msg))
+		}
+		c.unchanged(before)
+	}
+}
+
+// TestPatchNixBintools: in a Nix build the interpreter and the libc come
+// from $NIX_BINTOOLS/nix-support/{dynamic-linker,orig-libc}; --interpreter
+// wins over them.
+func TestPatchNixBintools(t *testing.T) {
+	const ld = "/nix/store/bbb-glibc-2.40/lib/ld-linux-x86-64.so.2"
+	for _, flag := range []bool{false, true} {
+		c := newCLITree(t)
+		c.place("out/bin/app", cExe("", "libc.so.6", "libm.so.6", "libdep.so"))
+		c.place("out/lib/libl.so", cLib("libl.so", "libc.so.6"))
+		c.place("deps/libdep.so", cLib("libdep.so"))
+		c.place("glibc/lib/libc.so.6", cLib("libc.so.6"))
+		c.place("glibc/lib/libm.so.6", cLib("libm.so.6"))
+		c.write("bintools/nix-support/dynamic-linker", ld+"\n")
+		c.write("bintools/nix-support/orig-libc", "{root}/glibc\n")
+		args := []string{"--search", "{root}/deps", "{root}/out"}
+		want := ld
+		if flag {
+			want = "/nix/store/ccc-other/ld.so"
+			args = append([]string{"--interpreter", want}, args...)
+		}
+		code, _, stderr := c.runCLI([]string{"NIX_BINTOOLS={root}/bintools"}, args...)
+		if code != 0 {
+			t.Fatalf("exit %d\n%s", code, stderr)
+		}
+		if got := c.interp("out/bin/app"); got != want {
+			t.Errorf("interpreter %q, want %q", got, want)
+		}
+		if got := c.runpath("out/bin/app"); got != c.x("/run/opengl-driver/lib:{root}/deps") {
+			t.Errorf("app RUNPATH %q", got)
+		}
+		if got := c.runpath("out/lib/libl.so"); got != "/run/opengl-driver/lib" {
+			t.Errorf("libl.so RUNPATH %q", got)
+		}
+	}
+}
+
+// TestPatchFlags: every flag of the main job reaches the policy.
+func TestPatchFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want map[string]string // file → RUNPATH
+	}{
+		{[]string{"--search", "{root}/deps"}, map[string]string{
+			"out/bin/app": "/run/opengl-driver/lib:{root}/deps:{root}/out/lib"}},
+		{[]string{"--search", "{root}/deps", "--cuda-compat", "/nix/store/c-compat/compat", "--driver-link", "/drv/lib"}, map[string]string{
+			"out/bin/app": "/nix/store/c-compat/compat:/drv/lib:{root}/deps:{root}/out/lib"}},
+		{[]string{"--search", "{root}/deps", "--driver-link-for", "needed"}, map[string]string{
+			"out/bin/app": "{root}/deps:{root}/out/lib", "out/lib/libcu.so": "/run/opengl-driver/lib"}},
+		{[]string{"--search", "{root}/deps", "--driver-link-for", "none"}, map[string]string{
+			"out/bin/app": "{root}/deps:{root}/out/lib", "out/lib/libcu.so": "(none)"}},
+		{[]string{"--search", "{root}/deps", "--driver-link-for", "none", "--runtime-dependency", "/rt/a/lib", "--runtime-dependency", "/rt/b/lib",
+			"--append-rpath", "$ORIGIN", "--append-rpath", "/z"}, map[string]string{
+			"out/bin/app": "/rt/a/lib:/rt/b/lib:{root}/deps:{root}/out/lib:$ORIGIN:/z", "out/lib/libcu.so": "$ORIGIN:/z"}},
+		{[]string{"--search", "{root}/deps", "--driver-link-for", "none", "--preserve-origin"}, map[string]string{
+			"out/bin/app": "{root}/deps:{root}/out/lib:$ORIGIN/../lib"}},
+		{[]string{"--search-recursive", "{root}/tree", "--driver-link-for", "none"}, map[string]string{
+			"out/bin/app": "{root}/tree/a/lib:{root}/out/lib"}},
+		{[]string{"--search", "{root}/tree/b", "--search", "{root}/deps", "--driver-link-for", "none"}, map[string]string{
+			"out/bin/app": "{root}/tree/b:{root}/out/lib"}},
+		{[]string{"--search", "{root}/deps", "--driver-link-for", "none", "--libc", "{root}/deps"}, map[string]string{
+			"out/bin/app": "{root}/out/lib"}},
+		{[]string{"--search", "{root}/deps", "--driver-link-for", "none", "--libc", "{root}/deps", "--keep-libc"}, map[string]string{
+			"out/bin/app": "{root}/deps:{root}/out/lib"}},
+		{[]string{"--search", "{root}/hop", "--driver-link-for", "none", "--jobs", "1"}, map[string]string{
+			"out/bin/app": "{root}/tree/a/lib:{root}/out/lib"}},
+	} {
+		c := newCLITree(t)
+		c.place("out/bin/app", cExe("$ORIGIN/../lib:/old", "libdep.so", "libo.so"))
+		c.place("out/lib/libo.so", cLib("libo.so"))
+		c.place("out/lib/libcu.so", cLib("libcu.so", "libcuda.so.1"))
+		c.place("deps/libdep.so", cLib("libdep.so"))
+		c.place("tree/a/lib/libdep.so", cLib("libdep.so"))
+		c.place("tree/b/libdep.so", cLib("libdep.so"))
+		c.place("hop/libhop.so", cfix.Spec{Soname: "libhop.so", RunPath: "{root}/tree/a/lib"})
+		code, _, stderr := c.runCLI(nil, append(tc.args, "{root}/out")...)
+		if code != 0 {
+			t.Errorf("%q: exit %d\n%s", tc.args, code, stderr)
+			continue
+		}
+		for rel, want := range tc.want {
+			got := c.runpath(rel)
+			if got == "" {
+				got = "(none)"
+			}
+			if got != c.x(want) {
+				t.Errorf("%q: %s RUNPATH %q, want %q", tc.args, rel, got, c.x(want))
+			}
+		}
+	}
+	// --no-recurse and --ignore-existing: a file below is not patched, a
+	// library behind a RUNPATH not found.
+	c := newCLITree(t)
+	c.place("out/app", cExe("", "libh.so", "libhop.so"))
+	c.place("out/sub/app2", cExe("/keep"))
+	c.place("hop/libhop.so", cfix.Spec{Soname: "libhop.so", RunPath: "{root}/hidden"})
+	c.place("hidden/libh.so", cLib("libh.so"))
+	code, _, stderr := c.runCLI(nil, "--no-recurse", "--search", "{root}/hop", "{root}/out")
+	if code != 0 || c.runpath("out/sub/app2") != "/keep" || c.runpath("out/app") != c.x("/run/opengl-driver/lib:{root}/hidden:{root}/hop") {
+		t.Errorf("--no-recurse: exit %d, %q, %q\n%s", code, c.runpath("out/sub/app2"), c.runpath("out/app"), stderr)
+	}
+	code, _, stderr = c.runCLI(nil, "--ignore-existing", "--search", "{root}/hop", "{root}/out")
+	if code != 1 || !strings.Contains(stderr, c.x("error: auto-patchelf could not satisfy dependency libh.so wanted by {root}/out/app\n")) {
+		t.Errorf("--ignore-existing: exit %d\n%s", code, stderr)
+	}
+}
+
+// TestPatchJSON: --json prints the whole report as JSON on stdout, and
+// nothing else there, also when dependencies are missing.
+func TestPatchJSON(t *testing.T) {
+	for _, missing := range []bool{false, true} {
+		c := pkgTree(t)
+		if missing {
+			c.place("out/bin/broken", cExe("", "libnowhere.so"))
+		}
+		code, stdout, stderr := c.runCLI(nil, "--json", "--search", "{root}/deps", "{root}/out")
+		if want := map[bool]int{false: 0, true: 1}[missing]; code != want {
+			t.Fatalf("exit %d, want %d\n%s", code, want, stderr)
+		}
+		var rep rpath.Report
+		dec := json.NewDecoder(strings.NewReader(stdout))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&rep); err != nil {
+			t.Fatalf("%v\n%s", err, stdout)
+		}
+		if dec.More() {
+			t.Errorf("more than one JSON value on stdout")
+		}
+		wantFiles := 4
+		if missing {
+			wantFiles = 5
+		}
+		if len(rep.Files) != wantFiles || rep.Written == missing {
+			t.Errorf("files %d, written %v", len(rep.Files), rep.Written)
+		}
+		for _, f := range rep.Files {
+			if f.Path == c.p("out/bin/app") {
+				if f.RunPath != c.x("/run/opengl-driver/lib:{root}/deps") || len(f.Deps) != 1 ||
+					f.Deps[0] != (rpath.Dep{Name: "libdep.so", Source: "needed", How: rpath.HowStore, Path: c.p("deps/libdep.so"), Dir: c.p("deps")}) {
+					t.Errorf("app: %+v", f)
+				}
+			}
+		}
+		if missing && (len(rep.Missing) != 1 || rep.Missing[0].File != c.p("out/bin/broken")) {
+			t.Errorf("missing %+v", rep.Missing)
+		}
+	}
+}
+
+// TestPatchDryRun: --dry-run prints what it would do and writes nothing.
+func TestPatchDryRun(t *testing.T) {
+	c := pkgTree(t)
+	before := c.hashes()
+	code, stdout, stderr := c.runCLI(nil, "--dry-run", "--search", "{root}/deps", "{root}/out")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	if len(lines(stdout)) != 3 {
+		t.Errorf("stdout %q", stdout)
+	}
+	c.wantLines("stderr", stderr, "cudapatch: would patch 3 files, 0 unchanged, 1 skipped, 0 missing dependencies")
+	c.unchanged(before)
+}
