@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -393,4 +394,14 @@ func noStale(t testing.TB, path string, before, after want) {
 			t.Errorf("replaced string %q still in the file at 0x%x", old, i)
 		}
 	}
+}
+
+// planString describes a plan without its data.
+func planString(p *elfedit.Plan) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %d -> %d:", p.Strategy, p.OldSize, p.NewSize)
+	for _, s := range p.Steps {
+		fmt.Fprintf(&b, " [%s %q 0x%x+0x%x]", s.Kind, s.What, s.Off, s.Len)
+	}
+	return b.String()
 }
