@@ -592,3 +592,41 @@ func (v *propVariant) runStatic(steps int) {
 		require.Equal(t, fx.Want+"\n", out, "step %d", i)
 	}
 }
+
+// TestRemoveSharedNeededWithRegion is a case the property test found
+// around: DT_NEEDED "libc.so.6" shares its bytes with the vn_file of the
+// version references. Removing it together with an interpreter change takes
+// the region layout with the string table left in place, which must not
+// scrub the shared string (glibc then stops on "_dl_check_map_versions:
+// Assertion `needed != NULL' failed").
+func TestRemoveSharedNeededWithRegion(t *testing.T) {
+	t.Parallel()
+	for _, orig := range dynamic(t) {
+		t.Run(orig.Name, func(t *testing.T) {
+			t.Parallel()
+			fx := orig.Copy(t)
+			for path, p := range map[string]string{fx.Exe: "$ORIGIN/../lib", fx.Libs[0]: "$ORIGIN"} {
+				_, err := elfedit.EditFile(path, elfedit.Edit{SetPath: str(p), Tag: elfedit.TagKeep}, elfedit.Options{})
+				require.NoError(t, err)
+			}
+			before := info(t, fx.Exe)
+			var libc string
+			for _, n := range before.Needed {
+				if strings.HasPrefix(n, "libc.so") {
+					libc = n
+				}
+			}
+			require.NotEmpty(t, libc, "main needs no libc: %q", before.Needed)
+			probs := problems(t, fx.Exe)
+			e := elfedit.Edit{RemoveNeeded: []string{libc}, Interpreter: str(dotdotInterp(t, fx))}
+			res, err := elfedit.EditFile(fx.Exe, e, elfedit.Options{})
+			require.NoError(t, err)
+			assert.Equal(t, elfedit.Region, res.Plan.Strategy)
+			checkWant(t, fx.Exe, expect(before, e))
+			noNewProblems(t, probs, fx.Exe)
+			out, _ := fixtures.Readelf(t, fx.Exe)
+			assert.Contains(t, out, "File: "+libc, "readelf -V: the version references lost their file name")
+			assert.NoError(t, runs(t, fx)(fx.Exe))
+		})
+	}
+}

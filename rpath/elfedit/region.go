@@ -563,8 +563,12 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		b.add(StepCommit, "ELF header and program header table", 0, append(head, tbl...))
 	}
 
-	if b.dynChanged && !live.contains(f.strOff) {
-		b.scrubOld() // a table in the live region goes with it
+	// Only a table that moves is dead: one that stays may share a dropped
+	// string with a version reference (DT_NEEDED and vn_file "libc.so.6"),
+	// and its unshared dead strings are already scrubbed in place. A table
+	// in the live region goes with it.
+	if L.moveStr && !live.contains(f.strOff) {
+		b.scrubOld()
 	}
 	tblEnd := h.Phoff + L.phSize
 	if phdrIn {
