@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -160,4 +161,15 @@ func TestNotELF(t *testing.T) {
 	assert.Equal(t, []string{filepath.Join(dir, "broken.so")}, rep.Files)
 	require.Len(t, rep.Findings, 1)
 	assert.Equal(t, "CP012", rep.Findings[0].Rule)
+}
+
+// TestTextColor: colour codes only when asked for.
+func TestTextColor(t *testing.T) {
+	rep := &lint.Report{Files: []string{"a"}, Findings: []lint.Finding{{Rule: "CP007", Name: "duplicate-entry", Severity: lint.Warning, Path: "a", Message: "m"}}}
+	var plain, color strings.Builder
+	require.NoError(t, lint.WriteText(&plain, rep, false))
+	require.NoError(t, lint.WriteText(&color, rep, true))
+	assert.NotContains(t, plain.String(), "\x1b[")
+	assert.Contains(t, color.String(), "\x1b[33;1mwarning\x1b[0m CP007")
+	assert.Equal(t, "a\n  warning CP007 duplicate-entry: m\n\n1 ELF files checked, 1 with findings: 0 errors, 1 warnings, 0 info\n", plain.String())
 }
