@@ -73,6 +73,7 @@ func parseAutoPatchelf(args []string) (*autoPatchelfArgs, error) {
 			return a, nil
 		case lists[name] != nil && strings.HasPrefix(w, "--"):
 			cur = lists[name]
+			*cur = nil // argparse's "store": the last occurrence wins
 			if hasVal {
 				*cur = append(*cur, val)
 			}
