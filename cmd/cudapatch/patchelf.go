@@ -35,7 +35,11 @@ import (
 //     (patchelf writes RUNPATH ""). --print-rpath prints an empty line
 //     either way.
 //   - --add-needed does not add a name the file already needs (patchelf
-//     adds a duplicate DT_NEEDED).
+//     adds a duplicate DT_NEEDED). Empty names given to --set-soname,
+//     --add-needed or --replace-needed are refused by elfedit (patchelf
+//     writes them); an empty --set-interpreter is ignored, as in patchelf.
+//   - A new DT_SONAME goes after the DT_NEEDED entries, not first; the
+//     order of .dynamic means nothing to the loaders.
 //   - --shrink-rpath treats a file named like a DT_NEEDED that is not an
 //     ELF file, or not readable, as absent, as the loader does; patchelf
 //     stops with "not an ELF executable" or a read error.
@@ -45,8 +49,10 @@ import (
 //   - Files without section headers are edited (the loaders do not need
 //     them); patchelf refuses them. Corrupt files past the ELF header get
 //     cudapatch's message, which names the offset, not patchelf's.
-//   - --page-size is validated but the layout uses the machine's page size
-//     (elfedit never needs to pick one: it does not move segments).
+//   - --page-size is validated as patchelf does (C's atoi, > 0) and then
+//     ignored: elfedit aligns a segment it adds to the largest page size
+//     the file's machine may run with (64 KiB on aarch64 and ppc64), which
+//     is safe on every kernel; elfedit offers no way to choose another.
 //   - Options of patchelf >= 0.15 that are not listed in the usage, and
 //     --no-default-lib and --clear-symbol-version, are refused with an error
 //     instead of being ignored or taken for file names.
@@ -71,7 +77,7 @@ const patchelfVersion = "0.14.3"
 
 const patchelfUsage = `syntax: patchelf
   [--set-interpreter FILENAME]
-  [--page-size SIZE]		Accepted for compatibility; the layout never moves segments, so no page size is needed
+  [--page-size SIZE]		Checked (> 0) and ignored: cudapatch aligns added segments to the largest page size of the file's machine
   [--print-interpreter]
   [--print-soname]		Prints 'DT_SONAME' entry of .dynamic section (nothing if there is none)
   [--set-soname SONAME]		Sets 'DT_SONAME' entry to SONAME.
@@ -110,9 +116,10 @@ type patchelfOpts struct {
 	removeNeeded  []string
 	replaceNeeded []elfedit.Replace // one per old name, the last given wins
 
-	output string
-	debug  bool
-	files  []string
+	pageSize int64 // checked, then ignored (see the top of the file)
+	output   string
+	debug    bool
+	files    []string
 }
 
 // patchelfError is a message printed as "patchelf: MSG" with exit code 1.
@@ -161,8 +168,10 @@ func parsePatchelfArgs(args []string) (*patchelfOpts, error) {
 				o.setInterp = v
 			}
 		case "--page-size":
-			if v, err = next(&i); err == nil && cAtoi(v) <= 0 {
-				err = pfErr("invalid argument to --page-size")
+			if v, err = next(&i); err == nil {
+				if o.pageSize = cAtoi(v); o.pageSize <= 0 {
+					err = pfErr("invalid argument to --page-size")
+				}
 			}
 		case "--print-interpreter":
 			o.printInterp = true
@@ -325,6 +334,9 @@ func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error 
 	}
 	if !o.printInterp && !o.printRPath && !o.printSoname && !o.printNeeded {
 		debugf("patching ELF file '%s'", path)
+	}
+	if o.pageSize > 0 {
+		debugf("cudapatch: --page-size %d ignored: added segments are aligned to the largest page size of %v", o.pageSize, f.Header.Machine)
 	}
 	hasInterp := slices.ContainsFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_INTERP })
 	errNoInterp := pfErr("cannot find section '.interp'. The input file is most likely statically linked")

@@ -223,7 +223,11 @@ var pfCases = []pfCase{
 func TestPatchelfMatchesPatchelf(t *testing.T) {
 	real := realPatchelf(t)
 	foreign := fixtures.ByName(t, "aarch64-bfd-pie").LibDir
+	short := []string{"bfd-pie", "bfd-nopie", "bfd-rpath", "bfd-norunpath", "static", "static-pie", "lld-pie", "i686-bfd-pie", "s390x-bfd-pie"}
 	for _, fx := range fixtures.All(t) {
+		if testing.Short() && !slices.Contains(short, fx.Name) {
+			continue
+		}
 		t.Run(fx.Name, func(t *testing.T) {
 			t.Parallel()
 			pristine := fx.Copy(t)
@@ -315,8 +319,10 @@ func TestPatchelfMatchesPatchelf(t *testing.T) {
 					if c.run && want.Runs != nil && want.Runs["bin/main"] != fx.Want+"\n" {
 						t.Logf("note: the program patched by /usr/bin/patchelf printed %q", want.Runs["bin/main"])
 					}
-					if c.run && got.Runs != nil && got.Runs["error"] != "" {
-						t.Errorf("patched program does not run: %s", got.Runs["bin/main"])
+					// Runs are not compared: ours must run whatever the
+					// oracle's did (a loaded machine can kill either).
+					if c.run && got.Runs != nil && got.Runs["bin/main"] != fx.Want+"\n" {
+						t.Errorf("patched program does not run: %q", got.Runs["bin/main"])
 					}
 				})
 			}
@@ -362,9 +368,6 @@ func diffResults(want, got pfResult) string {
 		if g := got.State[k]; fmt.Sprintf("%+v", w) != fmt.Sprintf("%+v", g) {
 			fmt.Fprintf(&b, "%s:\n  patchelf %+v\n  ours     %+v\n", k, w, g)
 		}
-	}
-	if fmt.Sprint(want.Runs) != fmt.Sprint(got.Runs) {
-		fmt.Fprintf(&b, "run:\n  patchelf %q\n  ours     %q\n", want.Runs, got.Runs)
 	}
 	return b.String()
 }
@@ -418,6 +421,35 @@ func TestPatchelfDeliberateDifferences(t *testing.T) {
 			}
 		})
 	}
+	t.Run("shrink-rpath skips a non-ELF file named like a needed library", func(t *testing.T) {
+		c := fx.Copy(t)
+		decoy := filepath.Join(c.Dir, "decoy")
+		must(t, os.Mkdir(decoy, 0o755))
+		must(t, os.WriteFile(filepath.Join(decoy, "libfoo.so"), []byte("INPUT ( libfoo.so.1 ) /* a linker script */\n"), 0o644))
+		var stdout, stderr bytes.Buffer
+		if code := patchelfMain([]string{"--set-rpath", decoy + ":" + c.LibDir, c.Exe}, &stdout, &stderr); code != 0 {
+			t.Fatal(stderr.String())
+		}
+		if code := patchelfMain([]string{"--shrink-rpath", c.Exe}, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s (patchelf stops with \"missing ELF header\")", code, stderr.String())
+		}
+		if s := readState(t, c.Exe); fmt.Sprint(s.RunPath) != "["+c.LibDir+"]" {
+			t.Errorf("RUNPATH %q, want %q", s.RunPath, c.LibDir)
+		}
+	})
+	t.Run("debug prints the layout", func(t *testing.T) {
+		c := fx.Copy(t)
+		var stdout, stderr bytes.Buffer
+		if code := patchelfMain([]string{"--debug", "--page-size", "65536", "--set-rpath", c.LibDir + strings.Repeat(":/long/path", 40), c.Exe}, &stdout, &stderr); code != 0 {
+			t.Fatal(stderr.String())
+		}
+		for _, want := range []string{"patching ELF file '" + c.Exe + "'\n", "new rpath is '", "writing " + c.Exe + "\n",
+			"cudapatch: --page-size 65536 ignored", "cudapatch: layout ", "cudapatch:   commit "} {
+			if !strings.Contains(stderr.String(), want) {
+				t.Errorf("--debug output lacks %q:\n%s", want, stderr.String())
+			}
+		}
+	})
 	t.Run("hard links are kept apart", func(t *testing.T) {
 		c := fx.Copy(t)
 		link := filepath.Join(c.Dir, "bin", "main-link")
