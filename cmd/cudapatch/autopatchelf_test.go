@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
 )
 
@@ -145,6 +147,12 @@ func TestAutoPatchelfFlags(t *testing.T) {
 	}
 	if got := c.runpath("out/sub/app2"); got != "/keep" {
 		t.Errorf("--no-recurse: app2 RUNPATH %q", got)
+	}
+	// --structured-logs: the report as JSON on stdout.
+	code, stdout, stderr := c.runCLI(env, "auto-patchelf", "--paths", "{root}/out", "--libs", "{root}/hop", "--no-recurse", "--structured-logs")
+	var rep rpath.Report
+	if err := json.Unmarshal([]byte(stdout), &rep); code != 0 || err != nil || len(rep.Files) != 1 || rep.Files[0].Path != c.p("out/app") {
+		t.Errorf("--structured-logs: exit %d, %v, %+v\n%s", code, err, rep, stderr)
 	}
 	code, _, stderr = c.runCLI(env, "auto-patchelf", "--paths", "{root}/out", "--libs", "{root}/hop", "--ignore-existing")
 	if code != 1 || !strings.Contains(stderr, c.x("error: auto-patchelf could not satisfy dependency libh.so wanted by {root}/out/app\n")) {
