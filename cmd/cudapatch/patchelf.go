@@ -330,7 +330,7 @@ func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error 
 	}
 	f, err := elfedit.NewFile(fd, size)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", path, err) // cudapatch's message, not patchelf's
 	}
 	if !o.printInterp && !o.printRPath && !o.printSoname && !o.printNeeded {
 		debugf("patching ELF file '%s'", path)
