@@ -405,10 +405,22 @@ func (b *builder) slack() (*Plan, bool) {
 }
 
 // scrubOld overwrites, in the old string table that nothing references after
-// the commit, every string that was replaced or removed.
+// the commit, every string that was replaced or removed, and the search
+// paths it still holds even where they did not change: the new copy has
+// them, and once a later edit replaces them there, this copy would be the
+// one stale store path left in the file.
 func (b *builder) scrubOld() {
 	f := b.f
-	for _, r := range b.sl.dead {
+	dead := slices.Clone(b.sl.dead)
+	for _, d := range f.Dynamic[:f.dynLen] {
+		if d.Tag == elf.DT_RUNPATH || d.Tag == elf.DT_RPATH {
+			s, _ := cstring(f.strtab, d.Val)
+			if r := (rng{d.Val, d.Val + uint64(len(s))}); !slices.Contains(dead, r) {
+				dead = append(dead, r)
+			}
+		}
+	}
+	for _, r := range dead {
 		if r.hi > r.lo {
 			b.add(StepHygiene, "scrub replaced string in the old .dynstr", f.strOff+r.lo, bytes.Repeat([]byte{'X'}, int(r.hi-r.lo)))
 		}
