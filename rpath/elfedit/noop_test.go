@@ -1,0 +1,148 @@
+package elfedit_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
+
+// watch reports what happens to a file through inotify: IN_CLOSE_WRITE
+// means it was opened for writing, whether or not a byte changed, which
+// the mtime cannot show.
+type watch struct {
+	fd int
+}
+
+func watchFile(t *testing.T, path string) *watch {
+	t.Helper()
+	fd, err := syscall.InotifyInit1(syscall.IN_NONBLOCK | syscall.IN_CLOEXEC)
+	require.NoError(t, err)
+	t.Cleanup(func() { syscall.Close(fd) })
+	_, err = syscall.InotifyAddWatch(fd, path, syscall.IN_OPEN|syscall.IN_MODIFY|syscall.IN_ATTRIB|syscall.IN_CLOSE_WRITE|syscall.IN_CLOSE_NOWRITE)
+	require.NoError(t, err)
+	return &watch{fd}
+}
+
+// events returns the union of the event masks seen since the last call.
+func (w *watch) events(t *testing.T) uint32 {
+	t.Helper()
+	var mask uint32
+	buf := make([]byte, 64*1024)
+	for {
+		n, err := syscall.Read(w.fd, buf)
+		if errors.Is(err, syscall.EAGAIN) || n <= 0 {
+			return mask
+		}
+		require.NoError(t, err)
+		for off := 0; off+syscall.SizeofInotifyEvent <= n; {
+			mask |= binary.NativeEndian.Uint32(buf[off+4:])
+			off += syscall.SizeofInotifyEvent + int(binary.NativeEndian.Uint32(buf[off+12:]))
+		}
+	}
+}
+
+// noOpEdits returns edits that ask for what the file already has.
+func noOpEdits(in elfedit.Info) map[string]elfedit.Edit {
+	es := map[string]elfedit.Edit{"zero": {}}
+	all := elfedit.Edit{}
+	if in.RunPath != nil {
+		es["runpath"] = elfedit.Edit{SetPath: in.RunPath}
+		es["runpath-keep"] = elfedit.Edit{SetPath: in.RunPath, Tag: elfedit.TagKeep}
+		es["retag-runpath"] = elfedit.Edit{Retag: true, Tag: elfedit.TagRunPath}
+		all.SetPath = in.RunPath
+	}
+	if in.RPath != nil {
+		es["rpath"] = elfedit.Edit{SetPath: in.RPath, Tag: elfedit.TagRPath}
+		es["rpath-keep"] = elfedit.Edit{SetPath: in.RPath, Tag: elfedit.TagKeep}
+		es["retag-rpath"] = elfedit.Edit{Retag: true, Tag: elfedit.TagRPath}
+		all.SetPath, all.Tag = in.RPath, elfedit.TagRPath
+	}
+	if in.RunPath == nil && in.RPath == nil {
+		es["remove-path"] = elfedit.Edit{RemovePath: true}
+		es["retag-nothing"] = elfedit.Edit{Retag: true, Tag: elfedit.TagRPath}
+	}
+	if in.Interpreter != "" {
+		es["interpreter"] = elfedit.Edit{Interpreter: &in.Interpreter}
+		all.Interpreter = &in.Interpreter
+	}
+	if in.Soname != "" {
+		es["soname"] = elfedit.Edit{Soname: &in.Soname}
+		all.Soname = &in.Soname
+	}
+	if len(in.Needed) > 0 {
+		es["add-needed"] = elfedit.Edit{AddNeeded: in.Needed[:1]}
+		es["replace-needed"] = elfedit.Edit{ReplaceNeeded: []elfedit.Replace{{Old: in.Needed[0], New: in.Needed[0]}}}
+		all.AddNeeded = in.Needed
+		all.ReplaceNeeded = []elfedit.Replace{{Old: in.Needed[len(in.Needed)-1], New: in.Needed[len(in.Needed)-1]}}
+	}
+	es["remove-absent-needed"] = elfedit.Edit{RemoveNeeded: []string{"libabsent.so"}}
+	es["replace-absent-needed"] = elfedit.Edit{ReplaceNeeded: []elfedit.Replace{{Old: "libabsent.so", New: "libother.so"}}}
+	all.RemoveNeeded = []string{"libabsent.so"}
+	es["all"] = all
+	return es
+}
+
+// TestNoOp asks every file of every variant, as built and after an edit
+// that moved its tables into a region, for the values it already has.
+// EditFile must plan a no-op, report nothing changed, and leave the file
+// alone: same bytes, same mtime, and (inotify) never opened for writing.
+func TestNoOp(t *testing.T) {
+	t.Parallel()
+	t.Run("watch-sees-an-open-for-writing", func(t *testing.T) {
+		path := t.TempDir() + "/f"
+		require.NoError(t, os.WriteFile(path, []byte("x"), 0o644))
+		w := watchFile(t, path)
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		require.NoError(t, err)
+		require.NoError(t, f.Close())
+		assert.NotZero(t, w.events(t)&syscall.IN_CLOSE_WRITE)
+	})
+	for _, orig := range dynamic(t) {
+		t.Run(orig.Name, func(t *testing.T) {
+			t.Parallel()
+			fx := orig.Copy(t)
+			files := append([]string{fx.Exe, fx.LoadLib}, fx.Libs...)
+			// A second copy of main and libfoo with region-laid-out tables.
+			for _, p := range []string{fx.Exe, fx.Libs[0]} {
+				edited := p + ".edited"
+				copyFile(t, p, edited)
+				e := elfedit.Edit{SetPath: str(pad(3000, fx.LibDir))}
+				if p == fx.Exe {
+					e.Interpreter = str(longInterp(t, fx, 300))
+				}
+				_, err := elfedit.EditFile(edited, e, elfedit.Options{})
+				require.NoError(t, err)
+				files = append(files, edited)
+			}
+			old := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+			for _, path := range files {
+				require.NoError(t, os.Chtimes(path, old, old))
+				for name, e := range noOpEdits(info(t, path)) {
+					before := readFile(t, path)
+					w := watchFile(t, path)
+					res, err := elfedit.EditFile(path, e, elfedit.Options{})
+					require.NoError(t, err, "%s: %s", path, name)
+					assert.True(t, res.Plan.IsNoOp(), "%s: %s: planned %s", path, name, planString(res.Plan))
+					assert.False(t, res.Changed, "%s: %s", path, name)
+					assert.Equal(t, res.Before, res.After, "%s: %s", path, name)
+					ev := w.events(t)
+					assert.NotZero(t, ev&syscall.IN_CLOSE_NOWRITE, "%s: %s: inotify saw no read (is the watch working?)", path, name)
+					assert.Zero(t, ev&(syscall.IN_CLOSE_WRITE|syscall.IN_MODIFY|syscall.IN_ATTRIB), "%s: %s: file opened for writing or touched (inotify mask 0x%x)", path, name, ev)
+					assert.True(t, bytes.Equal(before, readFile(t, path)), "%s: %s: bytes changed", path, name)
+					st, err := os.Stat(path)
+					require.NoError(t, err)
+					assert.True(t, st.ModTime().Equal(old), "%s: %s: mtime changed to %v", path, name, st.ModTime())
+				}
+			}
+		})
+	}
+}
