@@ -219,10 +219,35 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 		wf.Close()
 		return nil, err
 	}
+	if err := keepMode(wf, st.Mode()); err != nil {
+		wf.Close()
+		return nil, err
+	}
 	if err := wf.Close(); err != nil {
 		return nil, err
 	}
 	return res, nil
+}
+
+// keepMode puts back the setuid and setgid bits that Linux clears when a
+// process without CAP_FSETID (anyone but root) writes to or truncates the
+// file: patching must not silently drop them.
+func keepMode(f *os.File, old os.FileMode) error {
+	special := old & (os.ModeSetuid | os.ModeSetgid | os.ModeSticky)
+	if special&(os.ModeSetuid|os.ModeSetgid) == 0 {
+		return nil
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return unwrapPath(err)
+	}
+	if st.Mode() == old {
+		return nil
+	}
+	if err := f.Chmod(old.Perm() | special); err != nil {
+		return fmt.Errorf("restoring mode %v: %w", old, unwrapPath(err))
+	}
+	return nil
 }
 
 // applyCopy writes the result to a temporary copy in the same directory and
