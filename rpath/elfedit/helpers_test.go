@@ -44,14 +44,21 @@ func sysroot(fx fixtures.Fixture) string {
 	return ""
 }
 
+// builtInterp is the PT_INTERP of the variant's main as built (read from
+// the fixture cache, not from a copy a test may have edited).
+func builtInterp(t testing.TB, fx fixtures.Fixture) string {
+	t.Helper()
+	f, err := elfedit.Open(fixtures.ByName(t, fx.Name).Exe)
+	require.NoError(t, err)
+	defer f.Close()
+	return f.Interp
+}
+
 // realInterp is the host path of the loader that runs fx: the fixture's
 // PT_INTERP as qemu -L sees it, with symlinks resolved.
 func realInterp(t testing.TB, fx fixtures.Fixture) string {
 	t.Helper()
-	f, err := elfedit.Open(fx.Exe)
-	require.NoError(t, err)
-	defer f.Close()
-	p, err := filepath.EvalSymlinks(sysroot(fx) + f.Interp)
+	p, err := filepath.EvalSymlinks(sysroot(fx) + builtInterp(t, fx))
 	require.NoError(t, err)
 	return p
 }
@@ -77,10 +84,7 @@ func longInterp(t testing.TB, fx fixtures.Fixture, n int) string {
 // PT_INTERP but names the same loader, also under qemu -L.
 func dotdotInterp(t testing.TB, fx fixtures.Fixture) string {
 	t.Helper()
-	f, err := elfedit.Open(fx.Exe)
-	require.NoError(t, err)
-	defer f.Close()
-	dir, base := filepath.Split(f.Interp)
+	dir, base := filepath.Split(builtInterp(t, fx))
 	d := strings.TrimSuffix(dir, "/")
 	return d + "/.." + d + "/" + base
 }

@@ -1,0 +1,366 @@
+package elfedit_test
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/internal/fixtures"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
+
+// crashCase is one layout whose crash safety TestCrash checks.
+type crashCase struct {
+	name    string
+	variant string
+	lib     bool // edit libfoo.so (and load it) instead of bin/main (and run it)
+	// prep turns the file as built into the one the plan is made from:
+	// earlier edits applied in full, or section headers dropped.
+	prep     func(t *testing.T, fx fixtures.Fixture, path string)
+	edit     func(t *testing.T, fx fixtures.Fixture) elfedit.Edit
+	strategy elfedit.Strategy
+	// phdrMoves: the program header table moves into the region.
+	phdrMoves bool
+}
+
+// editWith returns a prep step that applies e in full.
+func editWith(mk ...func(t *testing.T, fx fixtures.Fixture) elfedit.Edit) func(*testing.T, fixtures.Fixture, string) {
+	return func(t *testing.T, fx fixtures.Fixture, path string) {
+		for _, m := range mk {
+			_, err := elfedit.EditFile(path, m(t, fx), elfedit.Options{})
+			require.NoError(t, err)
+		}
+	}
+}
+
+func setPathEdit(n int) func(*testing.T, fixtures.Fixture) elfedit.Edit {
+	return func(_ *testing.T, fx fixtures.Fixture) elfedit.Edit {
+		if n == 0 {
+			return elfedit.Edit{SetPath: str(originMain)}
+		}
+		return elfedit.Edit{SetPath: str(pad(n, fx.LibDir))}
+	}
+}
+
+// dropSections makes the file look sstrip'ed: no section header table, so
+// the planner sees only the program headers and cannot tell what lies after
+// the program header table (so that table moves into the region).
+func dropSections(t *testing.T, _ fixtures.Fixture, path string) {
+	b := readFile(t, path)
+	ef, err := elf.NewFile(bytes.NewReader(b))
+	require.NoError(t, err)
+	var o binary.ByteOrder = binary.LittleEndian
+	if ef.Data == elf.ELFDATA2MSB {
+		o = binary.BigEndian
+	}
+	if ef.Class == elf.ELFCLASS64 {
+		o.PutUint64(b[40:], 0)
+		o.PutUint16(b[60:], 0)
+		o.PutUint16(b[62:], 0)
+	} else {
+		o.PutUint32(b[32:], 0)
+		o.PutUint16(b[48:], 0)
+		o.PutUint16(b[50:], 0)
+	}
+	require.NoError(t, os.WriteFile(path, b, 0o755))
+}
+
+func crashCases() []crashCase {
+	interp := func(t *testing.T, fx fixtures.Fixture) elfedit.Edit {
+		return elfedit.Edit{Interpreter: str(longInterp(t, fx, 200))}
+	}
+	both := func(t *testing.T, fx fixtures.Fixture) elfedit.Edit {
+		return elfedit.Edit{SetPath: str(pad(4096, fx.LibDir)), Interpreter: str(longInterp(t, fx, 300))}
+	}
+	// small moves to a region that fits in the slot before a live region
+	// of 4 KiB or more, so the file is cut back.
+	small := func(t *testing.T, fx fixtures.Fixture) elfedit.Edit {
+		return elfedit.Edit{SetPath: str(pad(300, fx.LibDir)), Interpreter: str(longInterp(t, fx, 100))}
+	}
+	smallLib := func(_ *testing.T, fx fixtures.Fixture) elfedit.Edit {
+		return elfedit.Edit{SetPath: str(pad(300, fx.LibDir)), Soname: str("libfoo-with-a-soname-longer-than-before.so")}
+	}
+	return []crashCase{
+		{name: "in-place", variant: "bfd-pie", edit: func(*testing.T, fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{SetPath: str(originMain)}
+		}, strategy: elfedit.InPlace},
+		{name: "in-place-lib", variant: "gold-pie", lib: true, edit: func(*testing.T, fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{SetPath: str(originLib)}
+		}, strategy: elfedit.InPlace},
+		{name: "in-place-interp", variant: "bfd-pie", prep: editWith(interp), edit: func(t *testing.T, fx fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{Interpreter: str(dotdotInterp(t, fx))}
+		}, strategy: elfedit.InPlace},
+		{name: "slack", variant: "bfd-pie", edit: setPathEdit(200), strategy: elfedit.Slack},
+		{name: "slack-lib", variant: "bfd-pie", lib: true, edit: setPathEdit(200), strategy: elfedit.Slack},
+		{name: "slack-lib-aarch64", variant: "aarch64-bfd-pie", lib: true, edit: setPathEdit(4096), strategy: elfedit.Slack},
+		{name: "region", variant: "bfd-pie", edit: both, strategy: elfedit.Region},
+		{name: "region-interp", variant: "bfd-pie", edit: interp, strategy: elfedit.Region},
+		{name: "region-lib", variant: "bfd-pie", lib: true, edit: setPathEdit(4096), strategy: elfedit.Region},
+		{name: "region-lld", variant: "lld-pie", edit: both, strategy: elfedit.Region},
+		{name: "region-mold-lib", variant: "mold-nopie", lib: true, edit: setPathEdit(4096), strategy: elfedit.Region},
+		// A second region goes after the live one; a third, smaller one
+		// into the slot before it, and the file is cut back.
+		{name: "region-re-edit-after", variant: "bfd-pie", prep: editWith(setPathEdit(300)), edit: both, strategy: elfedit.Region},
+		{name: "region-re-edit-truncate", variant: "bfd-pie", prep: editWith(setPathEdit(4096), setPathEdit(6000)), edit: small, strategy: elfedit.Region},
+		{name: "region-re-edit-lib", variant: "bfd-pie", lib: true, prep: editWith(setPathEdit(4096)), edit: setPathEdit(5000), strategy: elfedit.Region},
+		{name: "region-re-edit-truncate-lib", variant: "bfd-pie", lib: true, prep: editWith(setPathEdit(4096), setPathEdit(6000)), edit: smallLib, strategy: elfedit.Region},
+		{name: "phdr-in-region-lib", variant: "bfd-pie", lib: true, prep: dropSections, edit: setPathEdit(4096), strategy: elfedit.Region, phdrMoves: true},
+		{name: "phdr-in-region-re-edit", variant: "bfd-pie", lib: true, prep: func(t *testing.T, fx fixtures.Fixture, path string) {
+			dropSections(t, fx, path)
+			editWith(setPathEdit(4096), setPathEdit(6000))(t, fx, path)
+		}, edit: smallLib, strategy: elfedit.Region, phdrMoves: true},
+		{name: "region-aarch64", variant: "aarch64-bfd-pie", edit: both, strategy: elfedit.Region},
+		{name: "region-lib-aarch64", variant: "aarch64-bfd-pie", lib: true, edit: setPathEdit(70000), strategy: elfedit.Region},
+		{name: "region-i686", variant: "i686-bfd-pie", edit: both, strategy: elfedit.Region},
+		{name: "region-s390x", variant: "s390x-bfd-pie", edit: both, strategy: elfedit.Region},
+		{name: "phdr-in-region-ppc64", variant: "ppc64-bfd-pie", lib: true, prep: dropSections, edit: setPathEdit(70000), strategy: elfedit.Region, phdrMoves: true},
+	}
+}
+
+// The RUNPATHs the files have before a crash case: they work (their first
+// entry is lib/) and leave room to shorten them in place.
+const (
+	preMain = originMain + ":/x/y"
+	preLib  = originLib + ":/x/y"
+)
+
+// crashSetup makes a fresh copy of the case's variant, prepares the file
+// under test and plans the edit. It returns the fixture, the file's path,
+// its prepared bytes and the plan (made from a separate copy, so that
+// rewriting path does not change what the plan reads).
+func crashSetup(t *testing.T, c crashCase) (fixtures.Fixture, string, []byte, *elfedit.Plan, elfedit.Info, want) {
+	t.Helper()
+	fx := fixtures.ByName(t, c.variant).Copy(t)
+	_, err := elfedit.EditFile(fx.Libs[0], elfedit.Edit{SetPath: str(preLib)}, elfedit.Options{})
+	require.NoError(t, err)
+	path := fx.Exe
+	if c.lib {
+		path = fx.Libs[0]
+	} else {
+		_, err := elfedit.EditFile(fx.Exe, elfedit.Edit{SetPath: str(preMain)}, elfedit.Options{})
+		require.NoError(t, err)
+	}
+	if c.prep != nil {
+		c.prep(t, fx, path)
+	}
+	prepared := readFile(t, path)
+	planFrom := path + ".plan-source"
+	require.NoError(t, os.WriteFile(planFrom, prepared, 0o644))
+	f, err := elfedit.Open(planFrom)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.Close() })
+	e := c.edit(t, fx)
+	p, err := f.Plan(e)
+	require.NoError(t, err)
+	require.Equal(t, c.strategy, p.Strategy, "strategy: %s", planString(p))
+	res, err := p.Result()
+	require.NoError(t, err)
+	if c.phdrMoves {
+		require.NotEqual(t, f.Header.Phoff, res.Header.Phoff, "the program header table should move: %s", planString(p))
+	}
+	before := f.Info()
+	return fx, path, prepared, p, before, expect(before, e)
+}
+
+// works checks that the file at path loads: main runs, a library loads.
+func works(t *testing.T, fx fixtures.Fixture, lib bool, path string) error {
+	if lib {
+		return fx.Load(t, path)
+	}
+	return runs(t, fx)(path)
+}
+
+// TestCrash simulates a crash after every step of each layout's plan: the
+// file must then still load and run, and read as entirely the old or
+// entirely the new values, switching exactly at the commit step.
+func TestCrash(t *testing.T) {
+	t.Parallel()
+	for _, c := range crashCases() {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			fx, path, prepared, p, before, after := crashSetup(t, c)
+			old := wantOf(before)
+			probs := problemsOf(t, prepared)
+			committed := false
+			for n := 0; n <= len(p.Steps); n++ {
+				if n > 0 && p.Steps[n-1].Kind == elfedit.StepCommit {
+					committed = true
+				}
+				require.NoError(t, os.WriteFile(path, prepared, 0o755))
+				f, err := os.OpenFile(path, os.O_RDWR, 0)
+				require.NoError(t, err)
+				require.NoError(t, elfedit.ApplyPrefix(p, f, n))
+				require.NoError(t, f.Close())
+				what := fmt.Sprintf("crash after %d of %d steps (%s)", n, len(p.Steps), planString(p))
+				got := wantOf(info(t, path))
+				if committed {
+					assert.Equal(t, after, got, "%s: want the new values", what)
+				} else {
+					assert.Equal(t, old, got, "%s: want the old values", what)
+				}
+				assert.NoError(t, works(t, fx, c.lib, path), what)
+				// Section headers and .symtab are rewritten before the commit
+				// (neutral for the loaders), so between those writes and the
+				// commit only the loader rules must hold.
+				loaderOnly := 0 < n && n < len(p.Steps)
+				for rule, msg := range problems(t, path) {
+					if _, had := probs[rule]; !had && !(loaderOnly && strings.HasPrefix(rule, "section-")) {
+						t.Errorf("%s: Verify: new problem %s: %s", what, rule, msg)
+					}
+				}
+				if t.Failed() {
+					keepOnFailure(t, fx)
+					t.FailNow()
+				}
+			}
+			assert.True(t, committed, "plan has no commit step: %s", planString(p))
+			assert.Equal(t, p.NewSize, fileSize(t, path), "size after the whole plan")
+		})
+	}
+}
+
+func problemsOf(t *testing.T, b []byte) map[string]string {
+	t.Helper()
+	ps, err := elfedit.Verify(bytes.NewReader(b), int64(len(b)))
+	require.NoError(t, err)
+	m := map[string]string{}
+	for _, p := range ps {
+		m[p.Rule] = p.Msg
+	}
+	return m
+}
+
+var errInjected = errors.New("injected write failure")
+
+// faultyTarget fails its failAt-th write (1-based) after writing half of it,
+// as a full disk or an I/O error mid-write would, and, with failTruncate,
+// every Truncate that is not the rollback's.
+type faultyTarget struct {
+	*os.File
+	failAt, writes int
+	failTruncate   bool
+	oldSize        int64
+}
+
+func (f *faultyTarget) WriteAt(b []byte, off int64) (int, error) {
+	f.writes++
+	if f.writes == f.failAt {
+		n, _ := f.File.WriteAt(b[:len(b)/2], off)
+		return n, errInjected
+	}
+	return f.File.WriteAt(b, off)
+}
+
+func (f *faultyTarget) Truncate(size int64) error {
+	if f.failTruncate && size != f.oldSize {
+		return errInjected
+	}
+	return f.File.Truncate(size)
+}
+
+// TestWriteFailure makes each write of each plan fail half way. A failure
+// before or at the commit must leave the file byte-identical to the
+// original (rolled back, truncated to its old size); a failure of a
+// hygiene step after the commit leaves the new, working file and says so.
+func TestWriteFailure(t *testing.T) {
+	t.Parallel()
+	for _, c := range crashCases() {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			fx, path, prepared, p, _, after := crashSetup(t, c)
+			var writes []elfedit.Step
+			hasTruncate := false
+			for _, s := range p.Steps {
+				if s.Kind == elfedit.StepTruncate {
+					hasTruncate = true
+				} else {
+					writes = append(writes, s)
+				}
+			}
+			for k := 1; k <= len(writes); k++ {
+				require.NoError(t, os.WriteFile(path, prepared, 0o755))
+				f, err := os.OpenFile(path, os.O_RDWR, 0)
+				require.NoError(t, err)
+				ft := &faultyTarget{File: f, failAt: k, oldSize: p.OldSize}
+				err = p.Apply(ft, false)
+				require.NoError(t, f.Close())
+				what := fmt.Sprintf("write %d of %d fails (%s %q)", k, len(writes), writes[k-1].Kind, writes[k-1].What)
+				require.ErrorIs(t, err, errInjected, what)
+				assert.NotContains(t, err.Error(), "\n", "%s: error message is one line", what)
+				if writes[k-1].Kind == elfedit.StepHygiene {
+					assert.Equal(t, after, wantOf(info(t, path)), "%s: the result stands", what)
+					assert.NoError(t, works(t, fx, c.lib, path), what)
+					continue
+				}
+				assert.Contains(t, err.Error(), "restored", what)
+				assert.True(t, bytes.Equal(prepared, readFile(t, path)), "%s: file not restored byte for byte", what)
+			}
+			if hasTruncate {
+				require.NoError(t, os.WriteFile(path, prepared, 0o755))
+				f, err := os.OpenFile(path, os.O_RDWR, 0)
+				require.NoError(t, err)
+				err = p.Apply(&faultyTarget{File: f, failTruncate: true, oldSize: p.OldSize}, false)
+				require.NoError(t, f.Close())
+				require.ErrorIs(t, err, errInjected, "truncate fails")
+				assert.Equal(t, after, wantOf(info(t, path)), "truncate fails: the result stands")
+				assert.NoError(t, works(t, fx, c.lib, path), "truncate fails")
+			}
+			keepOnFailure(t, fx)
+		})
+	}
+}
+
+// syncTarget records the order of writes and syncs.
+type syncTarget struct {
+	*os.File
+	ops []string
+}
+
+func (s *syncTarget) WriteAt(b []byte, off int64) (int, error) {
+	s.ops = append(s.ops, fmt.Sprintf("write 0x%x", off))
+	return s.File.WriteAt(b, off)
+}
+
+func (s *syncTarget) Sync() error {
+	s.ops = append(s.ops, "sync")
+	return s.File.Sync()
+}
+
+// TestApplySync checks that Apply with sync flushes right before the commit
+// write (so that a power loss cannot reorder the unused and neutral writes
+// after it) and after the last step.
+func TestApplySync(t *testing.T) {
+	t.Parallel()
+	for _, c := range crashCases() {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			_, path, _, p, _, _ := crashSetup(t, c)
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			require.NoError(t, err)
+			defer f.Close()
+			st := &syncTarget{File: f}
+			require.NoError(t, p.Apply(st, true))
+			var want []string
+			for _, s := range p.Steps {
+				if s.Kind == elfedit.StepCommit {
+					want = append(want, "sync")
+				}
+				if s.Kind != elfedit.StepTruncate {
+					want = append(want, fmt.Sprintf("write 0x%x", s.Off))
+				}
+			}
+			want = append(want, "sync")
+			assert.Equal(t, strings.Join(want, "; "), strings.Join(st.ops, "; "))
+			assert.True(t, slices.Contains(st.ops, "sync"))
+		})
+	}
+}
