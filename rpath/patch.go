@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 )
@@ -409,7 +410,25 @@ func (c *config) decide(path string, ix *index, t target) *File {
 	out.Changed = !plan.IsNoOp()
 	out.Strategy = plan.Strategy
 	out.edit = e
+	// EditFile refuses a file with other hard links (writing it would
+	// change them too); finding out now, before anything is written,
+	// keeps the rule that a tree is written only when every file can be.
+	if n := linkCount(path); out.Changed && n > 1 {
+		out.Errors = append(out.Errors, fmt.Sprintf("%v (%d links): refusing to change the other paths too", elfedit.ErrHardLinks, n))
+	}
 	return out
+}
+
+// linkCount is the number of hard links of path, 0 if unknown.
+func linkCount(path string) uint64 {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return 0
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return uint64(sys.Nlink)
+	}
+	return 0
 }
 
 // resolve satisfies one dependency, given its alternatives (one name for
