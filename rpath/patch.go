@@ -158,7 +158,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 			return
 		}
 		release := c.big.enter(f.Path)
-		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync})
+		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true})
 		release()
 		if err != nil {
 			f.Errors = append(f.Errors, errMsg(f.Path, err))

@@ -146,6 +146,11 @@ type Options struct {
 	BreakHardLinks bool
 	// DryRun plans and verifies but writes nothing.
 	DryRun bool
+	// NoFollow refuses a path that is a symbolic link instead of editing
+	// what it points to: a tree walker that saw a regular file must not
+	// write through a link that replaced it since (it may point out of the
+	// tree).
+	NoFollow bool
 }
 
 // Result of EditFile.
@@ -170,9 +175,13 @@ func EditFile(path string, e Edit, opt Options) (*Result, error) {
 }
 
 func editFile(path string, e Edit, opt Options) (*Result, error) {
-	rf, err := os.Open(path)
+	nofollow := 0
+	if opt.NoFollow {
+		nofollow = syscall.O_NOFOLLOW
+	}
+	rf, err := os.OpenFile(path, os.O_RDONLY|nofollow, 0)
 	if err != nil {
-		return nil, unwrapPath(err)
+		return nil, openErr(err, opt.NoFollow)
 	}
 	defer rf.Close()
 	st, err := rf.Stat()
@@ -211,9 +220,14 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 		}
 		return res, applyCopy(path, rf, st, plan, opt.Sync)
 	}
-	wf, err := os.OpenFile(path, os.O_RDWR, 0)
+	wf, err := os.OpenFile(path, os.O_RDWR|nofollow, 0)
 	if err != nil {
-		return nil, unwrapPath(err)
+		return nil, openErr(err, opt.NoFollow)
+	}
+	// The plan was made from what rf reads: write it to that file only.
+	if wst, err := wf.Stat(); err != nil || !os.SameFile(st, wst) {
+		wf.Close()
+		return nil, fmt.Errorf("replaced by another file while being edited")
 	}
 	if err := plan.Apply(wf, opt.Sync); err != nil {
 		wf.Close()
@@ -284,6 +298,14 @@ func applyCopy(path string, src *os.File, st os.FileInfo, plan *Plan, sync bool)
 	}
 	ok = true
 	return nil
+}
+
+// openErr is unwrapPath, with the ELOOP of O_NOFOLLOW said plainly.
+func openErr(err error, nofollow bool) error {
+	if nofollow && errors.Is(err, syscall.ELOOP) {
+		return fmt.Errorf("is a symbolic link (not followed)")
+	}
+	return unwrapPath(err)
 }
 
 // unwrapPath drops the path from *PathError, since EditFile adds it once.
