@@ -185,9 +185,9 @@ func TestNixpkgsStubReplacedByDriverLink(t *testing.T) {
 	}
 }
 
-// TestNixpkgsSkippedFiles: symlinks, non-ELF files, static executables,
-// separate debug objects, relocatable objects and files of another
-// architecture than the interpreter are not patched.
+// TestNixpkgsSkippedFiles: symlinks, non-ELF files (linker scripts, text,
+// empty files), static executables, separate debug objects and files of
+// another architecture than the interpreter are not patched.
 func TestNixpkgsSkippedFiles(t *testing.T) {
 	tr := newTree(t)
 	tr.place("out/bin/app", exe())

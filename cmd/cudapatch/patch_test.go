@@ -249,11 +249,10 @@ func TestPatchAudit(t *testing.T) {
 			c := newCLITree(t)
 			c.place("out/bin/app", cExe(""))
 			before := c.hashes()
-			code, stdout, stderr := c.runCLI(tc.env, append(tc.args, "{root}/out")...)
+			code, _, stderr := c.runCLI(tc.env, append(tc.args, "{root}/out")...)
 			if code != 1 {
 				t.Fatalf("exit %d, want 1\n%s", code, stderr)
 			}
-			_ = stdout
 			c.wantLines("stderr", stderr,
 				"cudapatch: would patch 1 files, 0 unchanged, 0 skipped, 0 missing dependencies",
 				`error: {root}/out/bin/app: RUNPATH audit failed: RUNPATH entry "`+tc.entry+`" `+tc.msg)
