@@ -400,13 +400,24 @@ func (f *File) decodeSection(b []byte) Section {
 // isDebugObject reports a separate debug object (objcopy --only-keep-debug):
 // its allocated sections are NOBITS, so the program headers describe bytes
 // the file does not have.
+// objcopy --only-keep-debug turns every allocated section but the notes into
+// NOBITS; a library with no code has no .text to look at, so all of them
+// are checked.
 func (f *File) isDebugObject() bool {
+	alloc := 0
 	for _, s := range f.Sections {
-		if s.Name == ".text" {
-			return s.Type == elf.SHT_NOBITS
+		if s.Flags&elf.SHF_ALLOC == 0 || s.Type == elf.SHT_NOTE || s.Size == 0 {
+			continue
 		}
+		if s.Type != elf.SHT_NOBITS || s.Name == ".bss" || s.Name == ".tbss" {
+			if s.Type != elf.SHT_NOBITS {
+				return false
+			}
+			continue
+		}
+		alloc++
 	}
-	return false
+	return alloc > 0
 }
 
 // cstring returns the NUL-terminated string at off in tab.
