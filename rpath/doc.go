@@ -6,12 +6,16 @@
 // The policy, in one place:
 //
 //   - Dependencies (DT_NEEDED, then .note.dlopen entries) are resolved
-//     against an index of libraries: every *.so* file of the paths being
-//     patched (recursively), then each search directory in the order given,
-//     then (unless WithIgnoreExisting) the RUNPATH directories of indexed
-//     libraries, breadth-first. Within a directory names are taken in sorted
-//     order. A candidate must have a compatible ELF class, machine and OS ABI
-//     (equal, or either side SYSV/unknown). The first candidate wins.
+//     against an index built like auto-patchelf's, in two rounds: every
+//     *.so* file of the paths being patched (recursively; skipped with
+//     WithIgnoreExisting), then each search directory in the order given
+//     (not recursively); each round followed by the absolute RUNPATH
+//     directories of the libraries it found, breadth-first. Within a
+//     directory names are taken in sorted order. A candidate must have a
+//     compatible ELF class, machine and OS ABI (equal, or either side
+//     SYSV). The first candidate wins. A .note.dlopen entry is satisfied by
+//     any of its alternatives; if none is found it is missing, named
+//     "any(a, b)" as auto-patchelf names it.
 //   - Libraries of the NVIDIA driver (DriverLibraries) are never resolved to
 //     a store path nor to a stub: they are satisfied by the driver link.
 //     Stub directories (".../stubs", "...-stubs/lib") are never indexed and

@@ -34,55 +34,60 @@ type index struct {
 
 var soPattern = fnmatch.Compile("*.so*")
 
-// buildIndex indexes the outputs (recursively unless told not to), then the
-// search directories in order, then the RUNPATH directories of what was
-// found, breadth-first, like auto-patchelf's populate_cache, but in sorted
-// order so that the same inputs always give the same result.
+// buildIndex indexes libraries the way auto-patchelf's populate_cache does,
+// in two rounds, each followed by the absolute, non-$ORIGIN RUNPATH
+// directories of what it found, breadth-first: first the outputs
+// (recursively unless told not to; skipped with WithIgnoreExisting), then
+// the search directories in order. Names are taken in sorted order so that
+// the same inputs always give the same result.
 func buildIndex(ctx context.Context, c *config, roots []string) (*index, error) {
 	ix := &index{byName: map[string][]candidate{}, bySoname: map[string][]candidate{}, seen: map[string]bool{}}
-	var queue []string
+	var outputs []string
 	for _, r := range roots {
 		st, err := os.Stat(r)
 		if err != nil {
 			return nil, err
 		}
-		if !st.IsDir() {
-			queue = append(queue, r) // a library named directly is indexed too
-			continue
-		}
-		if c.recurse {
+		switch {
+		case !st.IsDir():
+			outputs = append(outputs, r) // a library named directly is indexed too
+		case c.recurse:
 			dirs, err := dirsBelow(r)
 			if err != nil {
 				return nil, err
 			}
-			queue = append(queue, dirs...)
-		} else {
-			queue = append(queue, r)
+			outputs = append(outputs, dirs...)
+		default:
+			outputs = append(outputs, r)
 		}
 	}
-	queue = append(queue, c.search...)
+	search := slices.Clone(c.search)
 	for _, r := range c.searchRecursive {
 		dirs, err := dirsBelow(r)
 		if err != nil {
 			return nil, err
 		}
-		queue = append(queue, dirs...)
+		search = append(search, dirs...)
 	}
-	for len(queue) > 0 {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		dir := filepath.Clean(queue[0])
-		queue = queue[1:]
-		if ix.seen[dir] || IsStubDir(dir) {
-			continue
-		}
-		ix.seen[dir] = true
-		more, err := ix.addDir(c, dir)
-		if err != nil {
-			return nil, err
-		}
-		if !c.ignoreExisting {
+	rounds := [][]string{outputs, search}
+	if c.ignoreExisting {
+		rounds = rounds[1:]
+	}
+	for _, queue := range rounds {
+		for len(queue) > 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			dir := filepath.Clean(queue[0])
+			queue = queue[1:]
+			if ix.seen[dir] || IsStubDir(dir) {
+				continue
+			}
+			ix.seen[dir] = true
+			more, err := ix.addDir(c, dir)
+			if err != nil {
+				return nil, err
+			}
 			queue = append(queue, more...)
 		}
 	}

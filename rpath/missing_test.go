@@ -86,10 +86,14 @@ func TestStubDirsNeverIndexed(t *testing.T) {
 
 // TestIgnoreExisting: --ignore-existing stops the search through the
 // RUNPATH directories of found libraries.
+// TestIgnoreExisting: auto-patchelf's --ignore-existing (add_existing=False)
+// does not index the libraries of the paths being patched; the search
+// directories and their libraries' RUNPATH directories still are.
 func TestIgnoreExisting(t *testing.T) {
 	for _, ignore := range []bool{false, true} {
 		tr := newTree(t)
-		tr.place("out/bin/app", exe("libhop.so", "libh.so"))
+		tr.place("out/bin/app", exe("libhop.so", "libh.so", "libown.so"))
+		tr.place("out/lib/libown.so", lib("libown.so"))
 		tr.place("s1/libhop.so", withRunpath(lib("libhop.so"), "{root}/hidden"))
 		tr.place("hidden/libh.so", lib("libh.so"))
 		rep, err := tr.patch([]string{"out"}, rpath.WithSearch(tr.p("s1")), rpath.WithIgnoreExisting(ignore))
@@ -97,12 +101,12 @@ func TestIgnoreExisting(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := tr.runpathOf("out/bin/app"), tr.x(drv+":{root}/s1:{root}/hidden"); got != want {
+			if got, want := tr.runpathOf("out/bin/app"), tr.x(drv+":{root}/s1:{root}/hidden:{root}/out/lib"); got != want {
 				t.Errorf("RUNPATH %q, want %q", got, want)
 			}
 			continue
 		}
-		if !isErr(err, rpath.ErrUnsatisfied) || !slices.Equal(tr.missing(rep), []string{"libh.so wanted by out/bin/app"}) {
+		if !isErr(err, rpath.ErrUnsatisfied) || !slices.Equal(tr.missing(rep), []string{"libown.so wanted by out/bin/app"}) {
 			t.Errorf("ignore-existing: err %v, missing %q", err, tr.missing(rep))
 		}
 	}

@@ -325,11 +325,18 @@ func TestSymlinksNeverFollowedOutOfTheTree(t *testing.T) {
 // TestDlopenMissingIsOptional documents a deliberate difference: a
 // .note.dlopen entry that nothing satisfies is reported as ignored, not
 // missing (auto-patchelf.py fails the build with "any(a, b)").
-func TestDlopenMissingIsOptional(t *testing.T) {
+func TestDlopenMissingIsMissing(t *testing.T) {
+	// auto-patchelf resolves .note.dlopen entries like DT_NEEDED: one that
+	// no alternative satisfies is missing, named "any(a, b)".
 	tr := newTree(t)
 	tr.place("out/lib/libplug.so", cfix.Spec{Soname: "libplug.so", Dlopen: `[{"soname":["libnope.so.1","libnope.so.0"]}]`})
-	rep := tr.mustPatch([]string{"out"}, none)
-	d := tr.dep(rep, "out/lib/libplug.so", "libnope.so.1|libnope.so.0")
+	rep, err := tr.patch([]string{"out"}, none)
+	if !isErr(err, rpath.ErrUnsatisfied) || !slices.Equal(tr.missing(rep), []string{"any(libnope.so.1, libnope.so.0) wanted by out/lib/libplug.so"}) {
+		t.Errorf("err %v, missing %q", err, tr.missing(rep))
+	}
+	// An ignore pattern matching one alternative (or the any() name) ignores it.
+	rep = tr.mustPatch([]string{"out"}, none, rpath.WithIgnoreMissing("libnope.so.0"))
+	d := tr.dep(rep, "out/lib/libplug.so", "any(libnope.so.1, libnope.so.0)")
 	if d.How != rpath.HowIgnored || d.Source != "dlopen" {
 		t.Errorf("dep %+v", d)
 	}

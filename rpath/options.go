@@ -200,8 +200,9 @@ func WithPreserveOrigin(on bool) Option {
 	return func(c *config) error { c.preserveOrigin = on; return nil }
 }
 
-// WithIgnoreExisting does not search the RUNPATH directories of indexed
-// libraries.
+// WithIgnoreExisting does not index the libraries of the paths being
+// patched (auto-patchelf's --ignore-existing): only the search directories
+// and the RUNPATH directories of their libraries are used.
 func WithIgnoreExisting(on bool) Option {
 	return func(c *config) error { c.ignoreExisting = on; return nil }
 }

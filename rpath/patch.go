@@ -274,6 +274,7 @@ type target struct {
 	ok      bool
 	class   elf.Class
 	machine elf.Machine
+	osabi   elf.OSABI
 }
 
 func (c *config) interpreterTarget() target {
@@ -285,7 +286,7 @@ func (c *config) interpreterTarget() target {
 		return target{}
 	}
 	defer f.Close()
-	return target{ok: true, class: f.Header.Class, machine: f.Header.Machine}
+	return target{ok: true, class: f.Header.Class, machine: f.Header.Machine, osabi: f.Header.OSABI}
 }
 
 // decideSafe is decide, with a bug in the reader reported against the file
@@ -326,6 +327,13 @@ func (c *config) decide(path string, ix *index, t target) *File {
 		out.Skipped = fmt.Sprintf("%v %v, not the interpreter's architecture", class, machine)
 		return out
 	}
+	if t.ok && !osabiCompatible(t.osabi, osabi) {
+		out.Skipped = fmt.Sprintf("OS ABI %v, not compatible with the interpreter's %v", osabi, t.osabi)
+		return out
+	}
+	// FreeBSD and OpenBSD ship ld.so apart from libc in nixpkgs: libc must
+	// get its RUNPATH entry there (auto-patchelf forces keep-libc too).
+	keepLibc := c.keepLibc || osabi == elf.ELFOSABI_FREEBSD || osabi == elf.ELFOSABI_OPENBSD
 
 	// Dependencies: DT_NEEDED in order, then .note.dlopen entries.
 	type want struct {
@@ -343,12 +351,8 @@ func (c *config) decide(path string, ix *index, t target) *File {
 	}
 	needsDriver := false
 	for _, w := range wants {
-		dep := c.resolve(w.alts, ix, class, machine, osabi)
+		dep := c.resolve(w.alts, ix, class, machine, osabi, keepLibc)
 		dep.Source = w.source
-		if dep.How == HowMissing && w.source == "dlopen" {
-			dep.How = HowIgnored // dlopen'ed libraries are optional by nature
-			dep.Hint = "optional (.note.dlopen)"
-		}
 		if dep.How == HowDriver {
 			needsDriver = true
 		}
@@ -433,7 +437,7 @@ func linkCount(path string) uint64 {
 
 // resolve satisfies one dependency, given its alternatives (one name for
 // DT_NEEDED, several for a .note.dlopen entry).
-func (c *config) resolve(alts []string, ix *index, class elf.Class, machine elf.Machine, osabi elf.OSABI) Dep {
+func (c *config) resolve(alts []string, ix *index, class elf.Class, machine elf.Machine, osabi elf.OSABI, keepLibc bool) Dep {
 	for _, name := range alts {
 		switch {
 		case c.driverLibs.match(name):
@@ -442,7 +446,7 @@ func (c *config) resolve(alts []string, ix *index, class elf.Class, machine elf.
 			if _, err := os.Stat(name); err == nil {
 				return Dep{Name: name, How: HowAbsolute, Path: name}
 			}
-		case !c.keepLibc && c.libcDir != "" && exists(filepath.Join(c.libcDir, name)):
+		case !keepLibc && c.libcDir != "" && exists(filepath.Join(c.libcDir, name)):
 			return Dep{Name: name, How: HowLibc, Path: filepath.Join(c.libcDir, name)}
 		}
 		if cand, ok := ix.lookup(name, class, machine, osabi); ok {
@@ -450,12 +454,21 @@ func (c *config) resolve(alts []string, ix *index, class elf.Class, machine elf.
 		}
 		// With keep-libc, a libc name no search directory has is still
 		// found by the interpreter (auto-patchelf.py's "step 4").
-		if c.keepLibc && c.libcDir != "" && !filepath.IsAbs(name) && exists(filepath.Join(c.libcDir, name)) {
+		if keepLibc && c.libcDir != "" && !filepath.IsAbs(name) && exists(filepath.Join(c.libcDir, name)) {
 			return Dep{Name: name, How: HowLibc, Path: filepath.Join(c.libcDir, name)}
 		}
 	}
-	name := strings.Join(alts, "|")
+	// A .note.dlopen entry with several alternatives is named as
+	// auto-patchelf names it, "any(a, b)". Ignore patterns match that name
+	// or any one alternative.
+	name := alts[0]
+	if len(alts) > 1 {
+		name = "any(" + strings.Join(alts, ", ") + ")"
+	}
 	for _, p := range c.ignoreMissing {
+		if p.Match(filepath.Base(name)) {
+			return Dep{Name: name, How: HowIgnored}
+		}
 		for _, a := range alts {
 			if p.Match(filepath.Base(a)) {
 				return Dep{Name: name, How: HowIgnored}
@@ -463,6 +476,12 @@ func (c *config) resolve(alts []string, ix *index, class elf.Class, machine elf.
 		}
 	}
 	return Dep{Name: name, How: HowMissing, Hint: ix.sonameHint(alts[0], class, machine, osabi)}
+}
+
+// osabiCompatible is auto-patchelf's rule: equal, or either side SYSV
+// (ELFOSABI_NONE, "unspecified") — GNU/Linux files load with SYSV ones.
+func osabiCompatible(a, b elf.OSABI) bool {
+	return a == b || a == elf.ELFOSABI_NONE || b == elf.ELFOSABI_NONE || a == elf.ELFOSABI_LINUX && b == elf.ELFOSABI_LINUX
 }
 
 // fileError is one error of a file's report as an error; an audit failure

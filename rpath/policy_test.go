@@ -284,7 +284,9 @@ var runpathRules = []rule{
 		want: map[string]string{"out/bin/app": drv + ":{root}/s1:{root}/hidden:{root}/s2"},
 	},
 	{
-		name: "precedence: RUNPATH dirs of the outputs' libraries come after the search dirs",
+		// auto-patchelf's populate_cache(paths) follows the outputs'
+		// RUNPATHs before populate_cache(lib_dirs) starts.
+		name: "precedence: RUNPATH dirs of the outputs' libraries come before the search dirs",
 		files: map[string]cfix.Spec{
 			"out/bin/app":     exe("libo.so", "liby.so", "libz.so"),
 			"out/lib/libo.so": withRunpath(lib("libo.so"), "{root}/orp"),
@@ -293,7 +295,7 @@ var runpathRules = []rule{
 			"s1/liby.so":      lib("liby.so"),
 		},
 		opts: func(tr *tree) []rpath.Option { return []rpath.Option{rpath.WithSearch(tr.p("s1"))} },
-		want: map[string]string{"out/bin/app": drv + ":{root}/out/lib:{root}/s1:{root}/orp"},
+		want: map[string]string{"out/bin/app": drv + ":{root}/out/lib:{root}/orp"},
 	},
 	{
 		name: "precedence: duplicates within the outputs resolved in lexical order",

@@ -154,8 +154,12 @@ func TestAutoPatchelfFlags(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rep); code != 0 || err != nil || len(rep.Files) != 1 || rep.Files[0].Path != c.p("out/app") {
 		t.Errorf("--structured-logs: exit %d, %v, %+v\n%s", code, err, rep, stderr)
 	}
-	code, _, stderr = c.runCLI(env, "auto-patchelf", "--paths", "{root}/out", "--libs", "{root}/hop", "--ignore-existing")
-	if code != 1 || !strings.Contains(stderr, c.x("error: auto-patchelf could not satisfy dependency libh.so wanted by {root}/out/app\n")) {
+	// --ignore-existing (add_existing=False): the outputs' own libraries
+	// are not indexed.
+	c.place("out/app3", cExe("", "libown.so"))
+	c.place("out/libown.so", cLib("libown.so"))
+	code, _, stderr = c.runCLI(env, "auto-patchelf", "--paths", "{root}/out", "--libs", "{root}/hop", "--no-recurse", "--ignore-existing")
+	if code != 1 || !strings.Contains(stderr, c.x("error: auto-patchelf could not satisfy dependency libown.so wanted by {root}/out/app3\n")) {
 		t.Errorf("--ignore-existing: exit %d\n%s", code, stderr)
 	}
 }
