@@ -259,18 +259,26 @@ if j1 and j2:
 # ---- agreement -------------------------------------------------------------
 w("## Do both ways give the same RUNPATHs?\n")
 w("After the first run of each tool, every patched file's RUNPATH, as `cudapatch print` reads it.\n")
-w("| case | files | identical | nixpkgs has an extra empty entry | nixpkgs kept old entries | other |")
-w("| --- | ---: | ---: | ---: | ---: | ---: |")
+w("| case | files | identical | nixpkgs has an extra empty entry | nixpkgs kept old entries | cudapatch cannot read its own output | cudapatch cannot read patchelf's output | other |")
+w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for case in ("corpus", "small"):
     pa, pb = (os.path.join(RAW, f"{case}-runpaths-{t}.json") for t in ("cudapatch", "nixpkgs"))
     if not (os.path.exists(pa) and os.path.exists(pb)):
         continue
     a, b = json.load(open(pa)), json.load(open(pb))
-    same = empty = kept = other = 0
+    same = empty = kept = other = bad_a = bad_b = 0
     examples = []
     for p, ra in a.items():
         rb = b.get(p)
-        if ra == rb:
+        if ra and ra.startswith("unreadable: "):
+            bad_a += 1
+            if bad_a <= 3:
+                examples.append(f"`{os.path.basename(p)}` patched by cudapatch: {ra}")
+        elif rb and rb.startswith("unreadable: "):
+            bad_b += 1
+            if bad_b <= 3:
+                examples.append(f"`{os.path.basename(p)}` patched by patchelf: {rb}")
+        elif ra == rb:
             same += 1
         elif rb is not None and rb.rstrip(":") == ra:
             empty += 1
@@ -282,7 +290,7 @@ for case in ("corpus", "small"):
             other += 1
             if len(examples) < 4:
                 examples.append(f"`{os.path.basename(p)}`: cudapatch `{ra}`, nixpkgs `{rb}`")
-    w(f"| {case} | {len(a)} | {same} | {empty} | {kept} | {other} |")
+    w(f"| {case} | {len(a)} | {same} | {empty} | {kept} | {bad_a} | {bad_b} | {other} |")
     for e in examples:
         out.append(f"\n- {case}: {e}")
 w("")
@@ -317,12 +325,12 @@ if shutil.which("gnuplot"):
     if os.path.exists(os.path.join(RAW, "scale.dat")):
         subprocess.run(["gnuplot", "-e", common +
                         f"set output '{OUT}/scaling-files.png'; set title 'Wall time against file count (files ≤ 1 MiB)'; "
-                        "set xlabel 'ELF files'; set ylabel 'seconds (log)'; set logscale y; "
+                        "set xlabel 'ELF files'; set ylabel 'seconds (log)'; set logscale y; set format y '10^{%L}'; "
                         f"plot '{RAW}/scale.dat' using 1:3 with linespoints lw 2 pt 7 title 'the nixpkgs way (patchelf ×3 per file)', "
                         f"'' using 1:2 with linespoints lw 2 pt 5 title 'cudapatch'"], check=False)
     if os.path.exists(os.path.join(RAW, "size.dat")):
         subprocess.run(["gnuplot", "-e", common +
                         f"set output '{OUT}/scaling-size.png'; set title 'Wall time of one --set-rpath against file size'; "
-                        "set xlabel 'file size (bytes, log)'; set ylabel 'seconds (log)'; set logscale xy; "
+                        "set xlabel 'file size (bytes)'; set ylabel 'seconds (log)'; set logscale xy; set format x '10^{%L}'; set format y '10^{%L}'; "
                         f"plot '{RAW}/size.dat' using 1:3 with linespoints lw 2 pt 7 title 'patchelf 0.14.3', "
                         f"'' using 1:2 with linespoints lw 2 pt 5 title 'cudapatch patchelf'"], check=False)

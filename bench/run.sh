@@ -105,7 +105,8 @@ s, d, i, out = sys.stdin.read(), json.JSONDecoder(), 0, {}
 while i < len(s.rstrip()):  # xargs may have run print more than once
     arr, i = d.raw_decode(s, i)
     i += len(s[i:]) - len(s[i:].lstrip())
-    out.update({f["path"]: f["info"].get("runpath", f["info"].get("rpath")) for f in arr})
+    out.update({f["path"]: f["info"].get("runpath", f["info"].get("rpath")) if "info" in f
+                else "unreadable: " + f.get("error", "?") for f in arr})
 print(json.dumps(out))' >"$1"
 }
 # Tree cases set: CASE, SRC (pristine store), and args() printing cudapatch's
