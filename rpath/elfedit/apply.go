@@ -179,7 +179,9 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	if opt.NoFollow {
 		nofollow = syscall.O_NOFOLLOW
 	}
-	rf, err := os.OpenFile(path, os.O_RDONLY|nofollow, 0)
+	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
+	// writer forever; for a regular file it changes nothing.
+	rf, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|nofollow, 0)
 	if err != nil {
 		return nil, openErr(err, opt.NoFollow)
 	}
