@@ -286,11 +286,13 @@ func applyCopy(path string, src *os.File, st os.FileInfo, plan *Plan, sync bool)
 	if err := plan.Apply(tmp, sync); err != nil {
 		return err
 	}
-	if err := tmp.Chmod(st.Mode().Perm() | st.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky)); err != nil {
-		return unwrapPath(err)
-	}
+	// Chown before chmod: chown clears the setuid and setgid bits, even
+	// for root.
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
 		_ = tmp.Chown(int(sys.Uid), int(sys.Gid)) // only root can; others keep their own
+	}
+	if err := tmp.Chmod(st.Mode().Perm() | st.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky)); err != nil {
+		return unwrapPath(err)
 	}
 	if err := tmp.Close(); err != nil {
 		return err
