@@ -269,6 +269,15 @@ func keepMode(f *os.File, old os.FileMode) error {
 // applyCopy writes the result to a temporary copy in the same directory and
 // renames it over path, so the other hard links keep the old content.
 func applyCopy(path string, src *os.File, st os.FileInfo, plan *Plan, sync bool) error {
+	// A symbolic link stays: its target is what gets replaced, as when
+	// the file is edited in place (with NoFollow, a link never gets here).
+	path, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return unwrapPath(err)
+	}
+	if tst, err := os.Stat(path); err != nil || !os.SameFile(st, tst) {
+		return fmt.Errorf("replaced by another file while being edited")
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".cudapatch-*")
 	if err != nil {
 		return unwrapPath(err)
