@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"slices"
 )
 
@@ -125,21 +126,53 @@ func (f *File) gnuHashCount(addr uint64) (uint64, error) {
 // section states and by the file.
 func (f *File) versionRefs(refs *[]uint64) error {
 	o := f.order
+	// The records of valid tables do not overlap: Elf_Verneed and
+	// Elf_Vernaux are 16 bytes, Elf_Verdef 20 and Elf_Verdaux 8, so a walk
+	// visits at most size/16 (verneed) or size/8 (verdef) of them. Chains
+	// that visit more overlap (record i's aux chain running over records
+	// i+1...), and following their counts costs time and memory quadratic
+	// in the file size.
+	var budget uint64
+	visit := func(what string, addr uint64) error {
+		if budget == 0 {
+			return formatErr(-1, "%s record 0x%x: more version records than the file can hold (overlapping chains)", what, addr)
+		}
+		budget--
+		return nil
+	}
+	// One buffer for every record: a walk may visit size/8 of them.
+	var buf [20]byte
+	readRec := func(off, n uint64, what string) ([]byte, error) {
+		if off > uint64(f.size) || n > uint64(f.size)-off {
+			return nil, formatErr(int64(min(off, uint64(f.size))), "%s: range 0x%x+0x%x lies past the end of the file (size 0x%x)", what, off, n, f.size)
+		}
+		if _, err := f.r.ReadAt(buf[:n], int64(off)); err != nil {
+			return nil, fmt.Errorf("%s: reading 0x%x bytes at 0x%x: %w", what, n, off, err)
+		}
+		return buf[:n], nil
+	}
 	walk := func(addrTag, numTag elf.DynTag, what string, recSize uint64, rec func(b []byte) (next uint64, aux uint64, cnt int, name uint64), auxRec func(b []byte) (next uint64, name uint64)) error {
 		addr, ok := f.dynVal(addrTag)
 		if !ok {
 			return nil
+		}
+		budget = uint64(f.size) / 16
+		if addrTag == elf.DT_VERDEF {
+			budget = uint64(f.size) / 8
 		}
 		num, _ := f.dynVal(numTag)
 		if num > uint64(f.size)/16 {
 			return formatErr(-1, "%s count %d exceeds the file", what, num)
 		}
 		for i := uint64(0); i < num; i++ {
+			if err := visit(what, addr); err != nil {
+				return err
+			}
 			off, ok := f.vaddrToOff(addr, recSize)
 			if !ok {
 				return formatErr(-1, "%s record 0x%x maps to no PT_LOAD", what, addr)
 			}
-			b, err := readAt(f.r, f.size, off, recSize, what)
+			b, err := readRec(off, recSize, what)
 			if err != nil {
 				return err
 			}
@@ -149,6 +182,9 @@ func (f *File) versionRefs(refs *[]uint64) error {
 			}
 			a := addr + aux
 			for j := 0; j < cnt; j++ {
+				if err := visit(what+" aux", a); err != nil {
+					return err
+				}
 				aoff, ok := f.vaddrToOff(a, 8) // the smaller aux record; its size is checked by readAt
 				if !ok {
 					return formatErr(-1, "%s aux record 0x%x maps to no PT_LOAD", what, a)
@@ -157,7 +193,7 @@ func (f *File) versionRefs(refs *[]uint64) error {
 				if addrTag == elf.DT_VERDEF {
 					auxSize = 8
 				}
-				ab, err := readAt(f.r, f.size, aoff, auxSize, what+" aux")
+				ab, err := readRec(aoff, auxSize, what+" aux")
 				if err != nil {
 					return err
 				}
