@@ -196,6 +196,13 @@ func deref(p *string) string {
 // move) and compares both with w.
 func checkWant(t testing.TB, path string, w want) {
 	t.Helper()
+	checkWantElfedit(t, path, w)
+	checkWantDebugElf(t, path, w)
+}
+
+// checkWantElfedit reads path back with elfedit and compares with w.
+func checkWantElfedit(t testing.TB, path string, w want) {
+	t.Helper()
 	f, err := elfedit.Open(path)
 	require.NoError(t, err, "elfedit re-read")
 	in := f.Info()
@@ -205,7 +212,12 @@ func checkWant(t testing.TB, path string, w want) {
 	assert.Equal(t, w.Needed, in.Needed, "elfedit: needed")
 	assert.Equal(t, deref(w.RunPath), deref(in.RunPath), "elfedit: runpath")
 	assert.Equal(t, deref(w.RPath), deref(in.RPath), "elfedit: rpath")
+}
 
+// checkWantDebugElf reads path back with debug/elf, which goes through the
+// section headers, and compares with w.
+func checkWantDebugElf(t testing.TB, path string, w want) {
+	t.Helper()
 	ef, err := elf.Open(path)
 	require.NoError(t, err, "debug/elf re-read")
 	defer ef.Close()
