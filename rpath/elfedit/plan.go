@@ -197,6 +197,15 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 	dynChanged := false
 	if f.IsDynamic() {
 		ents = f.desiredDyn(&e)
+		// glibc's static-PIE startup (_dl_relocate_static_pie) asserts
+		// that its own .dynamic has neither tag: the program would die
+		// before main. Nothing would read the path anyway.
+		_, hadRun := f.dynVal(elf.DT_RUNPATH)
+		_, hadR := f.dynVal(elf.DT_RPATH)
+		if f.Kind() == KindStaticPIE && !hadRun && !hadR &&
+			slices.ContainsFunc(ents, func(d dent) bool { return d.tag == elf.DT_RUNPATH || d.tag == elf.DT_RPATH }) {
+			return nil, fmt.Errorf("%w: a static PIE cannot carry DT_RUNPATH or DT_RPATH (glibc's self-relocation asserts it has none)", ErrNotDynamic)
+		}
 		dynChanged = len(ents) != f.dynLen
 		for i := 0; !dynChanged && i < len(ents); i++ {
 			d := ents[i]

@@ -566,7 +566,11 @@ func (v *propVariant) runStatic(steps int) {
 	w := wantOf(in)
 	for i := range max(steps/5, 4) {
 		var e elfedit.Edit
-		switch v.rng.IntN(4) {
+		k := v.rng.IntN(4)
+		if i == 0 {
+			k = 0 // a search path first: glibc's static-PIE startup asserts it has none
+		}
+		switch k {
 		case 0:
 			e.SetPath = str(v.searchPath("main", v.pathLen(), true)) // no lib/ to name
 		case 1:
