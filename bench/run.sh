@@ -98,7 +98,8 @@ measure() { # CASE TOOL RUN CMD...: one measured run, appended to raw/runs.tsv
     { log "$c $t run $r failed: see $RAW/$c-$t.err"; tail -5 "$RAW/$c-$t.err" >&2; exit 1; }
 }
 runpaths() { # OUT: path -> RUNPATH of every file of the plan, as cudapatch print sees them
-  cut -d $'\x1f' -f3 "$RAW/$CASE.plan" | xargs -d '\n' "$CP" print --json |
+  # print exits 1 on a file it cannot read (and says why in the JSON): keep going
+  { cut -d $'\x1f' -f3 "$RAW/$CASE.plan" | xargs -d '\n' "$CP" print --json || true; } |
     python3 -c '
 import json, sys
 s, d, i, out = sys.stdin.read(), json.JSONDecoder(), 0, {}
