@@ -206,6 +206,10 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 			slices.ContainsFunc(ents, func(d dent) bool { return d.tag == elf.DT_RUNPATH || d.tag == elf.DT_RPATH }) {
 			return nil, fmt.Errorf("%w: a static PIE cannot carry DT_RUNPATH or DT_RPATH (glibc's self-relocation asserts it has none)", ErrNotDynamic)
 		}
+		// A new string needs a string table for its entry to point into.
+		if _, ok := f.dynVal(elf.DT_STRTAB); !ok && slices.ContainsFunc(ents, func(d dent) bool { return d.isStr && d.changed }) {
+			return nil, formatErr(int64(f.Progs[f.dynProg].Off), "dynamic section has no DT_STRTAB to add strings to")
+		}
 		dynChanged = len(ents) != f.dynLen
 		for i := 0; !dynChanged && i < len(ents); i++ {
 			d := ents[i]
