@@ -216,6 +216,39 @@ var pfCases = []pfCase{
 	{name: "no arguments", target: "exe", args: []string{}, stderrDiffers: true},
 }
 
+func hasPath(s elfState) bool { return len(s.RunPath)+len(s.RPath) > 0 }
+
+// TestPatchelfStaticPIE pins a deliberate difference: glibc's static-PIE
+// startup (_dl_relocate_static_pie) cannot cope with DT_RUNPATH or DT_RPATH
+// in the program's own dynamic section, so the file patchelf writes crashes
+// before main. cudapatch refuses with exit 1 and leaves the file as it was.
+func TestPatchelfStaticPIE(t *testing.T) {
+	real := realPatchelf(t)
+	fx := fixtures.ByName(t, "static-pie").Copy(t)
+	theirs := filepath.Join(t.TempDir(), "theirs")
+	orig, err := os.ReadFile(fx.Exe)
+	must(t, err)
+	must(t, os.WriteFile(theirs, orig, 0o755))
+	if out, err := exec.Command(real, "--set-rpath", "/x", theirs).CombinedOutput(); err != nil {
+		t.Fatalf("patchelf: %v\n%s", err, out)
+	}
+	if out, err := fx.Run(t, theirs); err == nil {
+		t.Errorf("the static PIE patched by /usr/bin/patchelf ran (%q): the difference is no longer needed", out)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := patchelfMain([]string{"--set-rpath", "/x", fx.Exe}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "static PIE") {
+		t.Errorf("ours: exit %d, stderr %q", code, stderr.String())
+	}
+	now, err := os.ReadFile(fx.Exe)
+	must(t, err)
+	if !bytes.Equal(now, orig) {
+		t.Error("the refused file changed")
+	}
+	if out, err := fx.Run(t, fx.Exe); err != nil || out != fx.Want+"\n" {
+		t.Errorf("the refused file no longer runs: %q, %v", out, err)
+	}
+}
+
 // TestPatchelfMatchesPatchelf runs every case with the real patchelf and
 // with ours on every fixture variant and compares what they print, their
 // exit codes, the resulting dynamic-linking data and, where asked, the
@@ -308,6 +341,15 @@ func TestPatchelfMatchesPatchelf(t *testing.T) {
 					if c.stderrDiffers || strings.Contains(want.Stderr, "writing ") {
 						// --debug: patchelf's layout lines are its own.
 						want.Stderr, got.Stderr = "", ""
+					}
+					if fx.Name == "static-pie" && (hasPath(want.State["bin/main"]) || hasPath(want.State["out"])) {
+						// Deliberate difference (TestPatchelfStaticPIE):
+						// patchelf gives a static PIE a search path that its
+						// startup code rejects; we refuse and write nothing.
+						if got.Code != 1 || !strings.Contains(got.Stderr, "static PIE") || hasPath(got.State["bin/main"]) || hasPath(got.State["out"]) {
+							t.Errorf("static PIE: exit %d, stderr %q, state %+v", got.Code, got.Stderr, got.State)
+						}
+						return
 					}
 					if c.patchelfBug != "" {
 						t.Logf("not compared: %s", c.patchelfBug)

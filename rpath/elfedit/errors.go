@@ -36,6 +36,11 @@ var (
 	// ErrNoInterpreter means the interpreter of a file without PT_INTERP was
 	// asked to be changed.
 	ErrNoInterpreter = errors.New("no PT_INTERP (not a dynamically linked executable)")
+	// ErrSelfRelocating means a search path was asked of a static PIE or a
+	// dynamic loader: their startup code relocates them before anything
+	// else runs and asserts that their .dynamic has no DT_RUNPATH or
+	// DT_RPATH, so the result would crash before main.
+	ErrSelfRelocating = errors.New("self-relocating object")
 	// ErrHardLinks means the file has several hard links and the caller did
 	// not allow breaking them: editing in place would silently change the
 	// other paths too.

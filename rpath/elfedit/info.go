@@ -16,6 +16,7 @@ const (
 	KindLibrary     Kind = "shared-library" // ET_DYN without PT_INTERP, not a PIE
 	KindStatic      Kind = "static"         // ET_EXEC without PT_DYNAMIC
 	KindStaticPIE   Kind = "static-pie"     // ET_DYN with DF_1_PIE and no PT_INTERP
+	KindLoader      Kind = "dynamic-loader" // ET_DYN, an entry point, no PT_INTERP, no DT_NEEDED: ld.so itself
 	KindDebugObject Kind = "debug-object"   // separate debug info, contents NOBITS
 	KindRelocatable Kind = "relocatable"    // ET_REL
 	KindOther       Kind = "other"          // core files and the like
@@ -86,8 +87,19 @@ func (f *File) Kind() Kind {
 		return KindStatic // dynamic section but no interpreter: nothing loads its deps
 	case f.isPIE():
 		return KindStaticPIE
+	case h.Entry != 0 && len(f.Needed()) == 0 && isLoaderName(f.Soname()):
+		// A self-relocating object that can be run and needs nothing,
+		// named like a dynamic loader: glibc's ld.so (ld-linux*.so.*,
+		// ld64.so.*, ld.so.*) or musl's (ld-musl-*). Like a static PIE, it
+		// relocates itself before anything else runs.
+		return KindLoader
 	}
 	return KindLibrary
+}
+
+// isLoaderName reports the SONAMEs of Linux dynamic loaders.
+func isLoaderName(soname string) bool {
+	return strings.HasPrefix(soname, "ld-") || strings.HasPrefix(soname, "ld64.so.") || strings.HasPrefix(soname, "ld.so.")
 }
 
 func (f *File) isPIE() bool {

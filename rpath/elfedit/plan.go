@@ -202,9 +202,12 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 		// before main. Nothing would read the path anyway.
 		_, hadRun := f.dynVal(elf.DT_RUNPATH)
 		_, hadR := f.dynVal(elf.DT_RPATH)
-		if f.Kind() == KindStaticPIE && !hadRun && !hadR &&
+		// glibc's ld.so bootstraps itself with the same code and the same
+		// assertions.
+		if k := f.Kind(); (k == KindStaticPIE || k == KindLoader) && !hadRun && !hadR &&
 			slices.ContainsFunc(ents, func(d dent) bool { return d.tag == elf.DT_RUNPATH || d.tag == elf.DT_RPATH }) {
-			return nil, fmt.Errorf("%w: a static PIE cannot carry DT_RUNPATH or DT_RPATH (glibc's self-relocation asserts it has none)", ErrNotDynamic)
+			what := map[Kind]string{KindStaticPIE: "static PIE", KindLoader: "dynamic loader"}[k]
+			return nil, fmt.Errorf("%w: a %s cannot carry DT_RUNPATH or DT_RPATH (glibc's self-relocation asserts it has none)", ErrSelfRelocating, what)
 		}
 		// A new string needs a string table for its entry to point into.
 		if _, ok := f.dynVal(elf.DT_STRTAB); !ok && slices.ContainsFunc(ents, func(d dent) bool { return d.isStr && d.changed }) {

@@ -454,13 +454,34 @@ func (f *File) readInterp() error {
 
 // vaddrToOff maps the n bytes at virtual address addr to a file offset
 // through the PT_LOAD that holds them in its file image.
+//
+// A range may run on into the next PT_LOADs when they continue it both in
+// memory and in the file: patchelf 0.14 lays out non-PIE executables that
+// way (new pages below the first segment, .dynstr across three segments),
+// and nixpkgs is full of files it patched.
 func (f *File) vaddrToOff(addr, n uint64) (uint64, bool) {
-	for _, p := range f.Progs {
-		if p.Type != elf.PT_LOAD {
+	for i, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || addr < p.Vaddr || addr-p.Vaddr > p.Filesz {
 			continue
 		}
-		if addr >= p.Vaddr && addr-p.Vaddr <= p.Filesz && n <= p.Filesz-(addr-p.Vaddr) {
+		if n <= p.Filesz-(addr-p.Vaddr) {
 			return p.Off + (addr - p.Vaddr), true
+		}
+		// Follow contiguous segments for the rest of the range.
+		rest := n - (p.Filesz - (addr - p.Vaddr))
+		endV, endO := p.Vaddr+p.Filesz, p.Off+p.Filesz
+		for _, q := range f.Progs[i+1:] {
+			if q.Type != elf.PT_LOAD {
+				continue
+			}
+			if q.Vaddr != endV || q.Off != endO {
+				break
+			}
+			if rest <= q.Filesz {
+				return p.Off + (addr - p.Vaddr), true
+			}
+			rest -= q.Filesz
+			endV, endO = q.Vaddr+q.Filesz, q.Off+q.Filesz
 		}
 	}
 	return 0, false

@@ -131,6 +131,20 @@ func (b *builder) region() (*Plan, error) {
 	return p, err
 }
 
+// maxBlobMove bounds what is moved out of the program header table's way.
+// Beyond it (a library whose .dynsym of several MiB follows the table, as
+// LLVM's does) the table itself moves instead: a few KiB written rather
+// than megabytes, at the price of a layout binutils' strip cannot rewrite.
+const maxBlobMove = 1 << 20
+
+func blobBytes(bs []blob) uint64 {
+	var n uint64
+	for _, b := range bs {
+		n += b.hi - b.lo
+	}
+	return n
+}
+
 // movableSection reports sections nothing refers to by address except the
 // program headers or the dynamic section, so that moving them (and
 // repointing those) is safe: .interp, notes, and the dynamic-linking tables
@@ -293,7 +307,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		rel += L.phSize
 	} else if live == nil {
 		blobs, moveSht, ok := f.gapBlobs()
-		if !ok {
+		if !ok || blobBytes(blobs) > maxBlobMove {
 			return nil, false, nil
 		}
 		L.moveSht = moveSht
