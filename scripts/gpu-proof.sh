@@ -38,6 +38,7 @@ EOF
 echo "real driver libcuda: $real"
 [ -n "$real" ] || { echo "no driver libcuda found"; exit 2; }
 DRVDIR=$(dirname "$real")
+echo "cudapatch: $("$CP" patchelf --version 2>&1 | head -1), commit ${CUDAPATCH_COMMIT:-unknown}"
 LDSO=/lib64/ld-linux-x86-64.so.2
 
 # A store-like tree: the interpreter copied to a non-standard path, the
