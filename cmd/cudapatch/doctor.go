@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/urfave/cli/v3"
@@ -41,9 +40,7 @@ func doctorCommand(g *globals) *cli.Command {
 				return withCode(exitUsage, fmt.Errorf("doctor: %w", err))
 			}
 			if cmd.Bool("json") {
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				err = enc.Encode(rep)
+				err = g.writeJSON(rep)
 			} else {
 				err = writeDoctor(g, rep)
 			}

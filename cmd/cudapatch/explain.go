@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -60,9 +59,7 @@ func explainCommand(g *globals) *cli.Command {
 				return withCode(exitUsage, fmt.Errorf("explain: %w", err))
 			}
 			if cmd.Bool("json") {
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				err = enc.Encode(struct {
+				err = g.writeJSON(struct {
 					Config ldso.Config `json:"config"`
 					Tree   *ldso.Tree  `json:"tree"`
 				}{cfg, tr})

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -114,6 +115,14 @@ type globals struct {
 	env            []string
 	log            *slog.Logger
 	level          *slog.LevelVar
+}
+
+// writeJSON prints v on stdout as indented JSON, the --json form of every
+// command.
+func (g *globals) writeJSON(v any) error {
+	enc := json.NewEncoder(g.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 func (g *globals) getenv(key string) string {

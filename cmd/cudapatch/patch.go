@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -137,9 +136,7 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 		return withCode(exitUsage, err)
 	}
 	if asJSON {
-		enc := json.NewEncoder(g.stdout)
-		enc.SetIndent("", "  ")
-		if e := enc.Encode(rep); e != nil {
+		if e := g.writeJSON(rep); e != nil {
 			return withCode(exitUsage, e)
 		}
 	} else {

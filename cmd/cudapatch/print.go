@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -41,9 +40,7 @@ func printCommand(g *globals) *cli.Command {
 				out = append(out, entry{Path: path, Info: &in})
 			}
 			if cmd.Bool("json") {
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(out); err != nil {
+				if err := g.writeJSON(out); err != nil {
 					return withCode(exitUsage, err)
 				}
 			} else {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
@@ -37,9 +36,7 @@ func verifyCommand(g *globals) *cli.Command {
 				out = append(out, e)
 			}
 			if cmd.Bool("json") {
-				enc := json.NewEncoder(g.stdout)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(out); err != nil {
+				if err := g.writeJSON(out); err != nil {
 					return withCode(exitUsage, err)
 				}
 			} else {
