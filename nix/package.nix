@@ -16,9 +16,10 @@ buildGoModule {
     ) ../.;
   };
 
-  # Placeholder: the real hash depends on which modules the finished sources
-  # import. Build once (`nix build .#cudapatch`) and paste the "got:" hash.
-  vendorHash = lib.fakeHash;
+  # NAR hash of `go mod vendor` (Go 1.26), computed with nix-hash 2.8 on
+  # the dev machine; not yet confirmed by a Nix build (none is reachable
+  # here). If a build disagrees, paste its "got:" hash.
+  vendorHash = "sha256-4r9ghcI7Rt1VtcuWL0Y+8PmR37KPYKmTUEBInwnj5kU=";
 
   subPackages = [ "cmd/cudapatch" ];
   env.CGO_ENABLED = 0;

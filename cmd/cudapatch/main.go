@@ -18,6 +18,9 @@ import (
 	"github.com/urfave/cli/v3"
 )
 
+// version is set at build time (nix/package.nix: -X main.version=…).
+var version = "dev"
+
 // Exit codes shared by every verb.
 const (
 	exitOK       = 0
@@ -87,6 +90,7 @@ func newApp(stdout, stderr io.Writer, env []string) *cli.Command {
 	patch := patchCommand(g)
 	return &cli.Command{
 		Name:                      "cudapatch",
+		Version:                   version,
 		Usage:                     "patch the RUNPATH and interpreter of prebuilt ELF files for Nix, CUDA-aware",
 		UsageText:                 "cudapatch [flags] PATH...\ncudapatch COMMAND [flags] ARGS...",
 		Writer:                    stdout,
