@@ -166,6 +166,10 @@ type Result struct {
 // still hold, and the result must carry the requested values), and applies
 // the plan. A no-op edit does not open the file for writing, so its bytes
 // and its modification time stay as they are. Errors name the path.
+//
+// A symbolic link is followed (unless Options.NoFollow): the file it names
+// is edited, or with BreakHardLinks replaced by the edited copy, and the
+// link itself stays as it is.
 func EditFile(path string, e Edit, opt Options) (*Result, error) {
 	res, err := editFile(path, e, opt)
 	if err != nil {
