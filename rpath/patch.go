@@ -61,7 +61,8 @@ type File struct {
 	Written        int64            `json:"bytes_written,omitempty"`
 	Errors         []string         `json:"errors,omitempty"`
 
-	edit elfedit.Edit
+	edit    elfedit.Edit
+	strSize int // dynamic string table size when decided, for the write phase's gate
 }
 
 // Missing is one unsatisfied dependency.
@@ -157,7 +158,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		if !f.Changed {
 			return
 		}
-		release := c.big.enter(f.Path)
+		release := c.big.enterSize(f.strSize)
 		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true})
 		release()
 		if err != nil {
@@ -198,6 +199,12 @@ func (g *bigGate) enter(path string) func() {
 	}
 	n := f.StringTableSize()
 	f.Close()
+	return g.enterSize(n)
+}
+
+// enterSize is enter for a size already known (the write phase reuses the
+// one decide saw, instead of reading the file once more).
+func (g *bigGate) enterSize(n int) func() {
 	if n < bigTable {
 		return func() {}
 	}
@@ -314,6 +321,7 @@ func (c *config) decide(path string, ix *index, t target) *File {
 	}
 	defer f.Close()
 	info := f.Info()
+	out.strSize = f.StringTableSize()
 	out.Kind = info.Kind
 	out.OldInterpreter, out.OldRunPath, out.OldRPath = info.Interpreter, info.RunPath, info.RPath
 	switch info.Kind {
