@@ -125,37 +125,45 @@ func (ix *index) addDir(c *config, dir string) ([]string, error) {
 			if lerr != nil {
 				return nil, lerr
 			}
-			return ix.addFiles(filepath.Dir(dir), []fs.DirEntry{fs.FileInfoToDirEntry(lst)}), nil
+			return ix.addFiles(c, filepath.Dir(dir), []fs.DirEntry{fs.FileInfoToDirEntry(lst)}), nil
 		}
 		return nil, err
 	}
 	ix.dirs = append(ix.dirs, dir)
-	return ix.addFiles(dir, ents), nil
+	return ix.addFiles(c, dir, ents), nil
 }
 
 // addFiles indexes the *.so* files among ents, entries of dir, and returns
-// the absolute, non-$ORIGIN RUNPATH directories they name.
-func (ix *index) addFiles(dir string, ents []fs.DirEntry) []string {
-	var more []string
-	for _, e := range ents {
-		name := e.Name()
-		if !soPattern.Match(name) {
-			continue
-		}
-		p := filepath.Join(dir, name)
+// the absolute, non-$ORIGIN RUNPATH directories they name. Their headers are
+// read on c.jobs goroutines (a directory of a big tree holds hundreds of
+// libraries); the index is then filled in name order, as if read one by one.
+func (ix *index) addFiles(c *config, dir string, ents []fs.DirEntry) []string {
+	ents = slices.DeleteFunc(slices.Clone(ents), func(e fs.DirEntry) bool { return !soPattern.Match(e.Name()) })
+	infos := make([]*elfedit.Info, len(ents))
+	_ = parallel(context.Background(), c.jobs, len(ents), func(i int) {
+		p := filepath.Join(dir, ents[i].Name())
 		st, err := os.Stat(p) // follows symlinks: a link to a library counts
 		if err != nil || !st.Mode().IsRegular() {
-			continue
+			return
 		}
 		f, err := elfedit.Open(p)
 		if err != nil {
-			continue // not ELF (linker scripts like libc.so), or unreadable
+			return // not ELF (linker scripts like libc.so), or unreadable
 		}
-		info := f.Info()
-		f.Close()
-		if !f.IsDynamic() {
+		defer f.Close()
+		if f.IsDynamic() {
+			info := f.Info()
+			infos[i] = &info
+		}
+	})
+	var more []string
+	for i, e := range ents {
+		info := infos[i]
+		if info == nil {
 			continue
 		}
+		name := e.Name()
+		p := filepath.Join(dir, name)
 		cand := candidate{path: p, dir: dir, soname: info.Soname, class: info.ELFClass(), machine: info.ELFMachine(), osabi: info.ELFOSABI()}
 		// A link whose target has the same name is reached through the
 		// target's directory (auto-patchelf does the same).
@@ -168,7 +176,7 @@ func (ix *index) addFiles(dir string, ents []fs.DirEntry) []string {
 		if info.Soname != "" && info.Soname != name {
 			ix.bySoname[info.Soname] = append(ix.bySoname[info.Soname], cand)
 		}
-		for _, r := range runpathDirs(info) {
+		for _, r := range runpathDirs(*info) {
 			if filepath.IsAbs(r) && !strings.Contains(r, "$") {
 				more = append(more, r)
 			}
