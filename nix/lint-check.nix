@@ -1,5 +1,6 @@
 # lintCheck DRV: a derivation that runs `cudapatch lint` over every output of
-# DRV (but debug) and fails on any finding.
+# DRV (but debug) and fails on any finding of warning level or above (lint's
+# default --fail-on; the only info rule, CP013, is off by default).
 {
   lib,
   runCommand,
