@@ -279,12 +279,24 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 	for o := range keep {
 		refs = append(refs, o)
 	}
+	// A reference shares a string's bytes when its own string, from where
+	// it points up to its NUL, overlaps them: tail merging makes it point
+	// inside; a crafted table can also make it start before and run on.
+	ends := make([]uint64, len(refs))
+	for i, x := range refs {
+		ends[i] = x
+		if x < uint64(len(f.strtab)) {
+			if n := bytes.IndexByte(f.strtab[x:], 0); n >= 0 {
+				ends[i] = x + uint64(n)
+			}
+		}
+	}
 	shared := func(r rng) bool {
 		if !refsOK {
 			return true
 		}
-		for _, x := range refs {
-			if x >= r.lo && x <= r.hi { // x == hi shares the NUL
+		for i, x := range refs {
+			if x <= r.hi && ends[i] >= r.lo { // r.hi is the NUL, shared too
 				return true
 			}
 		}
