@@ -342,6 +342,15 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		}
 	}
 	L.moveStr = b.dynChanged && (b.sl.grown || len(b.sl.overwrites)+len(b.sl.scrub) > 0) || live.contains(f.strOff)
+	// A string table that starts in a moved blob but runs past it (its
+	// section header says less than DT_STRSZ) is copied whole instead.
+	if r, ok := blobAddr(f.strAddr); ok {
+		if _, whole := blobAddr(f.strAddr + uint64(len(f.strtab)) - 1); !whole || len(f.strtab) == 0 {
+			L.moveStr = true
+		} else if r2, _ := blobAddr(f.strAddr + uint64(len(f.strtab)) - 1); r2-r != uint64(len(f.strtab))-1 {
+			L.moveStr = true
+		}
+	}
 	L.moveDyn = b.dynChanged || L.moveStr || remapped || (f.dynProg >= 0 && live.contains(f.Progs[f.dynProg].Off))
 	L.moveInterp = b.interpChanged || (f.interpProg >= 0 && live.contains(f.Progs[f.interpProg].Off))
 	if L.moveInterp {
@@ -382,7 +391,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		if live != nil && i == live.prog {
 			continue
 		}
-		maxEnd = max(maxEnd, p.Vaddr+p.Memsz)
+		maxEnd = max(maxEnd, p.Vaddr+max(p.Memsz, p.Filesz)) // a lying p_filesz > p_memsz still claims the range
 	}
 	memStart := alignUp(maxEnd, A)
 	fl := f.Progs[firstLoad]
