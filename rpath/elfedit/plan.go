@@ -408,7 +408,7 @@ func (b *builder) slack() (*Plan, bool) {
 	phdr := make([]byte, f.phdrSize())
 	f.encodeProg(phdr, grown)
 	b.add(StepNeutral, "first PT_LOAD extended over the padding", f.Header.Phoff+uint64(li)*uint64(f.phdrSize()), phdr)
-	if si := f.sectionAt(elf.SHT_STRTAB, f.strAddr); si >= 0 {
+	if si := f.dynstrSection(); si >= 0 {
 		s := f.Sections[si]
 		s.Offset, s.Addr, s.Size = start, endVaddr, n
 		b.add(StepNeutral, ".dynstr section header", f.Header.Shoff+uint64(si)*uint64(f.shdrSize()), f.encodeSection(s))
@@ -444,6 +444,18 @@ func (b *builder) scrubOld() {
 }
 
 // sectionAt finds the allocated section of the given type at addr.
+// dynstrSection is the section that describes DT_STRTAB: the one .dynsym
+// links to (what tools and the verifier follow), else the allocated string
+// table at its address; -1 if none.
+func (f *File) dynstrSection() int {
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_DYNSYM && s.Link > 0 && int(s.Link) < len(f.Sections) && f.Sections[s.Link].Addr == f.strAddr {
+			return int(s.Link)
+		}
+	}
+	return f.sectionAt(elf.SHT_STRTAB, f.strAddr)
+}
+
 func (f *File) sectionAt(t elf.SectionType, addr uint64) int {
 	return slices.IndexFunc(f.Sections, func(s Section) bool {
 		return s.Type == t && s.Addr == addr && s.Flags&elf.SHF_ALLOC != 0

@@ -534,13 +534,14 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 	moves := map[int]sectionMove{}
 	if len(f.Sections) > 0 {
 		sht = make([]byte, len(f.Sections)*int(f.shdrSize()))
+		dynstrSec := f.dynstrSection()
 		for i, s := range f.Sections {
 			orig := s
 			if r, ok := reloc(s.Offset); ok && s.Size > 0 {
 				s.Offset, s.Addr = off+r, vaddr+r
 			}
 			switch {
-			case L.moveStr && s.Type == elf.SHT_STRTAB && orig.Addr == f.strAddr && s.Flags&elf.SHF_ALLOC != 0:
+			case L.moveStr && i == dynstrSec:
 				s.Offset, s.Addr, s.Size = off+L.strRel, strAddr, strSize
 			case L.moveDyn && s.Type == elf.SHT_DYNAMIC:
 				s.Offset, s.Addr, s.Size = off+L.dynRel, vaddr+L.dynRel, uint64(L.dynSlots)*es
