@@ -392,6 +392,15 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			continue
 		}
 		maxEnd = max(maxEnd, p.Vaddr+max(p.Memsz, p.Filesz)) // a lying p_filesz > p_memsz still claims the range
+		// A segment that claims bytes past the end of the file would also
+		// claim the appended region, and the overlap would make its
+		// addresses ambiguous.
+		if p.Off > uint64(f.size) || p.Filesz > uint64(f.size)-p.Off {
+			return nil, false, formatErr(int64(f.Header.Phoff)+int64(i)*int64(f.phdrSize()), "PT_LOAD[%d] file range 0x%x+0x%x lies past the end of the file: nothing can be appended", i, p.Off, p.Filesz)
+		}
+	}
+	if maxEnd > 1<<62 {
+		return nil, false, formatErr(-1, "segments end at 0x%x: no address space left for a new segment", maxEnd)
 	}
 	memStart := alignUp(maxEnd, A)
 	fl := f.Progs[firstLoad]
