@@ -70,6 +70,13 @@ func (f *File) findRegion() *regionInfo {
 	if ri.phdrIn != (h.Phoff >= ri.off && h.Phoff < ri.end) {
 		return nil
 	}
+	// A region is appended: every other segment ends before its base. (The
+	// magic alone could be planted at the start of a real segment.)
+	for i, q := range f.Progs {
+		if q.Type == elf.PT_LOAD && i != last && q.Off+q.Filesz > ri.base {
+			return nil
+		}
+	}
 	return ri
 }
 
@@ -399,6 +406,19 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			return nil, false, formatErr(int64(f.Header.Phoff)+int64(i)*int64(f.phdrSize()), "PT_LOAD[%d] file range 0x%x+0x%x lies past the end of the file: nothing can be appended", i, p.Off, p.Filesz)
 		}
 	}
+	// Nothing else may claim the new segment's addresses either: other
+	// program headers (a PT_DYNAMIC or PT_GNU_RELRO outside every PT_LOAD
+	// in a broken file) and allocated sections.
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD && p.Type != elf.PT_GNU_STACK && p.Memsz > 0 && !live.contains(p.Off) {
+			maxEnd = max(maxEnd, p.Vaddr+max(p.Memsz, p.Filesz))
+		}
+	}
+	for _, sec := range f.Sections {
+		if sec.Flags&elf.SHF_ALLOC != 0 && !(sec.Type != elf.SHT_NOBITS && live.contains(sec.Offset)) {
+			maxEnd = max(maxEnd, sec.Addr+sec.Size)
+		}
+	}
 	if maxEnd > 1<<62 {
 		return nil, false, formatErr(-1, "segments end at 0x%x: no address space left for a new segment", maxEnd)
 	}
@@ -435,6 +455,9 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		}
 	default:
 		off, vaddr = place(uint64(f.size))
+	}
+	if vaddr < memStart {
+		return nil, false, formatErr(-1, "first PT_LOAD's vaddr 0x%x and offset 0x%x leave no place for a new segment above the others", fl.Vaddr, fl.Off)
 	}
 	if off+L.total < off || vaddr+L.segSize < vaddr || (h.Class == elf.ELFCLASS32 && (vaddr+L.segSize > 1<<32 || off+L.total > 1<<32)) {
 		return nil, false, formatErr(-1, "no room for a new segment in the address space")
