@@ -144,6 +144,9 @@ func (b *builder) region() (*Plan, error) {
 // than megabytes, at the price of a layout binutils' strip cannot rewrite.
 const maxBlobMove = 1 << 20
 
+// maxHole bounds the sparse gap between the end of a file and a region.
+const maxHole = 1 << 30
+
 func blobBytes(bs []blob) uint64 {
 	var n uint64
 	for _, b := range bs {
@@ -455,6 +458,11 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		}
 	default:
 		off, vaddr = place(uint64(f.size))
+	}
+	// The hole before an executable's region (kept sparse) spans its .bss;
+	// anything beyond 1 GiB comes from addresses no real file has.
+	if off > uint64(f.size)+maxHole {
+		return nil, false, formatErr(-1, "a new segment would start 0x%x bytes past the end of the file", off-uint64(f.size))
 	}
 	if vaddr < memStart {
 		return nil, false, formatErr(-1, "first PT_LOAD's vaddr 0x%x and offset 0x%x leave no place for a new segment above the others", fl.Vaddr, fl.Off)
