@@ -118,9 +118,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		}
 	}
 	if err := parallel(ctx, c.jobs, len(files), func(i int) {
-		release := c.big.enter(files[i])
 		rep.Files[i] = c.decideSafe(files[i], ix, target)
-		release()
 		step()
 	}); err != nil {
 		return rep, err
@@ -189,21 +187,10 @@ type bigGate struct{ mu sync.Mutex }
 
 func newBigGate() *bigGate { return &bigGate{} }
 
-// enter returns the function that leaves the gate. It reads only the
-// file's headers and string table to learn the size, and drops them before
-// waiting, so waiting goroutines hold no big buffers.
-func (g *bigGate) enter(path string) func() {
-	f, err := elfedit.Open(path)
-	if err != nil {
-		return func() {}
-	}
-	n := f.StringTableSize()
-	f.Close()
-	return g.enterSize(n)
-}
-
-// enterSize is enter for a size already known (the write phase reuses the
-// one decide saw, instead of reading the file once more).
+// enterSize enters the gate for a file whose string table has n bytes and
+// returns the function that leaves it. Callers learn n from a read they
+// make anyway (decide) or saved (the write phase), and drop their buffers
+// before entering.
 func (g *bigGate) enterSize(n int) func() {
 	if n < bigTable {
 		return func() {}
@@ -318,6 +305,17 @@ func (c *config) decide(path string, ix *index, t target) *File {
 			out.Errors = append(out.Errors, errMsg(path, err))
 		}
 		return out
+	}
+	// A file with a big string table is decided alone (see bigGate): it is
+	// closed before waiting, so waiting holds no big buffers, then read
+	// again. Every other file is read once.
+	if n := f.StringTableSize(); n >= bigTable {
+		f.Close()
+		defer c.big.enterSize(n)()
+		if f, err = elfedit.Open(path); err != nil {
+			out.Errors = append(out.Errors, errMsg(path, err))
+			return out
+		}
 	}
 	defer f.Close()
 	info := f.Info()
