@@ -33,6 +33,8 @@ func TestLayers(t *testing.T) {
 		// Bytes: the standard library only.
 		{"rpath/elfedit", nil},
 		{"rpath/fnmatch", nil},
+		// The resolution-cache format and rules: no bytes of files, no policy.
+		{"rpath/ldcache", []string{module + "/rpath/elfedit"}},
 		// The loader simulation reads ELF through elfedit and nothing else.
 		{"rpath/ldso", []string{module + "/rpath/elfedit"}},
 		// Policy: the engine, fnmatch; no CLI, no terminal, no progress bars.
