@@ -217,7 +217,6 @@ func noteDesc(t *testing.T, path string) ([]byte, bool) {
 	return b[off : off+descsz], true
 }
 
-
 // TestRules: where the rules apply, the descriptor departs from patchelf's
 // in exactly the ways the package documentation gives, and nowhere else.
 func TestRules(t *testing.T) {
