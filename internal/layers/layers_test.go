@@ -35,8 +35,9 @@ func TestLayers(t *testing.T) {
 		{"rpath/fnmatch", nil},
 		// The resolution-cache format and rules: no bytes of files, no policy.
 		{"rpath/ldcache", []string{module + "/rpath/elfedit"}},
-		// The loader simulation reads ELF through elfedit and nothing else.
-		{"rpath/ldso", []string{module + "/rpath/elfedit"}},
+		// The loader simulation reads ELF through elfedit and nothing else,
+		// and resolution-cache notes through ldcache.
+		{"rpath/ldso", []string{module + "/rpath/elfedit", module + "/rpath/ldcache"}},
 		// Policy: the engine, fnmatch; no CLI, no terminal, no progress bars.
 		{"rpath", []string{module + "/rpath/elfedit", module + "/rpath/fnmatch"}},
 		// Lint builds on the policy and the loader simulation.

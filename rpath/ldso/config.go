@@ -28,6 +28,10 @@ type Config struct {
 	// $ORIGIN is dropped unless it starts with $ORIGIN, and $ORIGIN in the
 	// executable's own paths must expand into a default directory.
 	Secure bool `json:"secure,omitempty"`
+	// Loader is the loader simulated: LoaderNixOS (nixpkgs' glibc, which
+	// reads each requester's resolution-cache note before its DT_RUNPATH;
+	// also the meaning of "") or LoaderStock (glibc as released).
+	Loader Loader `json:"loader,omitempty"`
 	// Cache is the parsed /etc/ld.so.cache; nil means none.
 	Cache *Cache `json:"-"`
 	// Platform is the $PLATFORM expansion (AT_PLATFORM: x86_64, i686,
@@ -93,7 +97,7 @@ func machineOf(class elf.Class, machine elf.Machine) (machineInfo, bool) {
 //   - Hwcaps: for x86-64, the x86-64-v{4,3,2} levels this host's CPU
 //     supports, from /proc/cpuinfo.
 //
-// LDLibraryPath, Secure and WorkDir are left for the caller. An unreadable
+// LDLibraryPath, Secure, WorkDir and Loader are left for the caller. An unreadable
 // or malformed cache is an error.
 func DefaultConfig(root string, class elf.Class, machine elf.Machine) (Config, error) {
 	cfg := Config{Root: root}

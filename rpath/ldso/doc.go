@@ -19,7 +19,8 @@
 //   - Otherwise, when the requesting object has no DT_RUNPATH: the DT_RPATH
 //     of the requester, then of the object that loaded it, and so on up to
 //     the executable (an object's DT_RPATH is ignored when it also has
-//     DT_RUNPATH); then LD_LIBRARY_PATH (not in secure mode); then the
+//     DT_RUNPATH); then LD_LIBRARY_PATH (not in secure mode); then, under
+//     [LoaderNixOS], the requester's resolution-cache note; then the
 //     requester's own DT_RUNPATH (never inherited); then /etc/ld.so.cache;
 //     then the default directories. DF_1_NODEFLIB on the requester skips
 //     cache entries in, and the search of, the default directories.
@@ -27,6 +28,33 @@
 //     first, in priority order. A candidate of the wrong ELF class or machine
 //     is skipped and the search goes on, as ld.so does.
 //   - An empty path element means the current directory.
+//
+// # The resolution-cache note
+//
+// [LoaderNixOS], the default, is nixpkgs' glibc with ldcache.patch
+// (elf/dl-load.c: _dl_find_nixos_cache, _dl_lookup_nixos_cache, and the
+// lookup in _dl_map_new_object). For a name without '/' that the DT_RPATH
+// chain and LD_LIBRARY_PATH did not find, it reads the requester's own
+// .note.nixos.ldcache (see rpath/ldcache; a note is never inherited):
+//
+//   - Only a note inside a PT_NOTE segment is read. A descriptor of two
+//     bytes or less, or one not ending in two NULs, is no note at all.
+//   - Pairs are walked in file order and the first matching name wins
+//     (the loader does not need them sorted). A pair with an empty path
+//     list met by a lookup disables the note for that lookup and every
+//     later one of the same object.
+//   - Each ':'-separated element in order: "=FILE" is opened as is, and a
+//     missing file or one of the wrong ELF class or machine moves on to
+//     the next element; "?DIR" is searched like one DT_RUNPATH entry
+//     ($ORIGIN/$LIB/$PLATFORM expanded, "" the current directory,
+//     glibc-hwcaps subdirectories first); anything else is skipped.
+//   - When no element gives a file, the search goes on with DT_RUNPATH.
+//
+// The note comes after LD_LIBRARY_PATH whatever the object's search path,
+// so for an object with DT_RPATH and no DT_RUNPATH it only answers names
+// the whole DT_RPATH chain misses: ldcache.patch adds its lookup after
+// glibc's DT_RPATH walk and LD_LIBRARY_PATH, not in place of the walk.
+// [LoaderStock] is glibc as released, to which the note is inert.
 //
 // Paths are logical: when [Config.Root] is set, every absolute path is taken
 // inside it and symbolic links are followed without leaving it.

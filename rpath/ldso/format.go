@@ -30,6 +30,9 @@ func (t *Tree) Format(w io.Writer) error {
 				for _, a := range n.Tried {
 					ew.printf("%s    tried %s (%s)\n", ind, a.Path, a.describe())
 				}
+				if n.Note != "" {
+					ew.printf("%s    %s\n", ind, n.Note)
+				}
 			default:
 				ew.printf("%s%s => %s (%s)\n", ind, n.Name, n.Path, n.describe())
 				if !n.AlreadyLoaded && !seen[n.Path] {
@@ -48,8 +51,19 @@ func (n *Need) describe() string {
 	if n.Step == StepRPath && n.RPathOwner != "" {
 		s += " of " + n.RPathOwner
 	}
+	if n.Step == StepNote {
+		if len(n.Tried) > 0 {
+			if e := n.Tried[len(n.Tried)-1].Element; e != "" && e[0] == '?' {
+				s += " " + e
+			}
+		}
+		s += " of " + n.Requester
+	}
 	if n.Step == StepRunPath {
 		s += " of " + n.Requester
+	}
+	if n.Note != "" {
+		s += "; " + n.Note
 	}
 	if n.AlreadyLoaded && n.Step != StepLoaded && n.Step != StepInterp {
 		s += ", already loaded"
@@ -59,6 +73,9 @@ func (n *Need) describe() string {
 
 func (a *Attempt) describe() string {
 	s := string(a.Step)
+	if a.Step == StepNote && a.Element != "" && a.Element[0] == '?' {
+		s += " " + a.Element
+	}
 	if a.Owner != "" {
 		s += " of " + a.Owner
 	}

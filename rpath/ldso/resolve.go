@@ -25,6 +25,9 @@ type Object struct {
 	HasRunPath bool
 	Interp     string // PT_INTERP, "" if none
 	Flags1     uint64 // DT_FLAGS_1 (DF_1_NODEFLIB matters)
+	// Note is the resolution-cache note (.note.nixos.ldcache), nil when
+	// the object has none.
+	Note *Note
 }
 
 // Reader reads an Object from a file path (already joined with Root where
@@ -45,9 +48,11 @@ const (
 	StepAbsolute      Step = "absolute"
 	StepRPath         Step = "rpath"
 	StepLDLibraryPath Step = "LD_LIBRARY_PATH"
-	StepRunPath       Step = "runpath"
-	StepCache         Step = "ld.so.cache"
-	StepDefault       Step = "default"
+	// StepNote: the requester's resolution-cache note (LoaderNixOS only).
+	StepNote    Step = "ldcache"
+	StepRunPath Step = "runpath"
+	StepCache   Step = "ld.so.cache"
+	StepDefault Step = "default"
 )
 
 // Result of one candidate file.
@@ -63,8 +68,11 @@ const (
 // Attempt is one candidate file ld.so would try.
 type Attempt struct {
 	Step Step `json:"step"`
-	// Owner is the object whose DT_RPATH or DT_RUNPATH held Dir.
+	// Owner is the object whose DT_RPATH, DT_RUNPATH or note held Dir.
 	Owner string `json:"owner,omitempty"`
+	// Element is, for StepNote, the note's element as written: "=FILE"
+	// or "?DIR".
+	Element string `json:"element,omitempty"`
 	// Dir is the search directory, as expanded ("" for the cache).
 	Dir string `json:"dir,omitempty"`
 	// Path is the candidate file: Dir, a hwcaps subdirectory, the name.
@@ -91,6 +99,10 @@ type Need struct {
 	AlreadyLoaded bool `json:"already_loaded,omitempty"`
 	// Tried lists every candidate, in order, up to the one that matched.
 	Tried []Attempt `json:"tried,omitempty"`
+	// Note says why the requester's resolution-cache note did not find
+	// the library (NoteNoEntry…); empty when it did, when the requester
+	// has no note, or when the note was not consulted.
+	Note string `json:"note,omitempty"`
 	// Error is set when ld.so would stop with an error on a candidate (not
 	// an ELF file, bad OS ABI…); ld.so makes that fatal.
 	Error string `json:"error,omitempty"`
@@ -128,6 +140,7 @@ type loaded struct {
 	exe    bool
 
 	rpath, runpath *[]string // expanded lazily (cache_rpath)
+	noteDead       bool      // the loader stopped trusting its note
 }
 
 type resolver struct {
@@ -304,6 +317,9 @@ func (r *resolver) search(loader *loaded, n *Need) *candidate {
 			return c
 		}
 	}
+	if c := r.searchNote(loader, n); c != nil || n.Error != "" {
+		return c
+	}
 	if dirs := r.runpathOf(loader); len(dirs) > 0 {
 		if c := r.openPath(n, StepRunPath, loader.path, dirs); c != nil || n.Error != "" {
 			return c
@@ -336,9 +352,14 @@ func (r *resolver) search(loader *loaded, n *Need) *candidate {
 // openPath is open_path: every directory of dirs, each with the hwcaps
 // subdirectories first.
 func (r *resolver) openPath(n *Need, step Step, owner string, dirs []string) *candidate {
+	return r.openPathAs(n, step, owner, "", dirs)
+}
+
+// openPathAs is openPath for the dirs of one note element.
+func (r *resolver) openPathAs(n *Need, step Step, owner, elem string, dirs []string) *candidate {
 	for _, d := range dirs {
 		for _, sub := range r.subs {
-			a := Attempt{Step: step, Owner: owner, Dir: strings.TrimSuffix(d, "/"), Path: d + sub + n.Name}
+			a := Attempt{Step: step, Owner: owner, Element: elem, Dir: strings.TrimSuffix(d, "/"), Path: d + sub + n.Name}
 			if d == "/" {
 				a.Dir = "/"
 			}
