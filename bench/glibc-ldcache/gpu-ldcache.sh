@@ -167,13 +167,17 @@ if torch.cuda.is_available():
     print("matmul max abs error vs CPU:", ((a.cuda() @ a.cuda()).cpu() - a @ a).abs().max().item())
 else:
     print("cuda available: False")
+maps = {l.split()[-1] for l in open("/proc/self/maps") if ".so" in l.split()[-1]}
+print("mapped libraries: %d from the store copy, %d from the original site-packages" % (
+    sum(m.startswith(os.environ["STORE"]) for m in maps), sum(m.startswith(os.environ["SITE"]) for m in maps)))
 EOF
 rm -f "$W"/lddebug.*
-out=$(LD_DEBUG=libs LD_DEBUG_OUTPUT=$W/lddebug py "$W/check.py" 2>&1)
+out=$(STORE=$S SITE=$SITE LD_DEBUG=libs LD_DEBUG_OUTPUT=$W/lddebug py "$W/check.py" 2>&1)
 # shellcheck disable=SC2001
 sed 's/^/    /' <<<"$out"
 echo "    libcuda loaded from: $(loaded libcuda.so)"
-if grep -q "^libc: $GL/libc.so.6" <<<"$out" && { grep -q '^device:' <<<"$out" || [ "${CHECK_CUDA:-1}" = 0 ]; }; then
+if grep -q "^libc: $GL/libc.so.6" <<<"$out" && grep -q ', 0 from the original' <<<"$out" &&
+	{ grep -q '^device:' <<<"$out" || [ "${CHECK_CUDA:-1}" = 0 ]; }; then
 	pass "torch from the patched tree runs under our glibc, notes on"
 else
 	fail "torch from the patched tree under our glibc"
