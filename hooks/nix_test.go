@@ -1,6 +1,7 @@
 package hooks_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"io/fs"
 	"os/exec"
@@ -32,6 +33,18 @@ func nixFiles(t *testing.T, root string) []string {
 	return files
 }
 
+// nixRun runs a Nix command and returns its stdout and stderr apart: Nix
+// prints warnings on stderr (on a machine without the nixbld group, "the
+// group 'nixbld' specified in 'build-users-group' does not exist") that
+// must not be read as part of its output.
+func nixRun(name string, args ...string) (stdout, stderr []byte, err error) {
+	var out, errBuf bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errBuf
+	err = cmd.Run()
+	return out.Bytes(), errBuf.Bytes(), err
+}
+
 // TestNixParse parses every .nix file; CI has Nix's parser but no nixpkgs.
 func TestNixParse(t *testing.T) {
 	needTool(t, "nix-instantiate", "nix-bin")
@@ -47,9 +60,8 @@ func TestNixParse(t *testing.T) {
 		}
 	}
 	for _, f := range files {
-		out, err := exec.Command("nix-instantiate", "--readonly-mode", "--parse", f).CombinedOutput()
-		if err != nil {
-			t.Errorf("nix-instantiate --parse %s: %v\n%s", f, err, out)
+		if _, stderr, err := nixRun("nix-instantiate", "--readonly-mode", "--parse", f); err != nil {
+			t.Errorf("nix-instantiate --parse %s: %v\n%s", f, err, stderr)
 		}
 	}
 }
@@ -59,14 +71,14 @@ func TestNixParse(t *testing.T) {
 func TestNixEval(t *testing.T) {
 	needTool(t, "nix-instantiate", "nix-bin")
 	root := repoRoot(t)
-	out, err := exec.Command("nix-instantiate", "--readonly-mode", "--eval", "--strict", "--json",
-		filepath.Join(root, "nix", "tests", "eval")).CombinedOutput()
+	out, stderr, err := nixRun("nix-instantiate", "--readonly-mode", "--eval", "--strict", "--json",
+		filepath.Join(root, "nix", "tests", "eval"))
 	if err != nil {
-		t.Fatalf("nix-instantiate --eval: %v\n%s", err, out)
+		t.Fatalf("nix-instantiate --eval: %v\n%s", err, stderr)
 	}
 	var got map[string]any
 	if err := json.Unmarshal(out, &got); err != nil {
-		t.Fatalf("%v in %s", err, out)
+		t.Fatalf("%v in %s\nstderr: %s", err, out, stderr)
 	}
 	const wantJSON = `{
 		"description": "cudapatch: one-pass RUNPATH fixing for prebuilt CUDA binaries, and cudaPatchelfHook",
