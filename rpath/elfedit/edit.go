@@ -3,6 +3,7 @@ package elfedit
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -62,12 +63,29 @@ type Edit struct {
 	AddNeeded     []string  `json:"add_needed,omitempty"`
 	RemoveNeeded  []string  `json:"remove_needed,omitempty"`
 	ReplaceNeeded []Replace `json:"replace_needed,omitempty"`
+
+	// SetNote writes this note, loaded (in a PT_NOTE inside a PT_LOAD)
+	// and, when the file has section headers, described by a SHT_NOTE,
+	// SHF_ALLOC section named SetNote.Section. It replaces every note with
+	// the same NoteID, loaded or not, or adds one; it is a no-op when an
+	// identical loaded note is already the only one with that id.
+	SetNote *Note `json:"set_note,omitempty"`
+	// RemoveNotes removes every note with one of these ids, loaded or not,
+	// and zeroes its bytes.
+	RemoveNotes []NoteID `json:"remove_notes,omitempty"`
+	// Derived names notes whose content is derived from DT_NEEDED,
+	// DT_RUNPATH/DT_RPATH and the interpreter (a loader's resolution
+	// cache): they are removed, and their bytes zeroed, whenever the edit
+	// changes any of those, unless SetNote writes a fresh one in the same
+	// edit. An edit that changes none of them leaves them alone.
+	Derived []NoteID `json:"derived,omitempty"`
 }
 
 // IsZero reports whether the edit asks for nothing.
 func (e *Edit) IsZero() bool {
 	return e.SetPath == nil && !e.RemovePath && !e.Retag && e.Interpreter == nil &&
-		e.Soname == nil && len(e.AddNeeded) == 0 && len(e.RemoveNeeded) == 0 && len(e.ReplaceNeeded) == 0
+		e.Soname == nil && len(e.AddNeeded) == 0 && len(e.RemoveNeeded) == 0 && len(e.ReplaceNeeded) == 0 &&
+		e.SetNote == nil && len(e.RemoveNotes) == 0
 }
 
 // Validate rejects edits no loader could use: strings with NUL bytes, empty
@@ -109,6 +127,19 @@ func (e *Edit) Validate() error {
 	}
 	for _, r := range e.ReplaceNeeded {
 		str("needed name", r.New, false)
+	}
+	if n := e.SetNote; n != nil {
+		str("note owner", n.Owner, true)
+		str("note section name", n.Section, true)
+		if uint64(len(n.Desc)) > maxNoteSegment {
+			errs = append(errs, fmt.Errorf("note descriptor of %d bytes is too large", len(n.Desc)))
+		}
+		if slices.Contains(e.RemoveNotes, n.NoteID) {
+			errs = append(errs, fmt.Errorf("note %q type 0x%x both set and removed", n.Owner, n.Type))
+		}
+	}
+	for _, id := range e.RemoveNotes {
+		str("note owner", id.Owner, true)
 	}
 	if e.Tag < TagRunPath || e.Tag > TagRPath {
 		errs = append(errs, fmt.Errorf("unknown path tag %d", e.Tag))

@@ -115,7 +115,7 @@ func TestFuzzSeeds(t *testing.T) {
 	}
 }
 
-// FuzzRead: NewFile, Info, Verify and DlopenNotes on arbitrary bytes never
+// FuzzRead: NewFile, Info, Verify, DlopenNotes and Notes on arbitrary bytes never
 // panic, errors are one line, and they allocate at most allocFactor × the
 // input + allocConst.
 func FuzzRead(f *testing.F) {
@@ -133,6 +133,7 @@ func FuzzRead(f *testing.F) {
 			_ = ef.Verify()
 			_, _ = ef.RunPath()
 			_, _ = ef.DlopenNotes()
+			_, _ = ef.Notes()
 			_ = in.Kind
 		}
 		runtime.ReadMemStats(&m1)

@@ -156,47 +156,18 @@ func (f *File) Info() Info {
 // without such notes return nil.
 func (f *File) DlopenNotes() ([]DlopenNote, error) {
 	var out []DlopenNote
-	for _, p := range f.Progs {
-		if p.Type != elf.PT_NOTE || p.Filesz == 0 {
+	ns, err := f.allNotes()
+	for _, n := range ns {
+		if !n.Loaded || n.Owner != "FDO" || n.Type != noteDlopenType {
 			continue
 		}
-		if p.Filesz > 1<<24 {
-			return out, formatErr(int64(p.Off), "PT_NOTE of 0x%x bytes is not plausible", p.Filesz)
+		var entries []DlopenNote
+		if err := json.Unmarshal(bytes.TrimRight(n.Desc, "\x00"), &entries); err != nil {
+			return out, formatErr(n.Off, ".note.dlopen: %v", err)
 		}
-		b, err := readAt(f.r, f.size, p.Off, p.Filesz, "PT_NOTE")
-		if err != nil {
-			return out, err
-		}
-		align := uint64(4)
-		if p.Align == 8 {
-			align = 8
-		}
-		for off := uint64(0); off+12 <= uint64(len(b)); {
-			namesz := uint64(f.order.Uint32(b[off:]))
-			descsz := uint64(f.order.Uint32(b[off+4:]))
-			typ := f.order.Uint32(b[off+8:])
-			nameOff := off + 12
-			descOff := alignUp(nameOff+namesz, align)
-			end := alignUp(descOff+descsz, align)
-			if namesz > uint64(len(b)) || descsz > uint64(len(b)) || descOff+descsz > uint64(len(b)) {
-				return out, formatErr(int64(p.Off+off), "note overruns its PT_NOTE segment")
-			}
-			name := strings.TrimRight(string(b[nameOff:nameOff+namesz]), "\x00")
-			if name == "FDO" && typ == noteDlopenType {
-				desc := bytes.TrimRight(b[descOff:descOff+descsz], "\x00")
-				var entries []DlopenNote
-				if err := json.Unmarshal(desc, &entries); err != nil {
-					return out, formatErr(int64(p.Off+descOff), ".note.dlopen: %v", err)
-				}
-				out = append(out, entries...)
-			}
-			if end <= off {
-				break
-			}
-			off = end
-		}
+		out = append(out, entries...)
 	}
-	return out, nil
+	return out, err
 }
 
 func alignUp(v, a uint64) uint64 {

@@ -224,8 +224,15 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 		interp = *e.Interpreter
 	}
 	interpChanged := interp != f.Interp
-	if !dynChanged && !interpChanged {
+	notes, err := f.planNotes(&e, f.derivedChanged(ents, interp))
+	if err != nil {
+		return nil, err
+	}
+	if !dynChanged && !interpChanged && !notes.any() {
 		return noop, nil
+	}
+	if notes.any() {
+		return nil, errNoteLayout
 	}
 	if !slices.ContainsFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_LOAD }) {
 		return nil, formatErr(-1, "no PT_LOAD segment")

@@ -1,0 +1,342 @@
+package elfedit
+
+import (
+	"bytes"
+	"debug/elf"
+	"slices"
+	"strings"
+)
+
+// NoteID names an ELF note by its owner (n_name without the terminating NUL)
+// and its type (n_type). The type is only meaningful within one owner.
+type NoteID struct {
+	Owner string `json:"owner"`
+	Type  uint32 `json:"type"`
+}
+
+// Note is one ELF note.
+type Note struct {
+	NoteID
+	// Desc is the descriptor, exactly n_descsz bytes (padding excluded).
+	Desc []byte `json:"desc"`
+	// Section is, when read, the name of the SHT_NOTE section header that
+	// describes the note ("" if none); when written (Edit.SetNote), the
+	// name of the section header to create or update. Loaders ignore it;
+	// readelf, objcopy and patchelf find the note by it.
+	Section string `json:"section,omitempty"`
+	// Loaded is set (when read) for a note inside a PT_NOTE segment: the
+	// loaders see only those. A SHT_NOTE section that no PT_NOTE covers
+	// (objcopy --add-section makes one) is reported with Loaded false.
+	Loaded bool `json:"loaded"`
+	// Off is the file offset of the note's header (when read).
+	Off int64 `json:"offset"`
+}
+
+// noteHeader is the size of n_namesz, n_descsz and n_type: three 4-byte
+// words in the file's byte order, for both classes.
+const noteHeader = 12
+
+// maxNoteSegment bounds the size of one PT_NOTE or SHT_NOTE section read:
+// real ones hold a few hundred bytes; a hostile size must not make a huge
+// read.
+const maxNoteSegment = 1 << 24
+
+// noteSize is the encoded size of a note with 4-byte alignment: header,
+// name with its NUL padded to 4, descriptor padded to 4.
+func noteSize(n *Note) uint64 {
+	return noteHeader + alignUp(uint64(len(n.Owner))+1, 4) + alignUp(uint64(len(n.Desc)), 4)
+}
+
+// encodeNote encodes a note with 4-byte alignment (patchelf's layout:
+// n_namesz counts the NUL, n_descsz is the exact descriptor length).
+func (f *File) encodeNote(n *Note) []byte {
+	b := make([]byte, noteSize(n))
+	f.order.PutUint32(b, uint32(len(n.Owner)+1))
+	f.order.PutUint32(b[4:], uint32(len(n.Desc)))
+	f.order.PutUint32(b[8:], n.Type)
+	copy(b[noteHeader:], n.Owner)
+	copy(b[noteHeader+alignUp(uint64(len(n.Owner))+1, 4):], n.Desc)
+	return b
+}
+
+// parsedNote is a note and the file range it takes, padding included.
+type parsedNote struct {
+	Note
+	end uint64 // file offset just past the note (aligned)
+}
+
+// parseNotes decodes the notes in b, read from file offset off, with the
+// given alignment (4, or 8 for a PT_NOTE or section with p_align 8, as
+// the loaders do). what names the container in errors.
+func (f *File) parseNotes(b []byte, off, align uint64, what string) ([]parsedNote, error) {
+	var out []parsedNote
+	n := uint64(len(b))
+	for at := uint64(0); at < n; {
+		if n-at < noteHeader {
+			// Fewer bytes than a header are padding, as the loaders
+			// take them.
+			break
+		}
+		namesz := uint64(f.order.Uint32(b[at:]))
+		descsz := uint64(f.order.Uint32(b[at+4:]))
+		typ := f.order.Uint32(b[at+8:])
+		nameOff := at + noteHeader
+		if namesz > n-nameOff {
+			return out, formatErr(int64(off+at), "%s: note name size 0x%x overruns it", what, namesz)
+		}
+		descOff := alignUp(nameOff+namesz, align)
+		if descOff > n || descsz > n-descOff {
+			return out, formatErr(int64(off+at), "%s: note descriptor size 0x%x overruns it", what, descsz)
+		}
+		end := min(alignUp(descOff+descsz, align), n)
+		name := strings.TrimRight(string(b[nameOff:nameOff+namesz]), "\x00")
+		out = append(out, parsedNote{
+			Note: Note{NoteID: NoteID{Owner: name, Type: typ}, Desc: bytes.Clone(b[descOff : descOff+descsz]), Off: int64(off + at)},
+			end:  off + end,
+		})
+		at = end
+	}
+	return out, nil
+}
+
+// noteAlign is the alignment notes are parsed with in a container of the
+// given p_align or sh_addralign.
+func noteAlign(a uint64) uint64 {
+	if a == 8 {
+		return 8
+	}
+	return 4
+}
+
+// allNotes reads every note: those of the PT_NOTE segments (in file order;
+// a range two PT_NOTEs cover is read once), then those of SHT_NOTE sections
+// no PT_NOTE covers. It stops at the first malformed container and returns
+// what it read before with the error.
+func (f *File) allNotes() ([]parsedNote, error) {
+	var out []parsedNote
+	seen := map[int64]bool{}
+	var noteProgs []elf.ProgHeader
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_NOTE && p.Filesz > 0 {
+			noteProgs = append(noteProgs, p)
+		}
+	}
+	slices.SortStableFunc(noteProgs, func(a, b elf.ProgHeader) int { return cmpU64(a.Off, b.Off) })
+	for _, p := range noteProgs {
+		if p.Filesz > maxNoteSegment {
+			return out, formatErr(int64(p.Off), "PT_NOTE of 0x%x bytes is not plausible", p.Filesz)
+		}
+		b, err := readAt(f.r, f.size, p.Off, p.Filesz, "PT_NOTE")
+		if err != nil {
+			return out, err
+		}
+		// Linkers put notes of both alignments under one PT_NOTE (mold:
+		// .note.gnu.property, 8, then .note.gnu.build-id, 4, under p_align
+		// 8). Where section headers say where each section starts and how
+		// it is aligned, the notes are read section by section.
+		type part struct{ lo, hi, align uint64 }
+		var parts []part
+		for _, s := range f.Sections {
+			if s.Type == elf.SHT_NOTE && s.Size > 0 && s.Offset >= p.Off && s.Size <= p.Filesz && s.Offset-p.Off <= p.Filesz-s.Size {
+				parts = append(parts, part{s.Offset - p.Off, s.Offset - p.Off + s.Size, noteAlign(s.Addralign)})
+			}
+		}
+		slices.SortFunc(parts, func(a, b part) int { return cmpU64(a.lo, b.lo) })
+		if len(parts) == 0 {
+			a := noteAlign(p.Align)
+			// Without sections, a p_align 8 segment that does not parse
+			// with 8 is such a mix: 4 is what its 4-aligned notes need,
+			// and 8-aligned notes are 4-aligned too.
+			if _, err := f.parseNotes(b, p.Off, a, "PT_NOTE"); err != nil && a == 8 {
+				if _, err4 := f.parseNotes(b, p.Off, 4, "PT_NOTE"); err4 == nil {
+					a = 4
+				}
+			}
+			parts = []part{{0, p.Filesz, a}}
+		}
+		for _, pt := range parts {
+			ns, err := f.parseNotes(b[pt.lo:pt.hi], p.Off+pt.lo, pt.align, "PT_NOTE")
+			for _, n := range ns {
+				if seen[n.Off] {
+					continue
+				}
+				seen[n.Off] = true
+				n.Loaded = true
+				n.Section = f.noteSectionName(uint64(n.Off), n.end)
+				out = append(out, n)
+			}
+			if err != nil {
+				return out, err
+			}
+		}
+	}
+	covered := func(lo, hi uint64) bool {
+		return slices.ContainsFunc(noteProgs, func(p elf.ProgHeader) bool { return lo >= p.Off && hi <= p.Off+p.Filesz })
+	}
+	var secs []Section
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_NOTE && s.Size > 0 && !covered(s.Offset, s.Offset+s.Size) {
+			secs = append(secs, s)
+		}
+	}
+	slices.SortStableFunc(secs, func(a, b Section) int { return cmpU64(a.Offset, b.Offset) })
+	for _, s := range secs {
+		if s.Size > maxNoteSegment {
+			return out, formatErr(int64(s.Offset), "note section %s of 0x%x bytes is not plausible", s.Name, s.Size)
+		}
+		b, err := readAt(f.r, f.size, s.Offset, s.Size, "note section "+s.Name)
+		if err != nil {
+			return out, err
+		}
+		ns, err := f.parseNotes(b, s.Offset, noteAlign(s.Addralign), "note section "+s.Name)
+		for _, n := range ns {
+			if seen[n.Off] {
+				continue
+			}
+			seen[n.Off] = true
+			n.Section = s.Name
+			out = append(out, n)
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// noteSectionName is the name of the SHT_NOTE section holding the note at
+// [lo, hi), "" if none.
+func (f *File) noteSectionName(lo, hi uint64) string {
+	if i := f.noteSection(lo, hi); i >= 0 {
+		return f.Sections[i].Name
+	}
+	return ""
+}
+
+// noteSection is the index of the SHT_NOTE section holding the note at
+// [lo, hi), -1 if none.
+func (f *File) noteSection(lo, _ uint64) int {
+	for i, s := range f.Sections {
+		if s.Type == elf.SHT_NOTE && lo >= s.Offset && lo-s.Offset < s.Size {
+			return i
+		}
+	}
+	return -1
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Notes returns every note of the file: those of the PT_NOTE segments (what
+// the loaders see, Loaded set), then those of SHT_NOTE sections that no
+// PT_NOTE covers, each in file order. A malformed note (a size that runs
+// past its segment) is an error naming its offset; the notes read before
+// it are returned with it.
+func (f *File) Notes() ([]Note, error) {
+	ps, err := f.allNotes()
+	out := make([]Note, len(ps))
+	for i, p := range ps {
+		out[i] = p.Note
+	}
+	return out, err
+}
+
+// Note returns the first note with the given id, and whether there is one.
+func (f *File) Note(id NoteID) (*Note, bool, error) {
+	ns, err := f.Notes()
+	for i := range ns {
+		if ns[i].NoteID == id {
+			return &ns[i], true, err
+		}
+	}
+	return nil, false, err
+}
+
+// noteChanges is what an edit does to the notes.
+type noteChanges struct {
+	all    []parsedNote // every note of the file
+	remove []parsedNote // notes that go (removed, replaced or stale)
+	set    *Note        // the note to write, nil if none
+}
+
+func (c *noteChanges) any() bool { return c != nil && (c.set != nil || len(c.remove) > 0) }
+
+// planNotes decides which notes an edit removes and whether SetNote must be
+// written. derived reports that the edit changes DT_NEEDED, the search path
+// or the interpreter, which makes the Derived notes stale.
+func (f *File) planNotes(e *Edit, derived bool) (*noteChanges, error) {
+	if e.SetNote == nil && len(e.RemoveNotes) == 0 && (len(e.Derived) == 0 || !derived) {
+		return nil, nil
+	}
+	all, err := f.allNotes()
+	if err != nil {
+		return nil, err
+	}
+	c := &noteChanges{all: all}
+	gone := slices.Clone(e.RemoveNotes)
+	if derived {
+		gone = append(gone, e.Derived...)
+	}
+	if n := e.SetNote; n != nil {
+		var same []parsedNote
+		for _, o := range all {
+			if o.NoteID == n.NoteID {
+				same = append(same, o)
+			}
+		}
+		fresh := len(same) == 1 && same[0].Loaded && bytes.Equal(same[0].Desc, n.Desc) &&
+			(same[0].Section == n.Section || len(f.Sections) == 0)
+		if !fresh {
+			w := *n
+			w.Desc = bytes.Clone(n.Desc)
+			w.Loaded, w.Off = true, 0
+			if len(f.Sections) == 0 {
+				w.Section = ""
+			}
+			c.set = &w
+			gone = append(gone, n.NoteID)
+		} else {
+			// A fresh note of the same id stays, whatever Derived says.
+			gone = slices.DeleteFunc(gone, func(id NoteID) bool { return id == n.NoteID })
+		}
+	}
+	for _, o := range all {
+		if slices.Contains(gone, o.NoteID) {
+			c.remove = append(c.remove, o)
+		}
+	}
+	return c, nil
+}
+
+// derivedChanged reports whether the planned dynamic entries or interpreter
+// change what a resolution cache is computed from: the DT_NEEDED names in
+// order, DT_RUNPATH and DT_RPATH (tag and value), the interpreter.
+func (f *File) derivedChanged(ents []dent, interp string) bool {
+	if interp != f.Interp {
+		return true
+	}
+	type kv struct {
+		tag elf.DynTag
+		s   string
+	}
+	var before, after []kv
+	for _, d := range f.Dynamic[:max(f.dynLen, 0)] {
+		if d.Tag == elf.DT_NEEDED || d.Tag == elf.DT_RUNPATH || d.Tag == elf.DT_RPATH {
+			s, _ := cstring(f.strtab, d.Val)
+			before = append(before, kv{d.Tag, s})
+		}
+	}
+	for _, d := range ents {
+		if d.tag == elf.DT_NEEDED || d.tag == elf.DT_RUNPATH || d.tag == elf.DT_RPATH {
+			after = append(after, kv{d.tag, d.str})
+		}
+	}
+	return !slices.Equal(before, after)
+}
