@@ -84,17 +84,29 @@ out=$(LD_LIBRARY_PATH=$W/L ./p1)
 echo "    LD_LIBRARY_PATH=$W/L ./p1 -> $out"
 if [ "$out" = "foo=LD_LIBRARY_PATH" ]; then pass "LD_LIBRARY_PATH before the note"; else fail "note beat LD_LIBRARY_PATH"; fi
 
-hr "3. DT_RPATH-only object: the note comes before the RPATH walk"
+hr "3. DT_RPATH-only object: the DT_RPATH chain and LD_LIBRARY_PATH first, then the note"
 prog p3 "$A:$B:$C:$GL" --disable-new-dtags foo
 readelf -d p3 | grep -E 'RPATH|RUNPATH' | sed 's/^/   /'
 "$PE" --build-resolution-cache p3
 d=$(debug ./p3)
-if grep -q "trying cached file=$C/libfoo.so.1" <<<"$d" && [ "$(tries "$d" "")" = 0 ] && [ "$(./p3)" = "foo=C" ]; then
-	pass "RPATH-only: note used, no probes"
+if [ "$(./p3)" = "foo=C" ] && [ "$(tries "$d" "$A")" -ge 1 ] && ! grep -q 'trying cached' <<<"$d"; then
+	pass "RPATH-only: the DT_RPATH walk finds everything before the note is reached ($(tries "$d" "") 'trying file=')"
 else fail "RPATH-only"; echo "$d"; fi
 out=$(LD_LIBRARY_PATH=$W/L ./p3)
-if [ "$out" = "foo=C" ]; then pass "RPATH-only: the note stands where DT_RPATH does, before LD_LIBRARY_PATH ($out)"
+if [ "$out" = "foo=C" ]; then pass "RPATH-only: DT_RPATH before LD_LIBRARY_PATH, as in stock glibc ($out)"
 else fail "RPATH-only with LD_LIBRARY_PATH gave $out"; fi
+# A name the DT_RPATH chain misses: the note (crafted, E is in no RPATH) answers it.
+lib "$W/E" bar E && lib link bar link
+prog p3b "$A:$B:$C:$GL" --disable-new-dtags foo bar
+"$PE" --build-resolution-cache p3b 2>/dev/null
+python3 "$HERE/ldcache-toggle.py" set p3b "libbar.so.1\\0=$W/E/libbar.so.1\\0"
+echo "  crafted note:"; note p3b
+d=$(debug ./p3b)
+echo "$d" | grep -E 'trying|search cache' | grep -v hwcaps | sed 's/^ *[0-9]*: */    /'
+if [ "$(./p3b | tr '\n' ' ')" = "foo=C bar=E " ] && grep -q "trying cached file=$W/E/libbar.so.1" <<<"$d" &&
+	! grep -q "trying cached file=$C" <<<"$d"; then
+	pass "RPATH-only: the note answers what the DT_RPATH chain misses, after it"
+else fail "RPATH-only note after the chain"; fi
 
 hr "4. ?\$ORIGIN through a symlinked executable"
 P=$W/pkg
@@ -163,45 +175,57 @@ if [ "$(./p6)" = "foo=C" ] && grep -q "trying cached file=$C/libfoo.so.1" <<<"$d
 else fail "fallback"; fi
 mv "$B/libfoo.so.1" "$C/"
 
-hr "7. corrupt notes are ignored, never read out of bounds"
-prog p7 "$A:$B:$C:$GL" --enable-new-dtags foo
-cp p7 p7.cut
+hr "7. malformed notes are ignored, never read out of bounds; an empty path list switches the note off"
+# A library with a long name leaves room in the note for crafted descriptors.
+P7PAD=padpadpadpadpadpadpadpadpadpadpadpadpadpadpadpadpadpadpad
+lib "$C" $P7PAD C && lib link $P7PAD link
+prog p7 "$A:$B:$C:$GL" --enable-new-dtags foo $P7PAD
 "$PE" --build-resolution-cache p7
-# Cut the descriptor's terminators: every byte after the first pair's name NUL.
-python3 - p7 p7.cut <<'EOF'
+python3 - p7 <<'EOF'
 import struct, sys
 src = open(sys.argv[1], 'rb').read()
 i = src.index(b'NixOS\0') - 12
 namesz, descsz, typ = struct.unpack_from('<III', src, i)
 desc = i + 12 + 8
-# a descriptor with no NUL at all: "libfoo.so.1" then garbage up to descsz
+# a descriptor with no NUL at all
 b = bytearray(src)
 b[desc:desc + descsz] = (b'libc.so.6' + b'X' * descsz)[:descsz]
 open(sys.argv[1] + '.nonul', 'wb').write(bytes(b))
+# a descriptor that does not end with two NULs: the whole note is no note
+b = bytearray(src)
+b[desc + descsz - 1] = ord('X')
+open(sys.argv[1] + '.noend', 'wb').write(bytes(b))
 # a note header whose descsz runs past the PT_NOTE
 b = bytearray(src)
 struct.pack_into('<I', b, i + 4, 0x7fffffff)
 open(sys.argv[1] + '.huge', 'wb').write(bytes(b))
-# an "=" entry that is not absolute: "=/x/libfoo.so.1" becomes "=xx/libfoo.so.1"
-b = bytearray(src)
-j = src.index(b'libfoo.so.1\0=/', desc) + len(b'libfoo.so.1\0=')
-b[j] = ord('x')
-open(sys.argv[1] + '.rel', 'wb').write(bytes(b))
 EOF
-chmod +x p7.nonul p7.huge p7.rel
-# If the loader opened the relative "=" entry, it would find this decoy.
-rel=$(python3 "$HERE/ldcache-toggle.py" print p7.rel | sed -n 's/.*libfoo.so.1 -> =//p')
-echo "    p7.rel note: libfoo.so.1 -> =$rel"
-mkdir -p "$(dirname "$rel")" && lib "$(dirname "$rel")" foo relative-decoy
+chmod +x p7.nonul p7.noend p7.huge
 ok=1
-for f in p7.nonul p7.huge p7.rel; do
-	out=$(./$f 2>&1); d=$(debug ./$f)
+for f in p7.nonul p7.noend p7.huge; do
+	out=$(./$f 2>&1 | head -1); d=$(debug ./$f)
 	echo "    $f -> $out; $(grep -c 'trying cached' <<<"$d") cached tries, $(tries "$d" "") RUNPATH tries"
-	bad='trying cached'
-	[ $f = p7.rel ] && bad='trying cached file=[^/]' # libc's entry is still good
-	[ "$out" = "foo=C" ] && ! grep -q "$bad" <<<"$d" || ok=0
+	[ "$out" = "foo=C" ] && ! grep -q 'trying cached' <<<"$d" || ok=0
 done
-if [ $ok = 1 ]; then pass "malformed notes and a relative '=' entry ignored, RUNPATH walk used"; else fail "malformed note"; fi
+if [ $ok = 1 ]; then pass "malformed notes ignored, RUNPATH walk used"; else fail "malformed note"; fi
+# Pairs are walked in order; an empty path list met on the way switches the
+# object's note off for that lookup and every later one.
+cp p7 p7.off1 && cp p7 p7.off2 && cp p7 p7.skip
+python3 "$HERE/ldcache-toggle.py" set p7.off1 "libbar.so.1\\0\\0libfoo.so.1\\0=$C/libfoo.so.1\\0libc.so.6\\0=$GL/libc.so.6\\0"
+python3 "$HERE/ldcache-toggle.py" set p7.off2 "libfoo.so.1\\0=$C/libfoo.so.1\\0libbar.so.1\\0\\0libc.so.6\\0=$GL/libc.so.6\\0"
+python3 "$HERE/ldcache-toggle.py" set p7.skip "libfoo.so.1\\0x$A:$B/:=$C/libfoo.so.1\\0"
+d1=$(debug ./p7.off1) d2=$(debug ./p7.off2) d3=$(debug ./p7.skip)
+for f in p7.off1 p7.off2 p7.skip; do
+	echo "  $f:"; note $f
+done
+echo "    p7.off1: $(grep -c 'trying cached' <<<"$d1") cached tries; p7.off2: $(grep 'trying cached' <<<"$d2" | sed 's/.*=//' | tr '\n' ' ')"
+if [ "$(./p7.off1 | head -1)" = "foo=C" ] && ! grep -q 'trying cached' <<<"$d1" &&
+	grep -q "trying cached file=$C/libfoo.so.1" <<<"$d2" && ! grep -q "trying cached file=$GL" <<<"$d2"; then
+	pass "an empty path list before a name switches the note off; met after libfoo's pair, it switches it off for libc only"
+else fail "empty path list"; fi
+if [ "$(./p7.skip | head -1)" = "foo=C" ] && grep -q "trying cached file=$C/libfoo.so.1" <<<"$d3" && [ "$(tries "$d3" "$A/libfoo")" = 0 ]; then
+	pass "elements neither '=' nor '?' are skipped"
+else fail "unknown elements"; fi
 
 hr "8. the issue's stale note: stub libcuda in the note, driver link in the RUNPATH"
 STUBS=$W/store/cuda-stubs/lib/stubs DRV=$W/run/opengl-driver/lib
@@ -251,6 +275,42 @@ if [ -n "$CP" ] && "$CP" --help 2>&1 | grep -q -- 'resolution-cache'; then
 	if [ "$("$T/bin/p9")" = "foo=C" ] && grep -q "trying cached file=$C/libfoo.so.1" <<<"$d" && [ "$(tries "$d" "")" = 0 ]; then
 		pass "cudapatch's note honoured: no RUNPATH walk"
 	else fail "cudapatch's note"; fi
+fi
+
+if [ -n "$CP" ]; then
+	hr "10. the real loader against cudapatch explain (rpath/ldso's model of the patched loader)"
+	# LD_TRACE_LOADED_OBJECTS makes our ld.so list what it would load (the
+	# note applies); explain simulates it. Every library, real paths compared.
+	trace() { LD_TRACE_LOADED_OBJECTS=1 "$1" 2>/dev/null | sed -n 's/^\t\([^ ]*\) => \(\/[^ ]*\) (.*/\1 \2/p'; }
+	simulated() { "$CP" explain "$1" 2>/dev/null | grep -v '(interpreter)$' | sed -n 's/^ *\([^ ]*\) => \(\/[^ ]*\) (.*/\1 \2/p'; }
+	canon() { while read -r n f; do echo "$n $(readlink -f "$f")"; done | sort; }
+	# Crafted notes on which the note and the RUNPATH walk disagree: D's
+	# libfoo is in no RUNPATH, C's is where the walk finds it.
+	lib "$W/D" foo D
+	prog n0 "$A:$B:$C:$GL" --enable-new-dtags foo $P7PAD
+	"$PE" --build-resolution-cache n0
+	craft() { cp n0 "$1" && python3 "$HERE/ldcache-toggle.py" set "$1" "$2"; }
+	craft n1 "libfoo.so.1\\0=$W/D/libfoo.so.1\\0"
+	craft n2 "x\\0\\0libfoo.so.1\\0=$W/D/libfoo.so.1\\0"
+	craft n3 "libfoo.so.1\\0=$W/D/libfoo.so.1\\0x\\0\\0libc.so.6\\0=/nonexistent\\0"
+	craft n4 "libfoo.so.1\\0?$W/D\\0"
+	craft n5 "libfoo.so.1\\0=/nonexistent/libfoo.so.1:junk:=$W/D/libfoo.so.1\\0"
+	craft n6 "libfoo.so.1\\0?:=$W/D/libfoo.so.1\\0" # "?": the current directory ($W, no libfoo)
+	for f in n1 n2 n3 n4 n5 n6; do echo "    $f: $(note $f | sed 's/^ *//' | tr '\n' ';') runs: $(./$f 2>&1 | head -1)"; done
+	differ=0
+	for f in p1 p3b p5 p6 p7.off1 p7.off2 p7.skip p7.noend pkg/bin/p4 p4b out/bin/cu n1 n2 n3 n4 n5 n6; do
+		[ -e "$W/$f" ] || continue
+		a=$(trace "$W/$f" | canon) b=$(simulated "$W/$f" | canon)
+		if [ "$a" = "$b" ]; then
+			echo "    agree  $f"
+		else
+			differ=$((differ + 1))
+			echo "    DIFFER $f:"
+			diff <(echo "$a") <(echo "$b") | sed -n 's/^</      ld.so:   /p; s/^>/      explain: /p'
+		fi
+	done
+	if [ $differ = 0 ]; then pass "cudapatch explain agrees with the real loader on every program"
+	else fail "cudapatch explain and the real loader differ on $differ programs"; fi
 fi
 
 hr "summary"
