@@ -31,8 +31,9 @@
 //
 // # The resolution-cache note
 //
-// [LoaderNixOS], the default, is nixpkgs' glibc with ldcache.patch
-// (elf/dl-load.c: _dl_find_nixos_cache, _dl_lookup_nixos_cache, and the
+// [LoaderNixOS], the default, is nixpkgs' glibc with
+// pkgs/development/libraries/glibc/ldcache.patch (NixOS/nixpkgs 6a3cc2e8;
+// elf/dl-load.c: _dl_find_nixos_cache, _dl_lookup_nixos_cache, and the
 // lookup in _dl_map_new_object). For a name without '/' that the DT_RPATH
 // chain and LD_LIBRARY_PATH did not find, it reads the requester's own
 // .note.nixos.ldcache (see rpath/ldcache; a note is never inherited):
