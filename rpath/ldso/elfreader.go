@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
 )
 
 // ElfReader returns a Reader that reads objects with rpath/elfedit, the
@@ -45,5 +46,17 @@ func readElfedit(path string) (*Object, error) {
 	if in.RunPath != nil {
 		o.RunPath, o.HasRunPath = *in.RunPath, true
 	}
+	o.Note = ReadNote(f)
 	return o, nil
+}
+
+// ReadNote returns f's resolution-cache note, nil when it has none. A note
+// read before a malformed one is returned; an unreadable note is none, as
+// the loader, which stops at a note that overruns its segment, sees it.
+func ReadNote(f *elfedit.File) *Note {
+	n, ok, _ := f.Note(elfedit.NoteID{Owner: ldcache.Owner, Type: ldcache.Type})
+	if !ok {
+		return nil
+	}
+	return NewNote(n.Desc, n.Loaded)
 }

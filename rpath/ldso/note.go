@@ -64,6 +64,19 @@ func NewNote(desc []byte, loaded bool) *Note {
 	return &Note{Loaded: loaded, Desc: desc, Cache: c, Err: err}
 }
 
+// Ignored says why the patched loader never reads the note at all ("" when
+// it does): NoteUnloaded or NoteRejected.
+func (n *Note) Ignored() string {
+	d := n.Desc
+	switch {
+	case !n.Loaded:
+		return NoteUnloaded
+	case len(d) <= 2 || d[len(d)-2] != 0 || d[len(d)-1] != 0:
+		return NoteRejected
+	}
+	return ""
+}
+
 // Why a requester's note did not decide where a library came from
 // (Need.Note). Empty when the object has no note, when the note found the
 // library, when an earlier step (DT_RPATH, LD_LIBRARY_PATH) found it
@@ -91,16 +104,13 @@ const (
 // list met on the way disables l's note for good.
 func (r *resolver) noteList(l *loaded, name string) (string, string) {
 	nt := l.obj.Note
-	switch {
-	case nt == nil:
+	if nt == nil {
 		return "", ""
-	case !nt.Loaded:
-		return "", NoteUnloaded
+	}
+	if why := nt.Ignored(); why != "" {
+		return "", why
 	}
 	d := nt.Desc
-	if len(d) <= 2 || d[len(d)-2] != 0 || d[len(d)-1] != 0 {
-		return "", NoteRejected
-	}
 	if l.noteDead {
 		return "", NoteDisabled
 	}
