@@ -17,18 +17,26 @@ func explainCommand(g *globals) *cli.Command {
 		Name:  "explain",
 		Usage: "show where the loader would find each library of FILE, and by which search step (runs nothing; exit 1 if one is missing)",
 		Description: "An ldd that executes nothing: glibc's search (DT_RPATH chain, LD_LIBRARY_PATH, DT_RUNPATH,\n" +
-			"ld.so.cache, default directories, glibc-hwcaps, $ORIGIN/$LIB/$PLATFORM) simulated over the files.",
+			"ld.so.cache, default directories, glibc-hwcaps, $ORIGIN/$LIB/$PLATFORM) simulated over the files.\n" +
+			"By default the loader is nixpkgs' glibc, which reads each object's resolution-cache note\n" +
+			"(.note.nixos.ldcache) after LD_LIBRARY_PATH and before DT_RUNPATH: a library it finds is\n" +
+			"shown as (ldcache of OBJECT). --loader=stock simulates glibc as released, which ignores the note.",
 		ArgsUsage: "FILE",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "root", Usage: "resolve inside `DIR` as if chrooted there; FILE is a path inside it (or a path under DIR)"},
 			&cli.StringFlag{Name: "ld-library-path", Usage: "LD_LIBRARY_PATH `VALUE` (default: the environment's, without --root)"},
 			&cli.BoolFlag{Name: "secure", Usage: "simulate a setuid program (AT_SECURE): LD_LIBRARY_PATH ignored, $ORIGIN restricted"},
 			&cli.StringFlag{Name: "workdir", Usage: "current `DIR` (inside the root) for relative search directories"},
+			&cli.StringFlag{Name: "loader", Value: string(ldso.LoaderNixOS), Usage: "`LOADER` to simulate: nixos (nixpkgs' glibc, reads the resolution-cache note) or stock (glibc as released)"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON: the loader configuration and every need with the candidates tried"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() != 1 {
 				return withCode(exitUsage, fmt.Errorf("explain: want exactly one FILE"))
+			}
+			loader, err := ldso.ParseLoader(cmd.String("loader"))
+			if err != nil {
+				return withCode(exitUsage, fmt.Errorf("explain: --loader: %w", err))
 			}
 			file, root := cmd.Args().First(), cmd.String("root")
 			host, logical := file, file
@@ -54,6 +62,7 @@ func explainCommand(g *globals) *cli.Command {
 			}
 			cfg.Secure = cmd.Bool("secure")
 			cfg.WorkDir = cmd.String("workdir")
+			cfg.Loader = loader
 			tr, err := ldso.Resolve(cfg, ldso.ElfReader(), logical)
 			if err != nil {
 				return withCode(exitUsage, fmt.Errorf("explain: %w", err))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/lint/linttest"
 )
 
@@ -78,10 +79,11 @@ func runLoader(t testing.TB, args, env []string) ([]byte, error) {
 }
 
 // explainPairs runs `cudapatch explain --json` and returns what it loads,
-// in load order, as ld.so --list prints it.
+// in load order, as ld.so --list prints it. The oracle is the host's stock
+// glibc, so explain simulates that loader.
 func explainPairs(t *testing.T, file string, env ...string) [][2]string {
 	t.Helper()
-	out, errOut, code := runCLI(t, env, "explain", "--json", "--workdir", "/", file)
+	out, errOut, code := runCLI(t, env, "explain", "--json", "--loader", "stock", "--workdir", "/", file)
 	require.Contains(t, []int{exitOK, exitFindings}, code, "%s: %s", file, errOut)
 	var doc struct {
 		Tree struct {
@@ -214,11 +216,17 @@ func TestExplainRootAndErrors(t *testing.T) {
 			clean = c.Host
 		}
 	}
-	// Inside the root, the clean program finds libcuda in the driver link.
+	// Inside the root, the clean program finds libcuda in the driver link:
+	// through its note's "?" hint under nixpkgs' loader, through the
+	// RUNPATH under the stock one.
 	out, errOut, code := runCLI(t, nil, "explain", "--root", tr.Root, clean)
 	require.Equal(t, exitOK, code, errOut)
-	assert.Contains(t, out, "libcuda.so.1 => /run/opengl-driver/lib/libcuda.so.1 (runpath of ")
-	assert.Contains(t, out, "libfoo.so => "+linttest.LibFoo+"/libfoo.so (runpath of ")
+	assert.Contains(t, out, "libcuda.so.1 => /run/opengl-driver/lib/libcuda.so.1 (ldcache ?/run/opengl-driver/lib of ")
+	assert.Contains(t, out, "libfoo.so => "+linttest.LibFoo+"/libfoo.so (ldcache of ")
+	stock, errOut, code := runCLI(t, nil, "explain", "--loader", "stock", "--root", tr.Root, clean)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, stock, "libcuda.so.1 => /run/opengl-driver/lib/libcuda.so.1 (runpath of ")
+	assert.Contains(t, stock, "libfoo.so => "+linttest.LibFoo+"/libfoo.so (runpath of ")
 	// The same by logical path.
 	out2, _, code := runCLI(t, nil, "explain", "--root", tr.Root, strings.TrimPrefix(clean, tr.Root))
 	assert.Equal(t, exitOK, code)
@@ -229,9 +237,134 @@ func TestExplainRootAndErrors(t *testing.T) {
 	assert.Contains(t, out, "libfoo.so => not found")
 	assert.Contains(t, out, "tried "+linttest.LibFoo+"/libfoo.so (runpath of ")
 
-	for _, args := range [][]string{{"explain"}, {"explain", "a", "b"}, {"explain", "/nonexistent"}, {"explain", "/etc/passwd"}} {
+	for _, args := range [][]string{{"explain"}, {"explain", "a", "b"}, {"explain", "/nonexistent"}, {"explain", "/etc/passwd"}, {"explain", "--loader", "musl", clean}} {
 		_, errOut, code := runCLI(t, nil, args...)
 		assert.Equal(t, exitUsage, code, "%v", args)
 		assert.NotEmpty(t, errOut)
+	}
+}
+
+// TestExplainLoader: which step finds each library, under nixpkgs' loader
+// (the default, also --loader nixos) and the stock one, in text and JSON,
+// on the lint tree's programs with resolution-cache notes.
+func TestExplainLoader(t *testing.T) {
+	tr := linttest.Build(t)
+	host := func(name string) string {
+		for _, c := range tr.Cases {
+			if c.Name == name {
+				return c.Host
+			}
+		}
+		t.Fatalf("no case %s", name)
+		return ""
+	}
+	exe := func(name string) string {
+		return "/nix/store/99999999999999999999999999999999-" + name + "/bin/" + name
+	}
+	foo, foo2 := linttest.LibFoo+"/libfoo.so", "/nix/store/66666666666666666666666666666666-libfoo2/lib/libfoo.so"
+	tests := []struct {
+		name   string
+		file   string
+		loader []string
+		text   string
+		steps  map[string]string // JSON: name → step
+		notes  map[string]string // JSON: name → note verdict
+	}{
+		{
+			// The issue's stale note: a directory ahead in the RUNPATH
+			// now holds libfoo, but the note still names the old one.
+			name: "stale note wins", file: "ldcache-stale",
+			text:  exe("ldcache-stale") + "\n    libfoo.so => " + foo + " (ldcache of " + exe("ldcache-stale") + ")\n",
+			steps: map[string]string{"libfoo.so": "ldcache"},
+		},
+		{
+			name: "stale note, explicit nixos", file: "ldcache-stale", loader: []string{"--loader", "nixos"},
+			text:  exe("ldcache-stale") + "\n    libfoo.so => " + foo + " (ldcache of " + exe("ldcache-stale") + ")\n",
+			steps: map[string]string{"libfoo.so": "ldcache"},
+		},
+		{
+			name: "stock loader walks the RUNPATH", file: "ldcache-stale", loader: []string{"--loader", "stock"},
+			text:  exe("ldcache-stale") + "\n    libfoo.so => " + foo2 + " (runpath of " + exe("ldcache-stale") + ")\n",
+			steps: map[string]string{"libfoo.so": "runpath"},
+		},
+		{
+			name: "gone file: next element", file: "ldcache-stale-gone",
+			text:  exe("ldcache-stale-gone") + "\n    libfoo.so => " + foo + " (ldcache of " + exe("ldcache-stale-gone") + ")\n",
+			steps: map[string]string{"libfoo.so": "ldcache"},
+		},
+		{
+			name: "no entry: the RUNPATH", file: "ldcache-needed",
+			text:  exe("ldcache-needed") + "\n    libfoo.so => " + foo + " (runpath of " + exe("ldcache-needed") + "; no entry in the note)\n",
+			steps: map[string]string{"libfoo.so": "runpath"},
+			notes: map[string]string{"libfoo.so": ldso.NoteNoEntry},
+		},
+		{
+			name: "unloaded note is never read", file: "ldcache-unloaded",
+			text:  exe("ldcache-unloaded") + "\n    libfoo.so => " + foo + " (runpath of " + exe("ldcache-unloaded") + "; " + ldso.NoteUnloaded + ")\n",
+			steps: map[string]string{"libfoo.so": "runpath"},
+			notes: map[string]string{"libfoo.so": ldso.NoteUnloaded},
+		},
+		{
+			name: "empty note is rejected", file: "ldcache-empty",
+			text:  exe("ldcache-empty") + "\n    libfoo.so => " + foo + " (runpath of " + exe("ldcache-empty") + "; " + ldso.NoteRejected + ")\n",
+			steps: map[string]string{"libfoo.so": "runpath"},
+			notes: map[string]string{"libfoo.so": ldso.NoteRejected},
+		},
+		{
+			name: "stub entry loads the stub", file: "ldcache-stub",
+			text: exe("ldcache-stub") + "\n    libcuda.so.1 => " + linttest.Stubs + "/libcuda.so (ldcache of " + exe("ldcache-stub") + ")\n" +
+				"    libfoo.so => " + foo + " (ldcache of " + exe("ldcache-stub") + ")\n",
+			steps: map[string]string{"libcuda.so.1": "ldcache", "libfoo.so": "ldcache"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append(append([]string{"explain", "--root", tr.Root}, tt.loader...), host(tt.file))
+			out, errOut, code := runCLI(t, nil, args...)
+			require.Equal(t, exitOK, code, errOut)
+			assert.Equal(t, tt.text, out)
+
+			out, errOut, code = runCLI(t, nil, append(args[:len(args)-1:len(args)-1], "--json", host(tt.file))...)
+			require.Equal(t, exitOK, code, errOut)
+			var doc struct {
+				Config struct {
+					Loader string `json:"loader"`
+				} `json:"config"`
+				Tree struct {
+					Needs []struct {
+						Name  string `json:"name"`
+						Step  string `json:"step"`
+						Note  string `json:"note"`
+						Tried []struct {
+							Step    string `json:"step"`
+							Element string `json:"element"`
+						} `json:"tried"`
+					} `json:"needs"`
+				} `json:"tree"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(out), &doc))
+			wantLoader := "nixos"
+			if len(tt.loader) > 0 {
+				wantLoader = tt.loader[1]
+			}
+			assert.Equal(t, wantLoader, doc.Config.Loader)
+			steps, notes := map[string]string{}, map[string]string{}
+			for _, n := range doc.Tree.Needs {
+				steps[n.Name] = n.Step
+				if n.Note != "" {
+					notes[n.Name] = n.Note
+				}
+				for _, a := range n.Tried {
+					if a.Step == "ldcache" {
+						assert.NotEmpty(t, a.Element, "a note attempt names its element")
+					}
+				}
+			}
+			assert.Equal(t, tt.steps, steps)
+			if tt.notes == nil {
+				tt.notes = map[string]string{}
+			}
+			assert.Equal(t, tt.notes, notes)
+		})
 	}
 }

@@ -332,6 +332,7 @@ func (l *linter) check(j job) (bool, []Finding, error) {
 	}
 	in := f.Info()
 	problems := f.Verify()
+	note := ldso.ReadNote(f)
 	f.Close()
 	l.log.Debug("lint", "file", j.path, "kind", in.Kind)
 
@@ -347,6 +348,7 @@ func (l *linter) check(j job) (bool, []Finding, error) {
 	l.checkInterp(j, in, add)
 	l.checkPath(j, in, add)
 	l.checkNeeded(j, in, add)
+	l.checkNote(j, in, note, add)
 	return true, out, nil
 }
 

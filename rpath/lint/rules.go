@@ -85,6 +85,13 @@ const (
 	MissingDir         = "CP011"
 	VerifyFailed       = "CP012"
 	NoSearchPath       = "CP013"
+	NoteStale          = "CP014"
+	NoteNeeded         = "CP015"
+	NoteStub           = "CP016"
+	NoteOutsideStore   = "CP017"
+	NoteMalformed      = "CP018"
+	NoteUnloaded       = "CP019"
+	NoteMissing        = "CP020"
 )
 
 // rules is the table of every rule, in ID order. It is never modified.
@@ -102,6 +109,13 @@ var rules = []Rule{
 	{MissingDir, "missing-dir", "a search-path directory does not exist", Warning, true},
 	{VerifyFailed, "verify-failed", "the file breaks an invariant the loaders rely on", Error, true},
 	{NoSearchPath, "no-search-path", "a dynamic file with dependencies has neither DT_RUNPATH nor DT_RPATH", Info, false},
+	{NoteStale, "ldcache-stale", "the resolution-cache note gives a library other than what the search path now resolves", Error, true},
+	{NoteNeeded, "ldcache-needed", "the resolution-cache note's names disagree with DT_NEEDED", Warning, true},
+	{NoteStub, "ldcache-stub", "the resolution-cache note points into a directory of link-time stubs", Error, true},
+	{NoteOutsideStore, "ldcache-outside-store", "the resolution-cache note names a file outside the store, or under the build directory", Error, true},
+	{NoteMalformed, "ldcache-malformed", "the resolution-cache note is malformed, or the loader ignores it", Error, true},
+	{NoteUnloaded, "ldcache-unloaded", "the resolution-cache note is in no PT_NOTE segment: the loader never reads it", Warning, true},
+	{NoteMissing, "ldcache-missing", "a dynamic file with dependencies and a DT_RUNPATH has no resolution-cache note", Info, false},
 }
 
 // Rules returns every rule, in ID order.

@@ -10,9 +10,11 @@ package linttest
 import (
 	"debug/elf"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
@@ -27,6 +29,7 @@ const (
 	Stubs     = "/nix/store/33333333333333333333333333333333-cudatoolkit/lib/stubs"
 	DriverCp  = "/nix/store/44444444444444444444444444444444-nvidia-x11/lib"
 	Gone      = "/nix/store/55555555555555555555555555555555-gone/lib"
+	LibFoo2   = "/nix/store/66666666666666666666666666666666-libfoo2/lib"
 	Driver    = "/run/opengl-driver/lib"
 	casePrefx = "/nix/store/99999999999999999999999999999999-"
 )
@@ -40,6 +43,10 @@ type Case struct {
 	Path string
 	// Host is Path on this machine.
 	Host string
+	// NoNote is set for a file that has DT_NEEDED names and a DT_RUNPATH
+	// but no resolution-cache note: it also draws CP020 when that rule
+	// (off by default) is on.
+	NoNote bool
 }
 
 // Tree is a built fixture tree.
@@ -122,7 +129,75 @@ func (b *builder) exe(name, rule, proto string, runpath *string, tag elfedit.Pat
 	if !e.IsZero() {
 		b.edit(h, e)
 	}
-	b.tr.Cases = append(b.tr.Cases, Case{name, rule, p, h})
+	b.tr.Cases = append(b.tr.Cases, Case{name, rule, p, h, runpath != nil && tag != elfedit.TagRPath})
+}
+
+// Note placements for linked.
+const (
+	noNote       = iota
+	loadedNote   // linked in: the linker puts it in a PT_NOTE segment
+	unloadedNote // objcopy --add-section after linking: in no segment
+)
+
+// noteRecord returns a whole ELF note (header, owner, descriptor) of the
+// resolution cache, little-endian, 4-byte aligned.
+func noteRecord(desc []byte) []byte {
+	owner := "NixOS\x00"
+	var b []byte
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(owner)))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(desc)))
+	b = binary.LittleEndian.AppendUint32(b, 0x63a86cb6)
+	b = append(b, owner...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	b = append(b, desc...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// NoteDesc builds a resolution-cache descriptor from (name, path list)
+// pairs, written in the order given and ended by the empty name.
+func NoteDesc(pairs ...string) []byte {
+	var b []byte
+	for _, p := range pairs {
+		b = append(b, p...)
+		b = append(b, 0)
+	}
+	return append(b, 0)
+}
+
+// linked links a case program from main.c against libs, with the search
+// path and interpreter given to the linker and, as place says, the
+// resolution-cache note desc: a real note in a real file, written by the
+// toolchain (nothing here depends on cudapatch's own note writer).
+func (b *builder) linked(name, rule string, libs []string, runpath string, desc []byte, place int) {
+	b.tb.Helper()
+	p := casePrefx + name + "/bin/" + name
+	h := b.tr.Host(p)
+	args := []string{"-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,--enable-new-dtags", "-Wl,-rpath," + runpath, "-Wl,--dynamic-linker," + Interp, b.src["main"]}
+	if place == loadedNote {
+		var asm strings.Builder
+		asm.WriteString(".section .note.nixos.ldcache,\"a\",%note\n.balign 4\n")
+		for _, c := range noteRecord(desc) {
+			fmt.Fprintf(&asm, ".byte %d\n", c)
+		}
+		asm.WriteString(".section .note.GNU-stack,\"\",%progbits\n")
+		args = append(args, b.source(name+"-note.s", asm.String()))
+	}
+	b.gcc(h, append(args, libs...)...)
+	if place == unloadedNote {
+		rec := filepath.Join(b.tmp, name+".note")
+		if err := os.WriteFile(rec, noteRecord(desc), 0o644); err != nil {
+			b.tb.Fatal(err)
+		}
+		if o, err := exec.Command("objcopy", "--add-section", ".note.nixos.ldcache="+rec, h).CombinedOutput(); err != nil {
+			b.tb.Fatalf("objcopy: %v\n%s", err, o)
+		}
+	}
+	b.tr.Cases = append(b.tr.Cases, Case{name, rule, p, h, place == noNote})
 }
 
 func str(s string) *string { return &s }
@@ -149,6 +224,7 @@ int plugin(void) { return 0; }
 	b.library(Compat+"/libcuda.so.1", "libcuda.so.1")
 	b.library(Stubs+"/libcuda.so", "libcuda.so.1")
 	foo := b.library(LibFoo+"/libfoo.so", "libfoo.so")
+	b.library(LibFoo2+"/libfoo.so", "libfoo.so")
 	sys := b.library("/usr/lib/libsys.so", "libsys.so")
 	if err := os.MkdirAll(b.tr.Host(Glibc+"/lib"), 0o755); err != nil {
 		tb.Fatal(err)
@@ -170,35 +246,41 @@ int plugin(void) { return 0; }
 	b.exes["empty"] = emptyEntry
 
 	rp := elfedit.TagRunPath
-	// Clean files.
-	b.exe("clean", "", "cuda", str(Driver+":"+LibFoo), rp, Interp)
-	b.exe("clean-compat", "", "cuda", str(Compat+":"+Driver+":"+LibFoo), rp, Interp)
-	b.exe("clean-origin", "", "foo", str("$ORIGIN/../lib:"+LibFoo), rp, Interp)
+	// Clean files. Their notes are what cudapatch's rules give (issue 11):
+	// the driver link is a "?" hint for every name, in RUNPATH order; the
+	// driver's libcuda gets no "=" after it (cuda_compat's, before it, does);
+	// $ORIGIN entries are "?" hints.
+	b.linked("clean", "", []string{cuda, foo}, Driver+":"+LibFoo,
+		NoteDesc("libcuda.so.1", "?"+Driver, "libfoo.so", "?"+Driver+":="+LibFoo+"/libfoo.so"), loadedNote)
+	b.linked("clean-compat", "", []string{cuda, foo}, Compat+":"+Driver+":"+LibFoo,
+		NoteDesc("libcuda.so.1", "="+Compat+"/libcuda.so.1:?"+Driver, "libfoo.so", "?"+Driver+":="+LibFoo+"/libfoo.so"), loadedNote)
+	b.linked("clean-origin", "", []string{foo}, "$ORIGIN/../lib:"+LibFoo,
+		NoteDesc("libfoo.so", "?$ORIGIN/../lib:="+LibFoo+"/libfoo.so"), loadedNote)
 	if err := os.MkdirAll(b.tr.Host(casePrefx+"clean-origin/lib"), 0o755); err != nil {
 		tb.Fatal(err)
 	}
 	cudart := casePrefx + "cudart/lib/libcudart.so.12"
 	b.edit(b.library(cudart, "libcudart.so.12"), elfedit.Edit{SetPath: str(Driver + ":$ORIGIN")})
-	b.tr.Cases = append(b.tr.Cases, Case{"cudart", "", cudart, b.tr.Host(cudart)})
-	b.tr.Cases = append(b.tr.Cases, Case{"libfoo", "", LibFoo + "/libfoo.so", foo})
+	b.tr.Cases = append(b.tr.Cases, Case{"cudart", "", cudart, b.tr.Host(cudart), false})
+	b.tr.Cases = append(b.tr.Cases, Case{"libfoo", "", LibFoo + "/libfoo.so", foo, false})
 
 	// One fault each.
 	b.exe("driver-link-missing", "CP001", "cuda", str(LibFoo), rp, Interp)
 	cudartBad := casePrefx + "cudart-nodriver/lib/libcudart.so.12"
 	b.edit(b.library(cudartBad, "libcudart.so.12"), elfedit.Edit{SetPath: str("$ORIGIN")})
-	b.tr.Cases = append(b.tr.Cases, Case{"dlopener-driver-link-missing", "CP001", cudartBad, b.tr.Host(cudartBad)})
+	b.tr.Cases = append(b.tr.Cases, Case{"dlopener-driver-link-missing", "CP001", cudartBad, b.tr.Host(cudartBad), false})
 	plugin := casePrefx + "plugin/lib/libplugin.so"
 	h := b.tr.Host(plugin)
 	b.gcc(h, "-shared", "-Wl,-soname,libplugin.so", b.src["note"])
 	b.edit(h, elfedit.Edit{SetPath: str("$ORIGIN")})
-	b.tr.Cases = append(b.tr.Cases, Case{"dlopen-note-driver-link-missing", "CP001", plugin, h})
+	b.tr.Cases = append(b.tr.Cases, Case{"dlopen-note-driver-link-missing", "CP001", plugin, h, false})
 	b.exe("driver-shadowed", "CP002", "cuda", str(DriverCp+":"+Driver+":"+LibFoo), rp, Interp)
 	b.exe("compat-after-driver", "CP003", "cuda", str(Driver+":"+Compat+":"+LibFoo), rp, Interp)
 	b.exe("stub-dir", "CP004", "cuda", str(Driver+":"+LibFoo+":"+Stubs), rp, Interp)
 	b.exe("build-dir-leak", "CP005", "foo", str("/build/source/lib:"+LibFoo), rp, Interp)
 	b.exe("relative-entry", "CP006", "foo", str("lib:"+LibFoo), rp, Interp)
 	p := casePrefx + "empty-entry/bin/empty-entry"
-	b.tr.Cases = append(b.tr.Cases, Case{"empty-entry", "CP006", p, b.copy(b.exes["empty"], p)})
+	b.tr.Cases = append(b.tr.Cases, Case{"empty-entry", "CP006", p, b.copy(b.exes["empty"], p), true})
 	b.exe("duplicate-entry", "CP007", "foo", str(LibFoo+":"+LibFoo), rp, Interp)
 	b.exe("rpath-not-runpath", "CP008", "foo", str(LibFoo), elfedit.TagRPath, Interp)
 	b.exe("unresolvable-needed", "CP009", "missing", str(LibFoo), rp, Interp)
@@ -207,6 +289,27 @@ int plugin(void) { return 0; }
 	b.exe("verify-failed", "CP012", "foo", str(LibFoo), rp, Interp)
 	makeWX(tb, b.tr.Cases[len(b.tr.Cases)-1].Host)
 	b.exe("no-search-path", "CP013", "sys", nil, rp, Interp)
+
+	// Resolution-cache notes.
+	fooNote := NoteDesc("libfoo.so", "="+LibFoo+"/libfoo.so")
+	b.linked("ldcache-stale", "CP014", []string{foo}, LibFoo2+":"+LibFoo, fooNote, loadedNote)
+	b.linked("ldcache-stale-gone", "CP014", []string{foo}, LibFoo,
+		NoteDesc("libfoo.so", "="+Gone+"/libfoo.so:="+LibFoo+"/libfoo.so"), loadedNote)
+	b.linked("ldcache-needed", "CP015", []string{foo}, LibFoo,
+		NoteDesc("libextra.so", "="+LibFoo+"/libfoo.so"), loadedNote)
+	b.linked("ldcache-stub", "CP016", []string{cuda, foo}, Driver+":"+LibFoo,
+		NoteDesc("libcuda.so.1", "="+Stubs+"/libcuda.so:?"+Driver, "libfoo.so", "?"+Driver+":="+LibFoo+"/libfoo.so"), loadedNote)
+	b.linked("ldcache-outside-store", "CP017", []string{foo}, LibFoo,
+		NoteDesc("libfoo.so", "=/usr/lib/libfoo.so:="+LibFoo+"/libfoo.so"), loadedNote)
+	b.linked("ldcache-build-dir", "CP017", []string{foo}, LibFoo,
+		NoteDesc("libfoo.so", "?/build/source/lib:="+LibFoo+"/libfoo.so"), loadedNote)
+	b.linked("ldcache-unsorted", "CP018", []string{foo}, LibFoo,
+		NoteDesc("libfoo.so", "="+LibFoo+"/libfoo.so", "libbar.so", "="+LibFoo+"/libbar.so"), loadedNote)
+	b.linked("ldcache-empty-list", "CP018", []string{foo}, LibFoo,
+		NoteDesc("liba.so", "", "libfoo.so", "="+LibFoo+"/libfoo.so"), loadedNote)
+	b.linked("ldcache-empty", "CP018", []string{foo}, LibFoo, []byte{0, 0}, loadedNote)
+	b.linked("ldcache-unloaded", "CP019", []string{foo}, LibFoo, fooNote, unloadedNote)
+	b.exe("ldcache-missing", "CP020", "foo", str(LibFoo), rp, Interp)
 	return b.tr
 }
 

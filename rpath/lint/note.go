@@ -1,0 +1,185 @@
+package lint
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
+	"github.com/cudapatch/cudapatch/rpath/ldso"
+)
+
+// rootProber answers ldcache.Build's questions inside the linter's root.
+type rootProber struct{ l *linter }
+
+func (p rootProber) Readable(f string) bool { return syscall.Access(p.l.host(f), 4) == nil }
+func (p rootProber) Exists(f string) bool   { return syscall.Access(p.l.host(f), 0) == nil }
+
+// noteRules are the rules cudapatch writes notes with (rpath's resolution
+// rules for this linter's driver links): what a note should say is what
+// ldcache.Build says with them.
+func (l *linter) noteRules() ldcache.Rules {
+	return ldcache.Rules{
+		RunTimeOnly: l.driverLinks,
+		Restricted:  func(n string) bool { return matchAny(l.driver, n) },
+		Excluded:    rpath.IsStubDir,
+	}
+}
+
+var noteRuleIDs = []string{NoteStale, NoteNeeded, NoteStub, NoteOutsideStore, NoteMalformed, NoteUnloaded, NoteMissing}
+
+// checkNote checks the resolution-cache note (.note.nixos.ldcache) against
+// what ldcache.Build writes for the file's current search path, with the
+// rules cudapatch uses. nixpkgs' loader reads the note before DT_RUNPATH,
+// so a note that disagrees with the search path wins over it.
+func (l *linter) checkNote(j job, in elfedit.Info, nt *ldso.Note, add addFunc) {
+	if !slices.ContainsFunc(noteRuleIDs, func(id string) bool { return j.rules.on[id] }) {
+		return
+	}
+	search, tag := "", "search path"
+	switch {
+	case in.RunPath != nil:
+		search, tag = *in.RunPath, "DT_RUNPATH"
+	case in.RPath != nil:
+		search, tag = *in.RPath, "DT_RPATH"
+	}
+	want, outcome := ldcache.Build(in.Needed, search, rootProber{l}, l.noteRules())
+	if nt == nil {
+		// Only DT_RUNPATH: the loader reads the note after the DT_RPATH
+		// walk, so for a DT_RPATH file a note saves nothing.
+		if outcome == ldcache.Built && in.RunPath != nil {
+			add(NoteMissing, "", "no resolution-cache note: nixpkgs' loader walks %s for each of its %d DT_NEEDED libraries", tag, len(in.Needed))
+		}
+		return
+	}
+	if !nt.Loaded {
+		add(NoteUnloaded, ldcache.Section, "%s is not in a PT_NOTE segment (objcopy --add-section makes such notes): the loader never reads it, but Nix's reference scan keeps the store paths in it in the closure", ldcache.Section)
+		return
+	}
+	switch {
+	case nt.Err != nil:
+		add(NoteMalformed, "", "the note does not decode (%v); the loader reads such a note its own way", nt.Err)
+		return
+	case len(nt.Desc) <= 2:
+		add(NoteMalformed, "", "the descriptor is %d bytes, which the loader ignores: an empty note is no note", len(nt.Desc))
+		return
+	}
+
+	needed := map[string]bool{}
+	for _, n := range in.Needed {
+		if !strings.Contains(n, "/") {
+			needed[n] = true
+		}
+	}
+	store := strings.TrimSuffix(l.storeDir, "/") + "/"
+	inStore := strings.HasPrefix(j.logical, store)
+	origin := path.Dir(j.logical)
+	var dirs []string
+	for _, e := range ldcache.SplitPath(search) {
+		if d, ok := expandOrigin(e, origin); ok && path.IsAbs(d) {
+			dirs = append(dirs, path.Clean(d))
+		}
+	}
+
+	// own is what the specific rules (stub, outside the store, build
+	// directory) have not already reported; only that is compared with
+	// what the search path gives, on both sides.
+	own := func(name string, els []ldcache.Element, report bool) []ldcache.Element {
+		var kept []ldcache.Element
+		for _, el := range els {
+			dir := el.Path
+			if el.Exact {
+				dir = path.Dir(el.Path)
+			}
+			switch {
+			case rpath.IsStubDir(dir):
+				if report {
+					add(NoteStub, name, "%s: note element %s is in the stub directory %s; a stub libcuda reached at run time fails with \"CUDA driver is a stub library\", and the stubs stay in the closure", name, el, dir)
+				}
+			case l.underBuildDir(el.Path) != "":
+				if report {
+					add(NoteOutsideStore, name, "%s: note element %s is under the build directory %s, which is gone at run time (or, worse, writable by others)", name, el, l.underBuildDir(el.Path))
+				}
+			case el.Exact && inStore && !strings.HasPrefix(el.Path, store):
+				if report {
+					add(NoteOutsideStore, name, "%s: note element %s is outside %s: the loader opens that host file before searching %s", name, el, l.storeDir, tag)
+				}
+			default:
+				kept = append(kept, el)
+			}
+		}
+		return kept
+	}
+
+	for _, e := range nt.Cache {
+		if len(e.Elements) == 0 {
+			add(NoteMalformed, e.Name, "%s has an empty path list: nixpkgs' loader stops trusting the whole note at that entry", e.Name)
+			continue
+		}
+		if !needed[e.Name] {
+			add(NoteNeeded, e.Name, "the note has an entry for %s, which is not a DT_NEEDED name the loader searches for: a leftover of an edit of DT_NEEDED, and its paths stay in the closure", e.Name)
+			continue
+		}
+		got := own(e.Name, e.Elements, true)
+		w, _ := want.Lookup(e.Name)
+		exp := own(e.Name, w.Elements, false)
+		if slices.Equal(got, exp) {
+			continue
+		}
+		add(NoteStale, e.Name, "%s: the note says %q, but %s gives %q: %s; the patched loader follows the note", e.Name, listOf(got), tag, listOf(exp), l.staleReason(got, exp, dirs))
+	}
+	for _, n := range in.Needed {
+		if !needed[n] {
+			continue
+		}
+		needed[n] = false // once per name
+		if _, ok := nt.Cache.Lookup(n); ok {
+			continue
+		}
+		if w, ok := want.Lookup(n); ok {
+			add(NoteNeeded, n, "DT_NEEDED %s has no entry in the note, though %s resolves it (%s): the loader walks the search path for it", n, tag, w.PathList())
+		}
+	}
+}
+
+// staleReason says why a note's path list differs from the search path's.
+func (l *linter) staleReason(got, exp []ldcache.Element, dirs []string) string {
+	for _, el := range got {
+		if !el.Exact {
+			continue
+		}
+		if !path.IsAbs(el.Path) {
+			return fmt.Sprintf("%s is relative, opened against the current directory", el)
+		}
+		if !(rootProber{l}).Exists(el.Path) {
+			return fmt.Sprintf("%s is gone", el.Path)
+		}
+		if !slices.Contains(dirs, path.Clean(path.Dir(el.Path))) {
+			return fmt.Sprintf("%s is no longer in the search path", path.Dir(el.Path))
+		}
+	}
+	if len(got) > 0 && len(exp) > 0 && got[0] != exp[0] && exp[0].Exact {
+		return fmt.Sprintf("%s comes first", exp[0].Path)
+	}
+	if len(exp) == 0 {
+		return "the search path gives it nothing the note may name"
+	}
+	return "the elements differ"
+}
+
+func listOf(els []ldcache.Element) string { return ldcache.Entry{Elements: els}.PathList() }
+
+// underBuildDir returns the build directory p lies under, "" if none.
+func (l *linter) underBuildDir(p string) string {
+	for _, b := range l.buildDirs {
+		b = strings.TrimSuffix(b, "/")
+		if p == b || strings.HasPrefix(p, b+"/") {
+			return b
+		}
+	}
+	return ""
+}
