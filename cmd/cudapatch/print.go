@@ -6,8 +6,11 @@ import (
 	"io"
 	"strings"
 
-	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/urfave/cli/v3"
+
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
+	"github.com/cudapatch/cudapatch/rpath/ldso"
 )
 
 func printCommand(g *globals) *cli.Command {
@@ -22,9 +25,10 @@ func printCommand(g *globals) *cli.Command {
 				return withCode(exitUsage, fmt.Errorf("print: no files given"))
 			}
 			type entry struct {
-				Path  string        `json:"path"`
-				Info  *elfedit.Info `json:"info,omitempty"`
-				Error string        `json:"error,omitempty"`
+				Path    string        `json:"path"`
+				Info    *elfedit.Info `json:"info,omitempty"`
+				LDCache *ldcacheView  `json:"ldcache,omitempty"`
+				Error   string        `json:"error,omitempty"`
 			}
 			var out []entry
 			failed := false
@@ -36,8 +40,9 @@ func printCommand(g *globals) *cli.Command {
 					continue
 				}
 				in := f.Info()
+				lc := readLDCache(f)
 				f.Close()
-				out = append(out, entry{Path: path, Info: &in})
+				out = append(out, entry{Path: path, Info: &in, LDCache: lc})
 			}
 			if cmd.Bool("json") {
 				if err := g.writeJSON(out); err != nil {
@@ -50,6 +55,7 @@ func printCommand(g *globals) *cli.Command {
 						continue
 					}
 					writeInfo(g.stdout, e.Path, e.Info)
+					writeLDCache(g.stdout, e.LDCache)
 				}
 			}
 			if failed {
@@ -87,5 +93,80 @@ func writeInfo(w io.Writer, path string, in *elfedit.Info) {
 			fmt.Fprintf(w, " (feature %s, %s)", d.Feature, d.Priority)
 		}
 		fmt.Fprintln(w)
+	}
+}
+
+// ldcacheView is the resolution-cache note (.note.nixos.ldcache) as print
+// shows it: where it is, whether the patched loader reads it, and its
+// decoded entries.
+type ldcacheView struct {
+	Section string `json:"section,omitempty"`
+	// Loaded: a PT_NOTE covers it; the loader reads nothing else.
+	Loaded bool  `json:"loaded"`
+	Offset int64 `json:"offset"`
+	// DescSize is n_descsz.
+	DescSize int `json:"desc_size"`
+	// Entries are the decoded entries; absent when Error is set.
+	Entries ldcache.Cache `json:"entries,omitempty"`
+	// Error is why the descriptor does not decode.
+	Error string `json:"error,omitempty"`
+	// Ignored is why nixpkgs' loader never reads the note ("" if it does).
+	Ignored string `json:"ignored,omitempty"`
+	// Raw is the descriptor, when it does not decode.
+	Raw string `json:"raw,omitempty"`
+	// ReadError is set when the notes cannot be read at all.
+	ReadError string `json:"read_error,omitempty"`
+}
+
+// readLDCache reads f's resolution-cache note; nil when it has none.
+func readLDCache(f *elfedit.File) *ldcacheView {
+	n, ok, err := f.Note(elfedit.NoteID{Owner: ldcache.Owner, Type: ldcache.Type})
+	if !ok {
+		if err != nil {
+			return &ldcacheView{ReadError: err.Error()}
+		}
+		return nil
+	}
+	nt := ldso.NewNote(n.Desc, n.Loaded)
+	v := &ldcacheView{Section: n.Section, Loaded: n.Loaded, Offset: n.Off, DescSize: len(n.Desc), Entries: nt.Cache, Ignored: nt.Ignored()}
+	if nt.Err != nil {
+		v.Error = nt.Err.Error()
+		v.Raw = string(n.Desc)
+	}
+	return v
+}
+
+func writeLDCache(w io.Writer, v *ldcacheView) {
+	switch {
+	case v == nil:
+		return
+	case v.ReadError != "":
+		fmt.Fprintf(w, "  ldcache:     unreadable notes: %s\n", v.ReadError)
+		return
+	}
+	where := v.Section
+	if where == "" {
+		where = "note"
+	}
+	fmt.Fprintf(w, "  ldcache:     %s at 0x%x, %d bytes", where, v.Offset, v.DescSize)
+	if v.Ignored != "" {
+		fmt.Fprintf(w, ", IGNORED by the loader: %s", v.Ignored)
+	}
+	if v.Error != "" {
+		fmt.Fprintf(w, ", MALFORMED: %s\n", v.Error)
+		fmt.Fprintf(w, "    raw %q\n", v.Raw)
+		return
+	}
+	fmt.Fprintln(w)
+	width := 0
+	for _, e := range v.Entries {
+		width = max(width, len(e.Name))
+	}
+	for _, e := range v.Entries {
+		list := e.PathList()
+		if len(e.Elements) == 0 {
+			list = "(empty: the loader stops trusting the note here)"
+		}
+		fmt.Fprintf(w, "    %-*s %s\n", width, e.Name, list)
 	}
 }
