@@ -163,18 +163,14 @@ cudaPatchelf() {
         args+=(--append-rpath "$entry")
     done
 
-    # autoPatchelfFlags were written for auto-patchelf.py: pass the ones
-    # cudapatch shares, drop the ones it has no use for.
-    for entry in "${autoFlags[@]}"; do
-        case "$entry" in
-        --ignore-existing | --structured-logs | --relative-rpaths)
-            _cudaPatchelfLog "ignoring autoPatchelfFlags entry $entry: not supported by cudapatch"
-            ;;
-        *) args+=("$entry") ;;
-        esac
-    done
+    # autoPatchelfFlags were written for auto-patchelf.py; cudapatch takes
+    # the same spellings (--ignore-existing, --keep-libc, --preserve-origin,
+    # --relative-rpaths, --relativize-rpath, --structured-logs).
+    args+=("${autoFlags[@]}")
+    # autoPatchelfRelativeRpaths = true: store entries relative to each
+    # file; cudapatch takes the store from $NIX_STORE.
     if [[ -n ${autoPatchelfRelativeRpaths-} ]]; then
-        _cudaPatchelfLog "ignoring autoPatchelfRelativeRpaths: not supported by cudapatch"
+        args+=(--relative-rpaths)
     fi
     if ((${#patchelfFlagsArray[@]} > 0)); then
         _cudaPatchelfLog "ignoring patchelfFlags (${patchelfFlagsArray[*]}): cudapatch does not run patchelf"

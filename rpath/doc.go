@@ -25,8 +25,16 @@
 //   - The RUNPATH is, in this order: the cuda_compat directory (when given),
 //     the driver link, runtime dependencies (executables only), the
 //     directories of resolved dependencies in the order they were needed,
-//     old $ORIGIN entries (WithPreserveOrigin), appended entries; duplicates
-//     removed, first wins; never an empty entry.
+//     appended entries, old $ORIGIN entries (WithPreserveOrigin, which also
+//     writes a dependency's directory as the old $ORIGIN entry that leads
+//     there); duplicates removed, first wins; never an empty entry. This is
+//     auto-patchelf's order.
+//   - With WithRelativeRpaths (entries under the store) or
+//     WithRelativizeRpath (entries under the path the file was found
+//     under), absolute entries become "$ORIGIN/…" relative to the file's
+//     directory, as auto-patchelf's --relative-rpaths and
+//     --relativize-rpath do; the cuda_compat directory and the driver link
+//     stay absolute.
 //   - Every result is audited before anything is written: entries under the
 //     build directory, relative entries other than $ORIGIN, and stub
 //     directories are errors. If any dependency is missing (and not ignored

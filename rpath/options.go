@@ -45,6 +45,8 @@ type config struct {
 	runtimeDeps     []string
 	appendRunpaths  []string
 	preserveOrigin  bool
+	relativeStore   string
+	relativizeRoot  bool
 	ignoreExisting  bool
 	ignoreMissing   []*fnmatch.Pattern
 	driverLibs      driverMatcher
@@ -198,6 +200,33 @@ func WithAppendRunpaths(entries ...string) Option {
 // WithPreserveOrigin keeps the $ORIGIN entries of the old RUNPATH.
 func WithPreserveOrigin(on bool) Option {
 	return func(c *config) error { c.preserveOrigin = on; return nil }
+}
+
+// WithRelativeRpaths makes RUNPATH entries under storeDir relative to the
+// file ("$ORIGIN/../../<hash>-dep/lib") when the file is under storeDir
+// too, so that a copy of the whole store (or of a closure) can be moved:
+// auto-patchelf's --relative-rpaths, autoPatchelfRelativeRpaths in a
+// derivation. The cuda_compat directory and the driver link stay absolute:
+// they are not in the closure. "" turns it off.
+func WithRelativeRpaths(storeDir string) Option {
+	return func(c *config) error {
+		if storeDir != "" && !filepath.IsAbs(storeDir) {
+			return fmt.Errorf("store directory %q is not absolute", storeDir)
+		}
+		c.relativeStore = filepath.Clean(storeDir)
+		if storeDir == "" {
+			c.relativeStore = ""
+		}
+		return nil
+	}
+}
+
+// WithRelativizeRpath makes RUNPATH entries under the path a file was found
+// under (one of the paths given to Patch) relative to the file, so that
+// tree can be moved as a whole: auto-patchelf's --relativize-rpath. The
+// cuda_compat directory and the driver link stay absolute.
+func WithRelativizeRpath(on bool) Option {
+	return func(c *config) error { c.relativizeRoot = on; return nil }
 }
 
 // WithIgnoreExisting does not index the libraries of the paths being

@@ -41,13 +41,21 @@ type Dep struct {
 	Source string `json:"source"` // "needed" or "dlopen"
 	How    string `json:"how"`
 	Path   string `json:"path,omitempty"` // the library file chosen
-	Dir    string `json:"dir,omitempty"`  // the RUNPATH entry it needs
-	Hint   string `json:"hint,omitempty"`
+	Dir    string `json:"dir,omitempty"`  // the directory it was found in
+	// Entry is the RUNPATH entry that reaches Dir when it is not Dir
+	// itself: an old $ORIGIN entry kept by WithPreserveOrigin, or Dir made
+	// relative by WithRelativeRpaths or WithRelativizeRpath.
+	Entry string `json:"entry,omitempty"`
+	// Pattern is the first ignore-missing pattern that matches a
+	// dependency nothing satisfied (or a driver library).
+	Pattern string `json:"pattern,omitempty"`
+	Hint    string `json:"hint,omitempty"`
 }
 
 // File is the decision about one file.
 type File struct {
 	Path           string           `json:"path"`
+	Root           string           `json:"root,omitempty"` // the path to patch it was found under
 	Kind           elfedit.Kind     `json:"kind,omitempty"`
 	Skipped        string           `json:"skipped,omitempty"`
 	OldInterpreter string           `json:"old_interpreter,omitempty"`
@@ -63,7 +71,22 @@ type File struct {
 
 	edit    elfedit.Edit
 	strSize int // dynamic string table size when decided, for the write phase's gate
+	skip    skipWhy
+	target  target // the interpreter's, for the reason of a skip
+	machine elf.Machine
+	osabi   elf.OSABI
 }
+
+// skipWhy says why a file was skipped, for auto-patchelf's SkipFile event.
+type skipWhy int
+
+const (
+	skipNone skipWhy = iota
+	skipNotELF
+	skipKind
+	skipArch
+	skipOSABI
+)
 
 // Missing is one unsatisfied dependency.
 type Missing struct {
@@ -224,17 +247,21 @@ func parallel(ctx context.Context, jobs, n int, fn func(int)) error {
 	return err
 }
 
-// collect lists the regular files below the roots in sorted order. Symbolic
-// links are never followed: a link may point out of the tree being patched.
-func collect(ctx context.Context, roots []string, recurse bool) ([]string, error) {
-	var out []string
+// found is a file to patch and the path to patch it was found under.
+type found struct{ path, root string }
+
+// collect lists the regular files below the roots, root by root, each
+// root's files in sorted order. Symbolic links are never followed: a link
+// may point out of the tree being patched.
+func collect(ctx context.Context, roots []string, recurse bool) ([]found, error) {
+	var out []found
 	for _, r := range roots {
 		st, err := os.Lstat(r)
 		if err != nil {
 			return nil, err
 		}
 		if st.Mode().IsRegular() {
-			out = append(out, r)
+			out = append(out, found{r, r})
 			continue
 		}
 		if !st.IsDir() {
@@ -251,7 +278,7 @@ func collect(ctx context.Context, roots []string, recurse bool) ([]string, error
 				return filepath.SkipDir
 			}
 			if d.Type().IsRegular() {
-				out = append(out, p)
+				out = append(out, found{p, r})
 			}
 			return nil
 		})
@@ -285,22 +312,24 @@ func (c *config) interpreterTarget() target {
 
 // decideSafe is decide, with a bug in the reader reported against the file
 // instead of killing a whole build.
-func (c *config) decideSafe(path string, ix *index, t target) (out *File) {
+func (c *config) decideSafe(fd found, ix *index, t target) (out *File) {
 	defer func() {
 		if r := recover(); r != nil {
-			out = &File{Path: path, Errors: []string{fmt.Sprintf("internal error (please report): %v", r)}}
+			out = &File{Path: fd.path, Root: fd.root, Errors: []string{fmt.Sprintf("internal error (please report): %v", r)}}
 		}
 	}()
-	return c.decide(path, ix, t)
+	return c.decide(fd, ix, t)
 }
 
 // decide reads one file and works out its new interpreter and RUNPATH.
-func (c *config) decide(path string, ix *index, t target) *File {
-	out := &File{Path: path}
+func (c *config) decide(fd found, ix *index, t target) *File {
+	path := fd.path
+	out := &File{Path: path, Root: fd.root}
 	f, err := elfedit.Open(path)
 	if err != nil {
 		if errors.Is(err, elfedit.ErrNotELF) {
 			out.Skipped = "not ELF"
+			out.skip = skipNotELF
 		} else {
 			out.Errors = append(out.Errors, errMsg(path, err))
 		}
@@ -322,19 +351,23 @@ func (c *config) decide(path string, ix *index, t target) *File {
 	out.strSize = f.StringTableSize()
 	out.Kind = info.Kind
 	out.OldInterpreter, out.OldRunPath, out.OldRPath = info.Interpreter, info.RunPath, info.RPath
+	class, machine, osabi := info.ELFClass(), info.ELFMachine(), info.ELFOSABI()
+	out.machine, out.osabi = machine, osabi
 	switch info.Kind {
 	case elfedit.KindExecutable, elfedit.KindLibrary:
 	default:
 		out.Skipped = string(info.Kind)
+		out.skip = skipKind
 		return out
 	}
-	class, machine, osabi := info.ELFClass(), info.ELFMachine(), info.ELFOSABI()
 	if t.ok && (t.class != class || t.machine != machine) {
 		out.Skipped = fmt.Sprintf("%v %v, not the interpreter's architecture", class, machine)
+		out.skip, out.target = skipArch, t
 		return out
 	}
 	if t.ok && !osabiCompatible(t.osabi, osabi) {
 		out.Skipped = fmt.Sprintf("OS ABI %v, not compatible with the interpreter's %v", osabi, t.osabi)
+		out.skip, out.target = skipOSABI, t
 		return out
 	}
 	// FreeBSD and OpenBSD ship ld.so apart from libc in nixpkgs: libc must
@@ -365,36 +398,64 @@ func (c *config) decide(path string, ix *index, t target) *File {
 		out.Deps = append(out.Deps, dep)
 	}
 
-	// The RUNPATH, in policy order.
-	var entries []string
+	// The RUNPATH, in policy order. The cuda_compat directory and the
+	// driver link come first and are never made relative: they are not in
+	// the package's closure.
+	var fixed, entries []string
 	driver := c.driverLinkFor == DriverLinkAll || c.driverLinkFor == DriverLinkNeeded && needsDriver
 	if driver {
 		if c.cudaCompat != "" && machine != elf.EM_386 {
-			entries = append(entries, c.cudaCompat)
+			fixed = append(fixed, c.cudaCompat)
 		}
 		if machine == elf.EM_386 {
-			entries = append(entries, c.driverLink32)
+			fixed = append(fixed, c.driverLink32)
 		} else {
-			entries = append(entries, c.driverLink)
+			fixed = append(fixed, c.driverLink)
 		}
 	}
 	if info.Interpreter != "" {
 		entries = append(entries, c.runtimeDeps...)
 	}
-	for _, d := range out.Deps {
-		if d.How == HowStore {
-			entries = append(entries, d.Dir)
+	old := runpathDirs(info)
+	for i, d := range out.Deps {
+		if d.How != HowStore {
+			continue
 		}
+		e := d.Dir
+		if c.preserveOrigin {
+			if o := sameDirOrigin(path, d.Dir, old); o != "" {
+				e = o
+			}
+		}
+		entries = append(entries, e)
+		out.Deps[i].Entry = e
 	}
+	entries = append(entries, c.appendRunpaths...)
 	if c.preserveOrigin {
-		for _, e := range runpathDirs(info) {
-			if strings.HasPrefix(e, "$ORIGIN") || strings.HasPrefix(e, "${ORIGIN}") {
+		// Every old $ORIGIN entry, also those no dependency needed (a
+		// dlopen target), after the appended ones, as auto-patchelf does.
+		for _, e := range old {
+			if isOrigin(e) {
 				entries = append(entries, e)
 			}
 		}
 	}
-	entries = append(entries, c.appendRunpaths...)
-	entries = dedupe(entries)
+	if within := c.relativeWithin(fd); within != "" {
+		for i, e := range entries {
+			entries[i] = relativeEntry(path, e, within)
+		}
+		for i, d := range out.Deps {
+			if d.Entry != "" {
+				out.Deps[i].Entry = relativeEntry(path, d.Entry, within)
+			}
+		}
+	}
+	for i, d := range out.Deps {
+		if d.Entry == d.Dir {
+			out.Deps[i].Entry = ""
+		}
+	}
+	entries = dedupe(append(fixed, entries...))
 	out.RunPath = strings.Join(entries, ":")
 	for _, e := range entries {
 		if msg := c.audit(e); msg != "" {
@@ -447,7 +508,7 @@ func (c *config) resolve(alts []string, ix *index, class elf.Class, machine elf.
 	for _, name := range alts {
 		switch {
 		case c.driverLibs.match(name):
-			return Dep{Name: name, How: HowDriver}
+			return Dep{Name: name, How: HowDriver, Pattern: c.ignorePattern(name, nil)}
 		case filepath.IsAbs(name):
 			if _, err := os.Stat(name); err == nil {
 				return Dep{Name: name, How: HowAbsolute, Path: name}
@@ -471,17 +532,26 @@ func (c *config) resolve(alts []string, ix *index, class elf.Class, machine elf.
 	if len(alts) > 1 {
 		name = "any(" + strings.Join(alts, ", ") + ")"
 	}
+	if p := c.ignorePattern(name, alts); p != "" {
+		return Dep{Name: name, How: HowIgnored, Pattern: p}
+	}
+	return Dep{Name: name, How: HowMissing, Hint: ix.sonameHint(alts[0], class, machine, osabi)}
+}
+
+// ignorePattern returns the first ignore-missing pattern that matches the
+// basename of name or of one of alts, or "".
+func (c *config) ignorePattern(name string, alts []string) string {
 	for _, p := range c.ignoreMissing {
 		if p.Match(filepath.Base(name)) {
-			return Dep{Name: name, How: HowIgnored}
+			return p.String()
 		}
 		for _, a := range alts {
 			if p.Match(filepath.Base(a)) {
-				return Dep{Name: name, How: HowIgnored}
+				return p.String()
 			}
 		}
 	}
-	return Dep{Name: name, How: HowMissing, Hint: ix.sonameHint(alts[0], class, machine, osabi)}
+	return ""
 }
 
 // osabiCompatible is auto-patchelf's rule: equal, or either side SYSV

@@ -25,7 +25,7 @@ const drv = "/run/opengl-driver/lib"
 
 var runpathRules = []rule{
 	{
-		name: "order compat, driver, runtime deps, resolved dirs in DT_NEEDED order, $ORIGIN, appends",
+		name: "order compat, driver, runtime deps, resolved dirs in DT_NEEDED order, appends, old $ORIGIN entries",
 		files: map[string]cfix.Spec{
 			"out/bin/app":         withRunpath(exe("libzz.so", "libaa.so"), "$ORIGIN/../lib:/old/lib:${ORIGIN}/x"),
 			"out/lib/libl.so":     withRunpath(lib("libl.so", "libaa.so"), "/old:$ORIGIN"),
@@ -43,8 +43,8 @@ var runpathRules = []rule{
 			}
 		},
 		want: map[string]string{
-			"out/bin/app":     "{root}/compat:" + drv + ":/rt1/lib:/rt2/lib:{root}/deps/z:{root}/deps/a:$ORIGIN/../lib:${ORIGIN}/x:$ORIGIN/../share:/append/lib",
-			"out/lib/libl.so": "{root}/compat:" + drv + ":{root}/deps/a:$ORIGIN:$ORIGIN/../share:/append/lib",
+			"out/bin/app":     "{root}/compat:" + drv + ":/rt1/lib:/rt2/lib:{root}/deps/z:{root}/deps/a:$ORIGIN/../share:/append/lib:$ORIGIN/../lib:${ORIGIN}/x",
+			"out/lib/libl.so": "{root}/compat:" + drv + ":{root}/deps/a:$ORIGIN/../share:/append/lib:$ORIGIN",
 		},
 	},
 	{
@@ -410,6 +410,58 @@ var runpathRules = []rule{
 			return []rpath.Option{rpath.WithSearch(tr.p("deps")), rpath.WithPreserveOrigin(true)}
 		},
 		want: map[string]string{"out/lib/librp.so": drv + ":{root}/deps:$ORIGIN/../lib"},
+	},
+	{
+		name: "preserve-origin: a dependency found where an old $ORIGIN entry leads keeps that entry",
+		files: map[string]cfix.Spec{
+			"out/bin/app":     withRunpath(exe("libl.so", "libdep.so"), "/old:$ORIGIN/../lib:$ORIGIN/../plugins"),
+			"out/lib/libl.so": lib("libl.so"),
+			"deps/libdep.so":  lib("libdep.so"),
+		},
+		setup: func(tr *tree) { tr.mkdir("out/plugins") },
+		opts: func(tr *tree) []rpath.Option {
+			return []rpath.Option{rpath.WithSearch(tr.p("deps")), rpath.WithPreserveOrigin(true), rpath.WithAppendRunpaths("/z")}
+		},
+		want: map[string]string{"out/bin/app": drv + ":$ORIGIN/../lib:{root}/deps:/z:$ORIGIN/../plugins"},
+	},
+	{
+		name: "relative rpaths: store entries relative to the file, driver link and cuda_compat absolute",
+		files: map[string]cfix.Spec{
+			"store/aaa-app/libexec/app":       exe("libfoo.so", "libbar.so", "libown.so"),
+			"store/aaa-app/lib/libown.so":     lib("libown.so"),
+			"store/bbb-foo/lib/libfoo.so":     lib("libfoo.so"),
+			"store/ccc-bar/lib/libbar.so":     lib("libbar.so"),
+			"elsewhere/lib/libother.so":       lib("libother.so"),
+			"store/aaa-app/lib/libuser.so":    lib("libuser.so", "libother.so", "libfoo.so"),
+			"store/ddd-compat/compat/libx.so": lib("libx.so"),
+		},
+		roots: []string{"store/aaa-app"},
+		opts: func(tr *tree) []rpath.Option {
+			return []rpath.Option{
+				rpath.WithSearch(tr.ps("store/bbb-foo/lib", "store/ccc-bar/lib", "elsewhere/lib")...),
+				rpath.WithCudaCompat(tr.p("store/ddd-compat/compat")),
+				rpath.WithRelativeRpaths(tr.p("store")),
+				rpath.WithRuntimeDependencies(tr.p("store/eee-rt/lib")),
+				rpath.WithAppendRunpaths(tr.p("store/aaa-app/lib/extra"), "/opt/lib"),
+			}
+		},
+		want: map[string]string{
+			"store/aaa-app/libexec/app":    "{root}/store/ddd-compat/compat:" + drv + ":$ORIGIN/../../eee-rt/lib:$ORIGIN/../../bbb-foo/lib:$ORIGIN/../../ccc-bar/lib:$ORIGIN/../lib:$ORIGIN/../lib/extra:/opt/lib",
+			"store/aaa-app/lib/libuser.so": "{root}/store/ddd-compat/compat:" + drv + ":{root}/elsewhere/lib:$ORIGIN/../../bbb-foo/lib:$ORIGIN/extra:/opt/lib",
+		},
+	},
+	{
+		name: "relativize-rpath: entries under the path being patched relative to the file, others absolute",
+		files: map[string]cfix.Spec{
+			"out/lib/libbaz.so":      lib("libbaz.so", "libfoo.so", "libdep.so"),
+			"out/lib/libs/libfoo.so": lib("libfoo.so"),
+			"deps/libdep.so":         lib("libdep.so"),
+		},
+		opts: func(tr *tree) []rpath.Option {
+			return []rpath.Option{rpath.WithSearch(tr.p("deps")), rpath.WithRelativizeRpath(true), rpath.WithDriverLinkFor(rpath.DriverLinkNone),
+				rpath.WithAppendRunpaths(tr.p("out/lib"), tr.p("out"))}
+		},
+		want: map[string]string{"out/lib/libbaz.so": "$ORIGIN/libs:{root}/deps:$ORIGIN:$ORIGIN/..", "out/lib/libs/libfoo.so": "$ORIGIN/..:$ORIGIN/../.."},
 	},
 	{
 		name: "no-recurse patches and indexes only the top directory",

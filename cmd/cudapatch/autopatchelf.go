@@ -35,22 +35,32 @@ func autoPatchelfCommand(g *globals) *cli.Command {
 			if err != nil {
 				return withCode(exitUsage, err)
 			}
-			return g.runPatch(ctx, a.paths, opts, a.structured)
+			out := outText
+			if a.structured {
+				out = outEvents
+			}
+			return g.runPatch(ctx, a.paths, opts, out)
 		},
 	}
 }
 
 const autoPatchelfUsage = `usage: cudapatch auto-patchelf [--ignore-missing [PATTERN ...]] [--no-recurse] [--ignore-existing]
        [--paths [PATH ...]] [--libs [DIR ...]] [--runtime-dependencies [DIR ...]]
-       [--append-rpaths [ENTRY ...]] [--keep-libc] [--preserve-origin] [--structured-logs]
-       [--extra-args ...]
+       [--append-rpaths [ENTRY ...]] [--keep-libc] [--preserve-origin]
+       [--relativize-rpath] [--relative-rpaths] [--structured-logs]
+       [--driver-link-for all|needed|none] [--extra-args ...]
 
-Accepts nixpkgs' auto-patchelf.py command line; interpreter and libc come from $NIX_BINTOOLS.`
+Accepts nixpkgs' auto-patchelf.py command line; interpreter and libc come from
+$NIX_BINTOOLS, the store of --relative-rpaths from $NIX_STORE (else /nix/store).
+--driver-link-for is cudapatch's own (default all: the driver link is added as
+nixpkgs' driver hook would add it afterwards; none writes what auto-patchelf
+alone writes).`
 
 type autoPatchelfArgs struct {
 	paths, libs, runtimeDeps, appendRpaths, ignoreMissing, extra []string
 	noRecurse, keepLibc, preserveOrigin, ignoreExisting          bool
-	structured, help                                             bool
+	relativize, relative, structured, help                       bool
+	driverLinkFor                                                string
 }
 
 func parseAutoPatchelf(args []string) (*autoPatchelfArgs, error) {
@@ -62,6 +72,7 @@ func parseAutoPatchelf(args []string) (*autoPatchelfArgs, error) {
 	flags := map[string]*bool{
 		"--no-recurse": &a.noRecurse, "--keep-libc": &a.keepLibc, "--preserve-origin": &a.preserveOrigin,
 		"--ignore-existing": &a.ignoreExisting, "--structured-logs": &a.structured, "--help": &a.help, "-h": &a.help,
+		"--relativize-rpath": &a.relativize, "--relative-rpaths": &a.relative,
 	}
 	var cur *[]string
 	for i := 0; i < len(args); i++ {
@@ -71,6 +82,16 @@ func parseAutoPatchelf(args []string) (*autoPatchelfArgs, error) {
 		case w == "--extra-args":
 			a.extra = append(a.extra, args[i+1:]...)
 			return a, nil
+		case name == "--driver-link-for":
+			cur = nil
+			if !hasVal {
+				if i+1 >= len(args) {
+					return nil, errors.New("auto-patchelf: argument --driver-link-for: expected one argument")
+				}
+				i++
+				val = args[i]
+			}
+			a.driverLinkFor = val
 		case lists[name] != nil && strings.HasPrefix(w, "--"):
 			cur = lists[name]
 			*cur = nil // argparse's "store": the last occurrence wins
@@ -103,19 +124,25 @@ func (g *globals) patchOptionsFrom(a *autoPatchelfArgs) ([]rpath.Option, error) 
 	for _, l := range a.libs {
 		args = append(args, "--search", l)
 	}
+	// argparse converts these to pathlib.Path ("$ORIGIN/" becomes
+	// "$ORIGIN"), and auto-patchelf writes them so.
 	for _, d := range a.runtimeDeps {
-		args = append(args, "--runtime-dependency", d)
+		args = append(args, "--runtime-dependency", rpath.PyPath(d))
 	}
 	for _, e := range a.appendRpaths {
-		args = append(args, "--append-rpath", e)
+		args = append(args, "--append-rpath", rpath.PyPath(e))
 	}
 	for _, p := range a.ignoreMissing {
 		args = append(args, "--ignore-missing", p)
 	}
-	for flag, on := range map[string]bool{"--no-recurse": a.noRecurse, "--keep-libc": a.keepLibc, "--preserve-origin": a.preserveOrigin, "--ignore-existing": a.ignoreExisting} {
+	for flag, on := range map[string]bool{"--no-recurse": a.noRecurse, "--keep-libc": a.keepLibc, "--preserve-origin": a.preserveOrigin,
+		"--ignore-existing": a.ignoreExisting, "--relativize-rpath": a.relativize, "--relative-rpaths": a.relative} {
 		if on {
 			args = append(args, flag)
 		}
+	}
+	if a.driverLinkFor != "" {
+		args = append(args, "--driver-link-for", a.driverLinkFor)
 	}
 	var opts []rpath.Option
 	var perr error

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
 )
 
@@ -89,8 +88,9 @@ func (c *cliTree) bintools() []string {
 // TestAutoPatchelfHookCall: the command line nixpkgs' hook builds
 // (auto-patchelf.sh), run end to end. The driver link is added, as the
 // driver hook would afterwards; runtime dependencies go to executables
-// only; appended entries come last; patchelf's --extra-args are warned
-// about and not used.
+// only; appended entries come next, then the old $ORIGIN entries kept by
+// --preserve-origin (auto-patchelf's order); patchelf's --extra-args are
+// warned about and not used.
 func TestAutoPatchelfHookCall(t *testing.T) {
 	c := newCLITree(t)
 	env := c.bintools()
@@ -108,7 +108,7 @@ func TestAutoPatchelfHookCall(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
-	if got, want := c.runpath("out/bin/app"), c.x("/run/opengl-driver/lib:/nix/store/rt-libGL/lib:{root}/deps/lib:$ORIGIN/../lib:$ORIGIN"); got != want {
+	if got, want := c.runpath("out/bin/app"), c.x("/run/opengl-driver/lib:/nix/store/rt-libGL/lib:{root}/deps/lib:$ORIGIN:$ORIGIN/../lib"); got != want {
 		t.Errorf("app RUNPATH %q, want %q", got, want)
 	}
 	if got, want := c.runpath("out/lib/libl.so"), c.x("/run/opengl-driver/lib:{root}/deps/lib:$ORIGIN"); got != want {
@@ -148,11 +148,21 @@ func TestAutoPatchelfFlags(t *testing.T) {
 	if got := c.runpath("out/sub/app2"); got != "/keep" {
 		t.Errorf("--no-recurse: app2 RUNPATH %q", got)
 	}
-	// --structured-logs: the report as JSON on stdout.
+	// --structured-logs: auto-patchelf's events on stdout, one JSON object
+	// a line (exact forms: TestAutoPatchelfGolden).
 	code, stdout, stderr := c.runCLI(env, "auto-patchelf", "--paths", "{root}/out", "--libs", "{root}/hop", "--no-recurse", "--structured-logs")
-	var rep rpath.Report
-	if err := json.Unmarshal([]byte(stdout), &rep); code != 0 || err != nil || len(rep.Files) != 1 || rep.Files[0].Path != c.p("out/app") {
-		t.Errorf("--structured-logs: exit %d, %v, %+v\n%s", code, err, rep, stderr)
+	var kinds []string
+	for _, l := range lines(stdout) {
+		var ev map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(l), &ev); err != nil || len(ev) != 1 {
+			t.Errorf("--structured-logs: line %q: %v", l, err)
+		}
+		for k := range ev {
+			kinds = append(kinds, k)
+		}
+	}
+	if code != 0 || strings.Join(kinds, " ") != "SetInterpreter Dependency Dependency SetRpath" {
+		t.Errorf("--structured-logs: exit %d, events %q\n%s", code, kinds, stderr)
 	}
 	// --ignore-existing (add_existing=False): the outputs' own libraries
 	// are not indexed.

@@ -30,11 +30,15 @@ func patchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "driver-link-for", Value: string(rpath.DriverLinkAll), Usage: "which files get the driver link: all, needed or none"},
 		&cli.StringSliceFlag{Name: "runtime-dependency", Usage: "`DIR` put first in the RUNPATH of executables (repeatable; used as given)"},
 		&cli.StringSliceFlag{Name: "append-rpath", Usage: "`ENTRY` appended to every RUNPATH (repeatable)"},
-		&cli.BoolFlag{Name: "preserve-origin", Usage: "keep the $ORIGIN entries of the old RUNPATH"},
-		&cli.BoolFlag{Name: "ignore-existing", Usage: "do not search the RUNPATH directories of found libraries"},
+		&cli.BoolFlag{Name: "preserve-origin", Usage: "keep the $ORIGIN entries of the old RUNPATH (a dependency found where one leads keeps it)"},
+		&cli.BoolFlag{Name: "relative-rpaths", Usage: "make entries under the store relative to each file ($ORIGIN/../../…), so a copied closure can move"},
+		&cli.StringFlag{Name: "store-dir", Usage: "the store `DIR` of --relative-rpaths (default: $NIX_STORE, else /nix/store)"},
+		&cli.BoolFlag{Name: "relativize-rpath", Usage: "make entries under the PATH a file was found under relative to the file"},
+		&cli.BoolFlag{Name: "ignore-existing", Usage: "do not index the libraries of the PATHs being patched, only the search directories"},
 		&cli.StringSliceFlag{Name: "ignore-missing", Usage: "ignore missing libraries whose name matches `PATTERN` (Python fnmatch; repeatable)"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "decide and verify, write nothing"},
 		&cli.BoolFlag{Name: "json", Usage: "print the report of every decision as JSON"},
+		&cli.BoolFlag{Name: "structured-logs", Usage: "print auto-patchelf's JSON-lines events instead of one line per changed file"},
 		&cli.IntFlag{Name: "jobs", Value: runtime.NumCPU(), Usage: "files processed at once"},
 		&cli.BoolFlag{Name: "sync", Usage: "flush each file to disk around its commit (survives power loss)"},
 		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log every decision"},
@@ -56,7 +60,16 @@ func patchCommand(g *globals) *cli.Command {
 			if err != nil {
 				return withCode(exitUsage, err)
 			}
-			return g.runPatch(ctx, paths, opts, cmd.Bool("json"))
+			out := outText
+			switch {
+			case cmd.Bool("json") && cmd.Bool("structured-logs"):
+				return withCode(exitUsage, errors.New("--json and --structured-logs exclude each other"))
+			case cmd.Bool("json"):
+				out = outJSON
+			case cmd.Bool("structured-logs"):
+				out = outEvents
+			}
+			return g.runPatch(ctx, paths, opts, out)
 		},
 	}
 }
@@ -88,6 +101,16 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
 			buildDirs = append(buildDirs, tmp)
 		}
 	}
+	var store string
+	if cmd.Bool("relative-rpaths") {
+		store = cmd.String("store-dir")
+		if store == "" {
+			store = g.getenv("NIX_STORE")
+		}
+		if store == "" {
+			store = "/nix/store"
+		}
+	}
 	return []rpath.Option{
 		rpath.WithSearch(cmd.StringSlice("search")...),
 		rpath.WithSearchRecursive(cmd.StringSlice("search-recursive")...),
@@ -102,6 +125,8 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
 		rpath.WithRuntimeDependencies(cmd.StringSlice("runtime-dependency")...),
 		rpath.WithAppendRunpaths(cmd.StringSlice("append-rpath")...),
 		rpath.WithPreserveOrigin(cmd.Bool("preserve-origin")),
+		rpath.WithRelativeRpaths(store),
+		rpath.WithRelativizeRpath(cmd.Bool("relativize-rpath")),
 		rpath.WithIgnoreExisting(cmd.Bool("ignore-existing")),
 		rpath.WithIgnoreMissing(cmd.StringSlice("ignore-missing")...),
 		rpath.WithDryRun(cmd.Bool("dry-run")),
@@ -112,10 +137,20 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
 	}, nil
 }
 
+// output is what runPatch prints on stdout.
+type output int
+
+const (
+	outText   output = iota // one line per changed file
+	outJSON                 // the whole report
+	outEvents               // auto-patchelf's --structured-logs events, one JSON object a line
+)
+
 // runPatch runs the main job and prints what Nix build logs want: one line
-// per changed file, the missing libraries, a summary line.
-func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Option, asJSON bool) error {
-	if f, ok := g.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) && !asJSON {
+// per changed file (or the report, or the events), the missing libraries,
+// a summary line.
+func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Option, out output) error {
+	if f, ok := g.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) && out == outText {
 		p := mpb.NewWithContext(ctx, mpb.WithOutput(f))
 		var bar *mpb.Bar
 		opts = append(opts, rpath.WithProgress(func(done, total int) {
@@ -135,11 +170,16 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 	if rep == nil {
 		return withCode(exitUsage, err)
 	}
-	if asJSON {
+	switch out {
+	case outJSON:
 		if e := g.writeJSON(rep); e != nil {
 			return withCode(exitUsage, e)
 		}
-	} else {
+	case outEvents:
+		for _, ev := range rpath.AutoPatchelfEvents(rep, rpath.EventOptions{Display: rpath.DisplayPaths(paths)}) {
+			fmt.Fprintln(g.stdout, ev.PythonJSON())
+		}
+	default:
 		for _, f := range rep.Files {
 			if !f.Changed {
 				continue

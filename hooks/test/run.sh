@@ -315,6 +315,39 @@ if expect_success; then
 	expect_hooklog "autoPatchelf is cudaPatchelf"
 fi
 
+# --- 6: autoPatchelfRelativeRpaths, --structured-logs in autoPatchelfFlags --
+# The outputs sit in $dir/store, given as NIX_STORE: out/lib is reached
+# relative to each file, the dependency outside the store and the driver link
+# stay absolute, and the log carries auto-patchelf's JSON events.
+build relative-structured \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" \
+	NIX_STORE="$WORK/relative-structured/store" \
+	autoPatchelfRelativeRpaths=1 autoPatchelfFlags="--structured-logs"
+if expect_success; then
+	expect_runpath "$out/bin/app" "$driver:\$ORIGIN/../lib:$dep/lib"
+	expect_runpath "$out/lib/libfoo.so" "$driver:$dep/lib"
+	expect_runs "$out/bin/app"
+	log=$dir/build.log
+	expect_log "$log" "{\"SetRpath\": {\"file\": \"$out/bin/app\", \"rpath\": \"$driver:\$ORIGIN/../lib:$dep/lib\"}}"
+	expect_log "$log" "{\"SetInterpreter\": {\"file\": \"$out/bin/app\", \"interpreter_path\": \"$loader\"}}"
+	expect_no_log "$log" "ignoring"
+	# The relocated output still runs.
+	mv "$dir/store" "$dir/moved-store"
+	expect_runs "$dir/moved-store/out/bin/app"
+fi
+
+# --- 7: --ignore-existing reaches cudapatch ---------------------------------
+# The outputs' own libraries are not indexed: libfoo.so, only in out/lib, is
+# missing.
+build ignore-existing \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" \
+	autoPatchelfFlags="--ignore-existing"
+if ((status == 0)) || [[ -e $dir/done ]]; then
+	fail "build succeeded with --ignore-existing and libfoo.so only in the output"
+fi
+expect_log "$dir/build.log" "could not satisfy dependency libfoo.so wanted by $out/bin/app"
+expect_no_log "$dir/build.log" "ignoring autoPatchelfFlags"
+
 if ((failures > 0)); then
 	echo "$failures assertion(s) failed; scratch tree kept in $WORK"
 	exit 1
