@@ -244,6 +244,9 @@ if [ -n "$CP" ]; then
 	"$CP" --driver-link "$DRV" --interpreter "$LDSO" --keep-libc --search "$GL" "$W/out" | sed 's/^/    /'
 	echo "  after cudapatch --driver-link: RUNPATH $(readelf -d "$W/out/bin/cu" | sed -n 's/.*RUNPATH.*\[\(.*\)\]/\1/p')"
 	echo "  note after cudapatch:"; note "$W/out/bin/cu"
+	echo "  cudapatch lint and explain on it:"
+	"$CP" lint --driver-link "$DRV" "$W/out/bin/cu" 2>&1 | grep -E 'CP0[0-9][0-9]' | sed 's/^ */    /'
+	"$CP" explain "$W/out/bin/cu" 2>&1 | grep 'libcuda' | sed 's/^ */    /'
 	out=$("$W/out/bin/cu")
 	d=$(debug "$W/out/bin/cu")
 	echo "$d" | grep -E 'trying' | sed 's/^ *[0-9]*: */    /'
