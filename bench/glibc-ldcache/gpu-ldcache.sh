@@ -61,7 +61,7 @@ echo "loader: $LDSO ($("$LDSO" --version | head -1))"
 grep -q 'trying cached file' "$LDSO" || { echo "this ld.so lacks ldcache.patch"; exit 2; }
 echo "patchelf: $("$PE" --version); cudapatch: $("$CP" --version 2>&1 | head -1), $(cat "$K/VERSION" 2>/dev/null)"
 PRE="$GL/libc.so.6 $GL/libm.so.6 $GL/libdl.so.2 $GL/libpthread.so.0 $GL/librt.so.1 $GL/libutil.so.1"
-py() { PYTHONPATH=$PY "$LDSO" --preload "$PRE" "$PYTHON" "$@"; }
+py() { PYTHONPATH=$PY timeout 180 "$LDSO" --preload "$PRE" "$PYTHON" "$@"; } # a hung CUDA call must not eat the run
 
 # The real driver: where libcuda.so.1 is found with the machine's own setup.
 if [ -z "${DRIVER_DIR:-}" ]; then
