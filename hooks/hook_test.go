@@ -77,15 +77,23 @@ func TestHookHarness(t *testing.T) {
 	}
 }
 
-// TestShellcheck keeps the hook and its harness shellcheck-clean.
+// TestShellcheck keeps the hook, its harness and the Nix tier's scripts
+// shellcheck-clean.
 func TestShellcheck(t *testing.T) {
 	needTool(t, "shellcheck", "shellcheck")
 	files := []string{"cuda-patchelf-hook.sh"}
-	more, err := filepath.Glob(filepath.Join("test", "*.sh"))
-	if err != nil {
-		t.Fatal(err)
+	for _, pattern := range []string{
+		filepath.Join("test", "*.sh"),
+		// The Nix tier's package set: its stdenv, stand-in hooks, fixtures.
+		filepath.Join("..", "nix", "tests", "build", "*.sh"),
+		filepath.Join("..", "nix", "tests", "build", "*", "*.sh"),
+	} {
+		more, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, more...)
 	}
-	files = append(files, more...)
 	out, err := exec.Command("shellcheck", append([]string{"--shell=bash"}, files...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("shellcheck: %v\n%s", err, out)

@@ -4,14 +4,18 @@
 # relies on, re-created so the hook can be tested without Nix: shell options,
 # .attrs.sh for __structuredAttrs, runHook/_eval, addEnvHooks and the env hook
 # arrays, concatTo, getAllOutputNames, activation of setup hooks with
-# hostOffset/targetOffset, and the shape of fixupPhase. Phases that do real
-# work (unpack, build, strip, shrink-rpath) are left out.
+# hostOffset/targetOffset, the shape of fixupPhase (with the recording of
+# propagatedBuildInputs), buildCommand and isELF. Phases that do real work
+# (unpack, build, strip, shrink-rpath) are left out; the Nix package set of
+# nix/tests/build adds its stand-ins for patchelf's shrink-rpath and
+# generate-ld-cache as setup hooks, as nixpkgs' stdenv does.
 #
-# Inputs, as the derivation builder receives them: nativeBuildInputs and
-# buildInputs (store-path-like directories; a nix-support/setup-hook in one is
-# sourced, bin/ of a native input goes on PATH, and
-# nix-support/propagated-build-inputs is followed), outputs, and either one
-# variable per output or, under structuredAttrs, NIX_ATTRS_SH_FILE.
+# Inputs, as the derivation builder receives them: nativeBuildInputs,
+# buildInputs and defaultNativeBuildInputs (store-path-like directories; a
+# nix-support/setup-hook in one is sourced, bin/ of a native input goes on
+# PATH, and nix-support/propagated-build-inputs is followed), outputs, and
+# either one variable per output or, under structuredAttrs,
+# NIX_ATTRS_SH_FILE.
 
 # shellcheck disable=SC2034 # The env hook and package tables are read
 # through indirection (${!ref}), as in setup.sh.
@@ -226,8 +230,9 @@ _addToEnv() {
 }
 
 # Store paths hold no spaces, so, as in setup.sh, both the string and the
-# array form are split on whitespace.
-: "${nativeBuildInputs=}" "${buildInputs=}"
+# array form are split on whitespace. The stdenv's own inputs come after the
+# derivation's.
+: "${nativeBuildInputs=}" "${buildInputs=}" "${defaultNativeBuildInputs=}"
 # shellcheck disable=SC2068
 for _pkg in ${nativeBuildInputs[@]}; do
     findInputs "$_pkg" -1 0
@@ -236,9 +241,34 @@ done
 for _pkg in ${buildInputs[@]}; do
     findInputs "$_pkg" 0 1
 done
+# shellcheck disable=SC2068
+for _pkg in ${defaultNativeBuildInputs[@]}; do
+    findInputs "$_pkg" -1 0
+done
 unset _pkg
 _activatePkgs
 _addToEnv
+
+# isELF FILE: whether FILE starts with the ELF magic, as setup.sh decides.
+isELF() {
+    local magic
+    [[ -f $1 ]] || return 1
+    LC_ALL=C read -r -n 4 -d '' magic <"$1" || true
+    [[ $magic == $'\x7fELF' ]]
+}
+
+# recordPropagatedDependencies: propagatedBuildInputs go to
+# $out/nix-support/propagated-build-inputs, where findInputs of a dependent
+# build follows them (setup.sh writes them to the dev output, which is out
+# when there is no dev).
+recordPropagatedDependencies() {
+    local -a deps=()
+    concatTo deps propagatedBuildInputs
+    ((${#deps[@]} > 0)) || return 0
+    local dest=${out:?recordPropagatedDependencies: the derivation has no out output}
+    mkdir -p "$dest/nix-support"
+    printf '%s ' "${deps[@]}" >"$dest/nix-support/propagated-build-inputs"
+}
 
 fixupPhase() {
     local output
@@ -249,12 +279,18 @@ fixupPhase() {
     for output in $(getAllOutputNames); do
         prefix="${!output}" runHook fixupOutput
     done
+    recordPropagatedDependencies
     runHook postFixup
 }
 
-# genericBuild, reduced to prePhases, installPhase and fixupPhase. A phase set
-# as a variable is evaluated, else the function of that name runs.
+# genericBuild, reduced to buildCommand (runCommand's derivations: nothing
+# else runs), or prePhases, installPhase and fixupPhase. A phase set as a
+# variable is evaluated, else the function of that name runs.
 genericBuild() {
+    if [[ -n ${buildCommand-} ]]; then
+        eval "$buildCommand"
+        return
+    fi
     local phase
     # shellcheck disable=SC2068
     for phase in ${prePhases[@]-} installPhase fixupPhase; do

@@ -1,0 +1,722 @@
+package hooks_test
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
+)
+
+// The Nix tier: real nix-builds of derivations that use cudaPatchelfHook,
+// over the package set of nix/tests/build (no nixpkgs, offline), and what
+// Nix decides from cudapatch's output: references, closures, validity and
+// reproducibility. nix/tests/build/default.nix holds the derivations and,
+// in its manifest, what each one must come out as.
+
+// nixManifest is nix/tests/build's manifest attribute.
+type nixManifest struct {
+	Interpreter string                `json:"interpreter"`
+	DriverLink  string                `json:"driverLink"`
+	DriverLib   string                `json:"driverLib"`
+	BuildOnly   map[string]string     `json:"buildOnly"`
+	Cases       map[string]nixCase    `json:"cases"`
+	Failing     map[string]nixFailing `json:"failing"`
+}
+
+type nixCase struct {
+	DrvPath       string               `json:"drvPath"`
+	AllOutputs    []string             `json:"allOutputs"`
+	Outputs       map[string]nixOutput `json:"outputs"`
+	AllowMissing  []string             `json:"allowMissing"`
+	Log           []string             `json:"log"`
+	LogCount      map[string]int       `json:"logCount"`
+	SameClosureAs string               `json:"sameClosureAs"`
+}
+
+type nixOutput struct {
+	Path       string   `json:"path"`
+	References []string `json:"references"`
+	// Runpaths holds the DT_RUNPATH of every ELF file of the output, by
+	// path relative to it ("" for none).
+	Runpaths map[string]string `json:"runpaths"`
+	// Runs holds, for every executable, the runs and what each prints.
+	Runs map[string][]nixProgramRun `json:"runs"`
+}
+
+type nixProgramRun struct {
+	Want string `json:"want"`
+	// WithDriver runs the program with the test's driver library mounted
+	// at the driver link, in a private mount namespace.
+	WithDriver bool `json:"withDriver"`
+}
+
+type nixFailing struct {
+	DrvPath string            `json:"drvPath"`
+	Outputs map[string]string `json:"outputs"`
+	Stderr  []string          `json:"stderr"`
+}
+
+// driverLibraries are the NVIDIA driver's: without the driver on the
+// machine (or cuda_compat) they are the only names allowed not to load.
+var driverLibraries = []string{"libcuda.so.1", "libnvidia-ml.so.1"}
+
+// nix runs Nix commands against the local store with settings that work as
+// root on a machine without the nixbld group or a daemon, offline.
+type nix struct {
+	env  []string
+	expr string
+	args []string
+}
+
+// nixConfig: no sandbox (the builds use the host's toolchain), builds as the
+// calling user (no build users), no binary cache (offline).
+const nixConfig = "sandbox = false\nbuild-users-group =\nsubstituters =\nmax-jobs = 2\n"
+
+func newNix(t *testing.T, cudapatch string) *nix {
+	t.Helper()
+	if _, err := exec.LookPath("nix-build"); err != nil {
+		t.Skip("nix-build is not on PATH: the Nix builds are not run (Debian: apt-get install nix-bin; CI installs it)")
+	}
+	for _, tool := range []string{"nix-store", "nix-instantiate"} {
+		needTool(t, tool, "nix-bin")
+	}
+	needTool(t, "gcc", "gcc")
+	needTool(t, "patchelf", "patchelf")
+	if os.Geteuid() != 0 {
+		if err := writable("/nix/store"); err != nil {
+			t.Fatalf("the Nix builds need a local store they can write, with sandbox = false "+
+				"(run as root, as CI does, or with a single-user Nix): %v", err)
+		}
+	}
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "NIX_CONFIG=") || strings.HasPrefix(kv, "NIX_REMOTE=") ||
+			strings.HasPrefix(kv, "LD_LIBRARY_PATH=")
+	})
+	env = append(env, "NIX_CONFIG="+nixConfig, "NIX_REMOTE=local")
+	return &nix{
+		env:  env,
+		expr: filepath.Join(repoRoot(t), "nix", "tests", "build"),
+		args: hostArgs(t, cudapatch),
+	}
+}
+
+// writable says whether this process can create files in dir.
+func writable(dir string) error {
+	f, err := os.CreateTemp(dir, ".cudapatch-write-test-")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// hostArgs are nix/tests/build's arguments: the binary under test and the
+// host's compiler, patchelf, loader (the interpreter of /bin/bash, which
+// runs every builder) and libc.
+func hostArgs(t *testing.T, cudapatch string) []string {
+	t.Helper()
+	abs := func(name string) string {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err = filepath.Abs(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	f, err := elf.Open("/bin/bash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	interp := ""
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			if _, err := p.ReadAt(b, 0); err != nil {
+				t.Fatal(err)
+			}
+			interp = strings.TrimRight(string(b), "\x00")
+		}
+	}
+	if interp == "" {
+		t.Fatal("/bin/bash has no interpreter")
+	}
+	out, err := exec.Command("gcc", "-print-file-name=libc.so.6").Output()
+	if err != nil {
+		t.Fatalf("gcc -print-file-name=libc.so.6: %v", err)
+	}
+	libc, err := filepath.EvalSymlinks(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("the host's libc.so.6: %v", err)
+	}
+	bin, err := filepath.Abs(cudapatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{
+		"--argstr", "cudapatchExe", bin,
+		"--argstr", "hostCC", abs("gcc"),
+		"--argstr", "hostPatchelf", abs("patchelf"),
+		"--argstr", "hostInterp", interp,
+		"--argstr", "hostLibc", libc,
+	}
+}
+
+// run runs a Nix command; stdout and stderr come back apart.
+func (n *nix) run(name string, args ...string) (stdout, stderr []byte, err error) {
+	var out, errb bytes.Buffer
+	cmd := exec.Command(name, args...)
+	cmd.Env = n.env
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	return out.Bytes(), errb.Bytes(), err
+}
+
+func (n *nix) must(t *testing.T, name string, args ...string) []byte {
+	t.Helper()
+	out, stderr, err := n.run(name, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, tail(stderr, 60))
+	}
+	return out
+}
+
+// build runs nix-build on an attribute of nix/tests/build.
+func (n *nix) build(attr string, extra ...string) (stdout, stderr []byte, err error) {
+	args := append([]string{"--no-out-link", "-A", attr}, extra...)
+	args = append(append(args, n.expr), n.args...)
+	return n.run("nix-build", args...)
+}
+
+func (n *nix) query(t *testing.T, what, path string) []string {
+	t.Helper()
+	return strings.Fields(string(n.must(t, "nix-store", "-q", what, path)))
+}
+
+// errorLines keeps Nix's error lines of a build log (each failed
+// derivation's, whose log nix-store -l shows in full).
+func errorLines(b []byte) string {
+	var keep []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "error:") || strings.Contains(l, "stand-in") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+// tail keeps the last lines of a log for a failure message.
+func tail(b []byte, lines int) string {
+	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(l) > lines {
+		l = append([]string{fmt.Sprintf("[… %d lines]", len(l)-lines)}, l[len(l)-lines:]...)
+	}
+	return strings.Join(l, "\n")
+}
+
+// TestNixBuild builds nix/tests/build with nix-build and checks every output
+// of every case: exact references, no build-only input in any closure, the
+// RUNPATH and interpreter of every ELF file, every library the loader
+// resolves is a reference, no build-directory path in any file, every
+// program runs from the store (loader cache inhibited, no LD_LIBRARY_PATH),
+// the expected build-log lines; a package patched twice has the closure of
+// one patched once; the failing cases fail with their message; and the
+// store verifies and every case rebuilds bit-identically (--check).
+func TestNixBuild(t *testing.T) {
+	bin := cudapatchBinary(t)
+	n := newNix(t, bin)
+
+	start := time.Now()
+	var m nixManifest
+	if err := json.Unmarshal(n.must(t, "nix-instantiate", append(
+		[]string{"--eval", "--strict", "--json", "-A", "manifest", n.expr}, n.args...)...), &m); err != nil {
+		t.Fatalf("manifest: %v", err)
+	}
+	// --keep-going: a case that fails to build is reported by its own
+	// subtest, and the others are still checked.
+	if _, stderr, err := n.build("build", "--keep-going"); err != nil {
+		t.Errorf("nix-build -A build: %v\n%s", err, errorLines(stderr))
+	}
+	t.Logf("evaluated and built %d cases in %s", len(m.Cases), time.Since(start).Round(time.Millisecond))
+
+	buildOnly := map[string]string{}
+	for name, p := range m.BuildOnly {
+		buildOnly[p] = name
+	}
+	ns := probeMountNamespace()
+	if ns != nil {
+		t.Logf("no private mount namespace (%v): programs that need the driver are checked with LD_DEBUG instead of run", ns)
+	}
+
+	for _, name := range sortedKeys(m.Cases) {
+		c := m.Cases[name]
+		t.Run(name, func(t *testing.T) {
+			checkNixCase(t, n, &m, c, buildOnly, ns == nil)
+		})
+	}
+
+	t.Run("patched-twice", func(t *testing.T) {
+		for _, name := range sortedKeys(m.Cases) {
+			c := m.Cases[name]
+			if c.SameClosureAs == "" {
+				continue
+			}
+			other, ok := m.Cases[c.SameClosureAs]
+			if !ok {
+				t.Fatalf("%s: sameClosureAs names no case %q", name, c.SameClosureAs)
+			}
+			compareClosures(t, n, name, c, c.SameClosureAs, other)
+		}
+	})
+
+	for _, name := range sortedKeys(m.Failing) {
+		f := m.Failing[name]
+		t.Run("fails/"+name, func(t *testing.T) {
+			_, stderr, err := n.build("failing." + name)
+			if err == nil {
+				t.Fatalf("nix-build -A failing.%s succeeded", name)
+			}
+			for _, want := range f.Stderr {
+				if !bytes.Contains(stderr, []byte(want)) {
+					t.Errorf("stderr lacks %q:\n%s", want, tail(stderr, 40))
+				}
+			}
+			for o, p := range f.Outputs {
+				if _, _, err := n.run("nix-store", "--check-validity", p); err == nil {
+					t.Errorf("output %s (%s) of the failed build is valid", o, p)
+				}
+			}
+		})
+	}
+
+	t.Run("check-rebuild", func(t *testing.T) {
+		start := time.Now()
+		if _, stderr, err := n.build("build", "--check"); err != nil {
+			t.Fatalf("nix-build --check: %v\n%s", err, tail(stderr, 60))
+		}
+		t.Logf("nix-build --check rebuilt %d cases bit-identically in %s", len(m.Cases), time.Since(start).Round(time.Millisecond))
+	})
+
+	t.Run("verify-store", func(t *testing.T) {
+		out, stderr, err := n.run("nix-store", "--verify", "--check-contents")
+		if err != nil || bytes.Contains(stderr, []byte("modified")) || bytes.Contains(stderr, []byte("error")) {
+			t.Fatalf("nix-store --verify --check-contents: %v\n%s%s", err, out, tail(stderr, 40))
+		}
+	})
+	t.Logf("Nix tier: %s", time.Since(start).Round(time.Millisecond))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// storePathOf returns /nix/store/HASH-NAME of a path below it, or "".
+func storePathOf(p string) string {
+	const store = "/nix/store/"
+	if !strings.HasPrefix(p, store) {
+		return ""
+	}
+	rest := p[len(store):]
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		rest = rest[:i]
+	}
+	return store + rest
+}
+
+func isStubPath(p string) bool {
+	return strings.Contains(p, "/stubs/") || strings.HasSuffix(p, "/stubs") || strings.Contains(p, "-stubs/")
+}
+
+func checkNixCase(t *testing.T, n *nix, m *nixManifest, c nixCase, buildOnly map[string]string, namespaces bool) {
+	if got, want := sortedKeys(c.Outputs), slices.Sorted(slices.Values(c.AllOutputs)); !slices.Equal(got, want) {
+		t.Fatalf("the manifest describes outputs %v, the derivation has %v", got, want)
+	}
+	for _, oname := range sortedKeys(c.Outputs) {
+		o := c.Outputs[oname]
+		t.Run(oname, func(t *testing.T) {
+			if _, _, err := n.run("nix-store", "--check-validity", o.Path); err != nil {
+				t.Fatalf("%s was not built (nix-store -l %s)", o.Path, c.DrvPath)
+			}
+			refs := n.query(t, "--references", o.Path)
+			checkReferences(t, refs, o.References, buildOnly)
+			refSet := map[string]bool{o.Path: true}
+			for _, r := range refs {
+				refSet[r] = true
+			}
+
+			reqs := n.query(t, "--requisites", o.Path)
+			var size int64
+			for _, r := range reqs {
+				if name, ok := buildOnly[r]; ok && r != o.Path {
+					t.Errorf("the closure holds %s (%s), a build-time input", name, r)
+				}
+				var s int64
+				fmt.Sscan(string(n.must(t, "nix-store", "-q", "--size", r)), &s)
+				size += s
+			}
+			t.Logf("%s: closure %d paths, %d bytes; references %v", o.Path, len(reqs), size, shortNames(refs))
+
+			checkFiles(t, m, c, o, refSet, namespaces)
+		})
+	}
+	if len(c.Log) > 0 || len(c.LogCount) > 0 {
+		log := n.must(t, "nix-store", "--read-log", c.DrvPath)
+		for _, want := range c.Log {
+			if !bytes.Contains(log, []byte(want)) {
+				t.Errorf("build log lacks %q", want)
+			}
+		}
+		for s, want := range c.LogCount {
+			if got := bytes.Count(log, []byte(s)); got != want {
+				t.Errorf("build log has %q %d times, want %d", s, got, want)
+			}
+		}
+	}
+}
+
+func shortNames(paths []string) []string {
+	var s []string
+	for _, p := range paths {
+		base := filepath.Base(p)
+		if i := strings.IndexByte(base, '-'); i >= 0 {
+			base = base[i+1:]
+		}
+		s = append(s, base)
+	}
+	slices.Sort(s)
+	return s
+}
+
+func checkReferences(t *testing.T, got, want []string, buildOnly map[string]string) {
+	t.Helper()
+	g, w := map[string]bool{}, map[string]bool{}
+	for _, p := range got {
+		g[p] = true
+	}
+	for _, p := range want {
+		w[p] = true
+	}
+	for _, p := range got {
+		if !w[p] {
+			if name, ok := buildOnly[p]; ok {
+				t.Errorf("references %s (%s), a build-time input", name, p)
+			} else {
+				t.Errorf("references %s, which it should not", p)
+			}
+		}
+	}
+	for _, p := range want {
+		if !g[p] {
+			t.Errorf("does not reference %s", p)
+		}
+	}
+}
+
+// checkFiles walks an output: every ELF file's RUNPATH and interpreter, the
+// libraries the loader resolves for it, its resolution-cache note if it has
+// one; no file holds a build-directory path; every executable runs.
+func checkFiles(t *testing.T, m *nixManifest, c nixCase, o nixOutput, refs map[string]bool, namespaces bool) {
+	t.Helper()
+	seen := map[string]bool{}
+	ran := map[string]bool{}
+	err := filepath.WalkDir(o.Path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		rel, _ := filepath.Rel(o.Path, p)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		// Build directories: Nix's without a sandbox, the sandbox's, and
+		// this test's temporary directory.
+		for _, bad := range []string{"/tmp/nix-build-", "/build/", os.TempDir() + "/"} {
+			if bytes.Contains(data, []byte(bad)) {
+				t.Errorf("%s holds %q", rel, bad)
+				break
+			}
+		}
+		if !bytes.HasPrefix(data, []byte(elf.ELFMAG)) {
+			return nil
+		}
+		f, err := elf.NewFile(bytes.NewReader(data))
+		if err != nil {
+			t.Errorf("%s: %v", rel, err)
+			return nil
+		}
+		defer f.Close()
+		seen[rel] = true
+		want, ok := o.Runpaths[rel]
+		if !ok {
+			t.Errorf("%s: an ELF file the manifest does not describe", rel)
+		}
+		rp, _ := f.DynString(elf.DT_RUNPATH)
+		if got := strings.Join(rp, ":"); ok && got != want {
+			t.Errorf("%s: RUNPATH %q, want %q", rel, got, want)
+		}
+		if old, _ := f.DynString(elf.DT_RPATH); len(old) > 0 {
+			t.Errorf("%s: has a DT_RPATH %q", rel, old)
+		}
+		interp := ""
+		for _, prog := range f.Progs {
+			if prog.Type == elf.PT_INTERP {
+				b := make([]byte, prog.Filesz)
+				if _, err := prog.ReadAt(b, 0); err != nil {
+					return err
+				}
+				interp = strings.TrimRight(string(b), "\x00")
+			}
+		}
+		if interp != "" && interp != m.Interpreter {
+			t.Errorf("%s: interpreter %s, want %s", rel, interp, m.Interpreter)
+		}
+		checkLoaded(t, m, c, rel, p, refs)
+		checkNote(t, f, rel, refs)
+		if interp != "" {
+			runs, ok := o.Runs[rel]
+			if !ok {
+				t.Errorf("%s: an executable the manifest does not run", rel)
+			}
+			for _, r := range runs {
+				runProgram(t, m, rel, p, r, namespaces)
+			}
+			ran[rel] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rel := range o.Runpaths {
+		if !seen[rel] {
+			t.Errorf("%s: described by the manifest but not an ELF file of the output", rel)
+		}
+	}
+	for rel := range o.Runs {
+		if !ran[rel] {
+			t.Errorf("%s: the manifest runs it but it is not an executable of the output", rel)
+		}
+	}
+}
+
+// checkLoaded lists what the loader loads for a file (cache inhibited, no
+// LD_LIBRARY_PATH): every store path it resolves to is referenced and no
+// library comes from a stub directory; only driver libraries and the case's
+// allowed names may be missing.
+func checkLoaded(t *testing.T, m *nixManifest, c nixCase, rel, path string, refs map[string]bool) {
+	t.Helper()
+	cmd := exec.Command(m.Interpreter, "--inhibit-cache", path)
+	cmd.Env = []string{"LD_TRACE_LOADED_OBJECTS=1", "PATH=/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("%s: the loader cannot list it: %v\n%s", rel, err, out)
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		name, target, ok := strings.Cut(strings.TrimSpace(line), " => ")
+		if !ok {
+			continue
+		}
+		if target == "not found" {
+			if !slices.Contains(driverLibraries, name) && !slices.Contains(c.AllowMissing, name) {
+				t.Errorf("%s: %s is not found", rel, name)
+			}
+			continue
+		}
+		lib, _, _ := strings.Cut(target, " (0x")
+		if isStubPath(lib) {
+			t.Errorf("%s: %s loads from a stub directory: %s", rel, name, lib)
+		}
+		if sp := storePathOf(lib); sp != "" && !refs[sp] {
+			t.Errorf("%s: %s resolves to %s, whose store path is not a reference", rel, name, lib)
+		}
+	}
+}
+
+// checkNote checks a resolution-cache note (.note.nixos.ldcache), when the
+// file has one: every "=" element's store path is a reference, and no
+// element names a stub or build directory.
+func checkNote(t *testing.T, f *elf.File, rel string, refs map[string]bool) {
+	t.Helper()
+	for _, prog := range f.Progs {
+		if prog.Type != elf.PT_NOTE {
+			continue
+		}
+		b := make([]byte, prog.Filesz)
+		if _, err := prog.ReadAt(b, 0); err != nil {
+			t.Errorf("%s: PT_NOTE: %v", rel, err)
+			return
+		}
+		a := max(prog.Align, 4)
+		align := func(x uint32) int { return int((uint64(x) + a - 1) &^ (a - 1)) }
+		for len(b) >= 12 {
+			namesz, descsz, typ := f.ByteOrder.Uint32(b), f.ByteOrder.Uint32(b[4:]), f.ByteOrder.Uint32(b[8:])
+			if 12+align(namesz)+align(descsz) > len(b) {
+				break
+			}
+			name := strings.TrimRight(string(b[12:12+namesz]), "\x00")
+			desc := b[12+align(namesz) : 12+align(namesz)+int(descsz)]
+			b = b[12+align(namesz)+align(descsz):]
+			if name != ldcache.Owner || typ != ldcache.Type {
+				continue
+			}
+			cache, err := ldcache.Decode(desc)
+			if err != nil {
+				t.Errorf("%s: resolution-cache note: %v", rel, err)
+				continue
+			}
+			for _, e := range cache {
+				for _, el := range e.Elements {
+					if isStubPath(el.Path) || strings.HasPrefix(el.Path, "/build/") || strings.HasPrefix(el.Path, "/tmp/") {
+						t.Errorf("%s: note entry %s → %s names a stub or build directory", rel, e.Name, el)
+					}
+					if sp := storePathOf(el.Path); el.Exact && sp != "" && !refs[sp] {
+						t.Errorf("%s: note entry %s → %s: its store path is not a reference", rel, e.Name, el)
+					}
+				}
+			}
+		}
+	}
+}
+
+// runProgram runs a program from the store as the loader would find its
+// libraries on a user's machine: no LD_LIBRARY_PATH, the loader cache
+// inhibited (through the interpreter) and, separately, started directly
+// (through its PT_INTERP). With WithDriver the test's libcuda is mounted at
+// the driver link in a private mount namespace (nothing outside sees it).
+func runProgram(t *testing.T, m *nixManifest, rel, path string, r nixProgramRun, namespaces bool) {
+	t.Helper()
+	env := []string{"PATH=/usr/bin:/bin"}
+	check := func(how string, cmd *exec.Cmd) {
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if got := strings.TrimSpace(string(out)); err != nil || got != r.Want {
+			t.Errorf("%s (%s): printed %q (%v), want %q", rel, how, got, err, r.Want)
+		}
+	}
+	if !r.WithDriver {
+		check("loader cache inhibited", exec.Command(m.Interpreter, "--inhibit-cache", path))
+		check("started directly", exec.Command(path))
+		return
+	}
+	if !namespaces {
+		// Without a namespace: the loader must look for the driver's
+		// library at the driver link (and, there being none, fail).
+		cmd := exec.Command(m.Interpreter, "--inhibit-cache", path)
+		cmd.Env = append(env, "LD_DEBUG=libs")
+		out, _ := cmd.CombinedOutput()
+		if !bytes.Contains(out, []byte("trying file="+m.DriverLink+"/libcuda.so.1")) {
+			t.Errorf("%s: the loader never tried %s/libcuda.so.1:\n%s", rel, m.DriverLink, out)
+		}
+		return
+	}
+	script := `mount -t tmpfs cudapatch-test /run && mkdir -p "$1" && cp "$2"/* "$1"/ && shift 2 && exec "$@"`
+	for _, how := range []struct {
+		name string
+		argv []string
+	}{
+		{"driver mounted, loader cache inhibited", []string{m.Interpreter, "--inhibit-cache", path}},
+		{"driver mounted, started directly", []string{path}},
+	} {
+		args := append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", m.DriverLink, m.DriverLib}, how.argv...)
+		check(how.name, exec.Command("unshare", args...))
+	}
+}
+
+// probeMountNamespace says whether this process may run a command in a
+// private mount namespace with a tmpfs on /run (root on a VM or a
+// privileged container); nil when it may.
+func probeMountNamespace() error {
+	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
+		"mount -t tmpfs cudapatch-test /run && mkdir -p /run/probe").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// compareClosures: a package rebuilt from already-patched outputs must have
+// the closure of the package patched once: the same references and RUNPATHs
+// once each package's own output paths are named by output.
+func compareClosures(t *testing.T, n *nix, name string, c nixCase, otherName string, other nixCase) {
+	t.Helper()
+	norm := func(cc nixCase, s string) string {
+		for oname, o := range cc.Outputs {
+			s = strings.ReplaceAll(s, o.Path, "<"+oname+">")
+		}
+		return s
+	}
+	for _, oname := range sortedKeys(c.Outputs) {
+		o, ok := other.Outputs[oname]
+		if !ok {
+			t.Errorf("%s has output %s, %s has not", name, oname, otherName)
+			continue
+		}
+		var got, want []string
+		for _, r := range n.query(t, "--references", c.Outputs[oname].Path) {
+			got = append(got, norm(c, r))
+		}
+		for _, r := range n.query(t, "--references", o.Path) {
+			want = append(want, norm(other, r))
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s.%s references %v; %s.%s references %v", name, oname, got, otherName, oname, want)
+		}
+		gr, wr := runpaths(t, c.Outputs[oname].Path), runpaths(t, o.Path)
+		for rel, rp := range wr {
+			if g := norm(c, gr[rel]); g != norm(other, rp) {
+				t.Errorf("%s: RUNPATH %q in %s.%s, %q in %s.%s", rel, g, name, oname, norm(other, rp), otherName, oname)
+			}
+		}
+		if len(gr) != len(wr) {
+			t.Errorf("%s.%s has %d ELF files, %s.%s %d", name, oname, len(gr), otherName, oname, len(wr))
+		}
+	}
+}
+
+// runpaths reads the RUNPATH of every ELF file below dir.
+func runpaths(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	rps := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil || !bytes.HasPrefix(data, []byte(elf.ELFMAG)) {
+			return err
+		}
+		f, err := elf.NewFile(bytes.NewReader(data))
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		rel, _ := filepath.Rel(dir, p)
+		rp, _ := f.DynString(elf.DT_RUNPATH)
+		rps[rel] = strings.Join(rp, ":")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rps
+}

@@ -1,0 +1,259 @@
+# A nixpkgs-shaped package set, just big enough to build derivations that
+# use cudaPatchelfHook (nix/hook.nix) with a real nix-build: offline, no
+# nixpkgs, no sandbox (sandbox = false, build-users-group = ""), as root.
+#
+# The bootstrap tools are the host's (bash, coreutils, binutils, patchelf
+# under hostPath; default.nix compiles its fixtures with the host's gcc).
+# cudapatch is a binary built from this checkout outside Nix and added to
+# the store with builtins.path. The rest has the shape of nixpkgs:
+# stdenv.mkDerivation over hooks/test/stdenv.sh (setup hooks, env hooks,
+# propagation, outputs, __structuredAttrs, fixupPhase with stdenv's default
+# hooks), runCommand, makeSetupHook with substitutions, callPackage with
+# .override, and stand-ins for the hooks cudaPatchelfHook takes over,
+# registered as nixpkgs registers them (hooks/).
+{
+  # Absolute path of the cudapatch binary to test.
+  cudapatchExe,
+  # The host's patchelf, dynamic loader and libc.so.6.
+  hostPatchelf,
+  hostInterp,
+  hostLibc,
+  hostPath ? "/usr/bin:/bin",
+  system ? builtins.currentSystem,
+}:
+let
+  inherit (builtins)
+    attrNames
+    baseNameOf
+    concatStringsSep
+    functionArgs
+    intersectAttrs
+    isFunction
+    listToAttrs
+    map
+    removeAttrs
+    ;
+  mapAttrs' =
+    f: set:
+    listToAttrs (
+      map (n: f n set.${n}) (attrNames set)
+    );
+
+  shell = "/bin/bash";
+  hookDir = ./hooks;
+
+  # $stdenv: setup (stdenv/setup.sh around hooks/test/stdenv.sh) and the
+  # default builder. Built with a bare derivation: everything else is built
+  # with it.
+  stdenvFiles = derivation {
+    name = "stdenv-cudapatch-tests";
+    inherit system hostPath;
+    builder = shell;
+    PATH = hostPath;
+    setup = ./stdenv/setup.sh;
+    defaultBuilder = ./stdenv/default-builder.sh;
+    stdenvSh = ../../../hooks/test/stdenv.sh;
+    args = [
+      "-euc"
+      ''
+        mkdir -p "$out"
+        cp "$stdenvSh" "$out/stdenv.sh"
+        cp "$defaultBuilder" "$out/default-builder.sh"
+        content=$(<"$setup")
+        printf '%s\n' "''${content//@hostPath@/"$hostPath"}" >"$out/setup"
+      ''
+    ];
+  };
+
+  # mkDerivation with the given default native build inputs (stdenv's own
+  # setup hooks). passthru and meta stay out of the derivation, as in
+  # nixpkgs.
+  mkDerivationWith =
+    defaultNativeBuildInputs: attrs:
+    let
+      drv = derivation (
+        removeAttrs attrs [
+          "passthru"
+          "meta"
+        ]
+        // {
+          inherit system defaultNativeBuildInputs;
+          builder = shell;
+          args = [
+            "-e"
+            "${stdenvFiles}/default-builder.sh"
+          ];
+          stdenv = stdenvFiles;
+        }
+      );
+    in
+    drv // (attrs.passthru or { });
+
+  # runCommand and makeSetupHook build the stdenv's own hooks, so they use a
+  # stdenv without them (nixpkgs has bootstrap stages for this). A
+  # buildCommand skips every phase, fixup included, as in nixpkgs.
+  runCommand =
+    name: env: buildCommand:
+    mkDerivationWith [ ] (env // { inherit name buildCommand; });
+
+  # makeSetupHook { name, propagatedBuildInputs, substitutions, passthru,
+  # meta } script: $out/nix-support/setup-hook is script with each @key@ of
+  # substitutions replaced; propagatedBuildInputs are recorded.
+  makeSetupHook =
+    {
+      name,
+      propagatedBuildInputs ? [ ],
+      substitutions ? { },
+      passthru ? { },
+      meta ? { },
+    }:
+    script:
+    runCommand name
+      (
+        {
+          inherit propagatedBuildInputs script passthru meta;
+          substitutionNames = attrNames substitutions;
+        }
+        // mapAttrs' (n: v: {
+          name = "subst_${n}";
+          value = v;
+        }) substitutions
+      )
+      ''
+        mkdir -p "$out/nix-support"
+        content=$(<"$script")
+        for name in $substitutionNames; do
+          value=subst_$name
+          content=''${content//"@$name@"/"''${!value}"}
+        done
+        printf '%s\n' "$content" >"$out/nix-support/setup-hook"
+        recordPropagatedDependencies
+      '';
+
+  callPackage =
+    fn: args:
+    let
+      f = if isFunction fn then fn else import fn;
+      result = f (intersectAttrs (functionArgs f) pkgs // args);
+    in
+    result // { override = newArgs: callPackage fn (args // newArgs); };
+
+  # lib, as far as nix/hook.nix uses it.
+  lib = {
+    platforms.linux = [ "x86_64-linux" "aarch64-linux" ];
+  };
+
+  loaderName = baseNameOf hostInterp;
+  driverLink = "/run/opengl-driver";
+
+  pkgs = {
+    inherit
+      lib
+      system
+      stdenvFiles
+      runCommand
+      makeSetupHook
+      callPackage
+      loaderName
+      driverLink
+      ;
+
+    # The derivation-facing stdenv: its default hooks are patchelf's
+    # shrink-rpath and generate-ld-cache, as in nixpkgs.
+    stdenv = {
+      mkDerivation = mkDerivationWith [
+        pkgs.patchelf
+        pkgs.generateLDCacheHook
+      ];
+    };
+
+    # The host's libc and loader, linked into the store so that
+    # interpreters and libc names point at a store path, as in nixpkgs.
+    glibc = runCommand "glibc-host" { inherit hostInterp hostLibc; } ''
+      mkdir -p "$out/lib"
+      ln -s "$hostInterp" "$out/lib/${loaderName}"
+      ln -s "$hostLibc" "$out/lib/libc.so.6"
+    '';
+
+    # The bintools wrapper, as far as autoPatchelfHook and cudapatch read it:
+    # nix-support/{dynamic-linker,orig-libc} and a setup hook exporting
+    # $NIX_BINTOOLS.
+    bintools =
+      runCommand "bintools-host"
+        {
+          inherit (pkgs) glibc;
+          inherit loaderName;
+          hook = "${hookDir}/bintools.sh";
+        }
+        ''
+          mkdir -p "$out/nix-support"
+          echo "$glibc/lib/$loaderName" >"$out/nix-support/dynamic-linker"
+          echo "$glibc" >"$out/nix-support/orig-libc"
+          content=$(<"$hook")
+          printf '%s\n' "''${content//@out@/"$out"}" >"$out/nix-support/setup-hook"
+        '';
+
+    patchelf = runCommand "patchelf-host" { inherit hostPatchelf; hook = "${hookDir}/patchelf.sh"; } ''
+      mkdir -p "$out/bin" "$out/nix-support"
+      ln -s "$hostPatchelf" "$out/bin/patchelf"
+      cp "$hook" "$out/nix-support/setup-hook"
+    '';
+
+    cudapatch = runCommand "cudapatch" {
+      exe = builtins.path {
+        path = /. + cudapatchExe;
+        name = "cudapatch-exe";
+      };
+    } ''
+      mkdir -p "$out/bin"
+      ln -s "$exe" "$out/bin/cudapatch"
+    '';
+
+    # cudapatch installed as `patchelf`, its drop-in front end: the patchelf
+    # that generate-ld-cache runs.
+    cudapatchAsPatchelf = runCommand "cudapatch-as-patchelf" { } ''
+      mkdir -p "$out/bin"
+      ln -s ${pkgs.cudapatch}/bin/cudapatch "$out/bin/patchelf"
+    '';
+
+    generateLDCacheHook = makeSetupHook {
+      name = "generate-ld-cache";
+      substitutions.patchelf = "${pkgs.cudapatchAsPatchelf}/bin/patchelf";
+    } "${hookDir}/generate-ld-cache.sh";
+
+    addDriverRunpath = makeSetupHook {
+      name = "add-driver-runpath";
+      substitutions = { inherit driverLink; };
+      passthru = { inherit driverLink; };
+    } "${hookDir}/add-driver-runpath.sh";
+
+    cudaPatchelfHook = callPackage ../../hook.nix { };
+
+    # The hooks cudaPatchelfHook takes over.
+    autoPatchelfHook = makeSetupHook {
+      name = "auto-patchelf-hook";
+      propagatedBuildInputs = [ pkgs.bintools ];
+    } "${hookDir}/auto-patchelf.sh";
+    autoFixElfFiles = makeSetupHook { name = "auto-fix-elf-files"; } "${hookDir}/auto-fix-elf-files.sh";
+    autoAddDriverRunpath = makeSetupHook {
+      name = "auto-add-driver-runpath-hook";
+      propagatedBuildInputs = [
+        pkgs.addDriverRunpath
+        pkgs.autoFixElfFiles
+      ];
+    } "${hookDir}/auto-add-driver-runpath.sh";
+    autoAddCudaCompatRunpath =
+      cuda_compat:
+      makeSetupHook {
+        name = "auto-add-cuda-compat-runpath-hook";
+        propagatedBuildInputs = [ pkgs.autoFixElfFiles ];
+        substitutions.libcudaPath = "${cuda_compat}/compat";
+      } "${hookDir}/auto-add-cuda-compat-runpath.sh";
+    removeStubsFromRunpathHook = makeSetupHook {
+      name = "remove-stubs-from-runpath-hook";
+      propagatedBuildInputs = [ pkgs.autoFixElfFiles ];
+      substitutions = { inherit driverLink; };
+    } "${hookDir}/remove-stubs-from-runpath.sh";
+  };
+in
+pkgs

@@ -1,0 +1,2 @@
+/* libcudart.so.12 of the cuda_cudart fixture. */
+int cudart_value(void) { return 12; }
