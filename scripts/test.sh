@@ -14,6 +14,15 @@ fi
 go vet ./...
 go test -count=1 -timeout 30m ./...
 
+# patchelf's own test suite against cudapatch installed as patchelf
+# (docs/patchelf-suite.md). It needs a patchelf source tree, which CI does
+# not fetch.
+if [ -n "${PATCHELF_SRC:-}" ]; then
+	bash scripts/patchelf-suite.sh "$PATCHELF_SRC"
+else
+	echo "skipping patchelf's own test suite: PATCHELF_SRC is not set (a NixOS/patchelf source tree, see docs/patchelf-suite.md)"
+fi
+
 # Fuzz targets, FUZZTIME each (default 20s). Run them longer by hand:
 #   go test ./rpath/elfedit -run=- -fuzz=FuzzRead -fuzztime=30m
 fuzztime=${FUZZTIME:-20s}

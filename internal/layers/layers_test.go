@@ -40,6 +40,9 @@ func TestLayers(t *testing.T) {
 		{"rpath/ldso", []string{module + "/rpath/elfedit", module + "/rpath/ldcache"}},
 		// Policy: the engine, fnmatch; no CLI, no terminal, no progress bars.
 		{"rpath", []string{module + "/rpath/elfedit", module + "/rpath/fnmatch"}},
+		// The drop-in patchelf: its command line and messages, edits through
+		// elfedit (and resolution caches through ldcache).
+		{"rpath/patchelf", []string{module + "/rpath/elfedit", module + "/rpath/ldcache"}},
 		// Lint builds on the policy and the loader simulation.
 		{"rpath/lint", []string{module + "/rpath", "github.com/bmatcuk/doublestar/v4"}},
 	}
