@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, vet, every package's tests (the fixture
-# matrix is built from source on first use), then each fuzz target for a
-# bounded time. README: "Running the tests".
+# The whole test suite: formatting, go.mod tidiness, vet, every package's
+# tests (the fixture matrix is built from source on first use), then each
+# fuzz target for a bounded time. README: "Running the tests".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
@@ -11,6 +11,9 @@ if [ -n "$unformatted" ]; then
 	echo "gofmt would change: $unformatted" >&2
 	exit 1
 fi
+# An untidy go.mod (a dependency marked // indirect that is imported, a
+# missing or stale go.sum line) fails here, before the tests.
+go mod tidy -diff
 go vet ./...
 go test -count=1 -timeout 30m ./...
 
