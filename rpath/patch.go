@@ -96,13 +96,27 @@ type Missing struct {
 }
 
 // Report is everything Patch decided, in sorted file order.
+//
+// Every file is counted exactly once: Changed + Unchanged + Skipped +
+// Failed == len(Files). A file with an error (it could not be read, its
+// RUNPATH failed the audit, or writing it failed) is Failed, never
+// Unchanged or Changed; a file with a missing dependency is counted by its
+// decision, and the dependency is in Missing.
 type Report struct {
-	Files     []*File   `json:"files"`
-	Missing   []Missing `json:"missing,omitempty"`
-	Changed   int       `json:"changed"`
-	Unchanged int       `json:"unchanged"`
-	Skipped   int       `json:"skipped"`
-	Written   bool      `json:"written"` // false after a dry run or an error
+	Files   []*File   `json:"files"`
+	Missing []Missing `json:"missing,omitempty"`
+	// Changed counts the files written, or, when the write phase did not
+	// run, the files that would have been.
+	Changed   int `json:"changed"`
+	Unchanged int `json:"unchanged"`
+	Skipped   int `json:"skipped"`
+	Failed    int `json:"failed"`
+	// WritePhase says the files were written: every file was decided
+	// without error or missing dependency, and it was no dry run.
+	WritePhase bool `json:"write_phase"`
+	// Written says every changed file was written (false after a dry run
+	// or any error).
+	Written bool `json:"written"`
 }
 
 // Patch patches every ELF file below the given paths (see the package
@@ -157,6 +171,8 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 			errs = append(errs, fileError(f.Path, e))
 		}
 		switch {
+		case len(f.Errors) > 0:
+			rep.Failed++
 		case f.Skipped != "":
 			rep.Skipped++
 		case f.Changed:
@@ -171,6 +187,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	if len(errs) > 0 || c.dryRun {
 		return rep, errors.Join(errs...)
 	}
+	rep.WritePhase = true
 	var werrs []error
 	var wmu sync.Mutex
 	if err := parallel(ctx, c.jobs, len(rep.Files), func(i int) {
@@ -186,6 +203,8 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 			f.Errors = append(f.Errors, errMsg(f.Path, err))
 			wmu.Lock()
 			werrs = append(werrs, err)
+			rep.Changed--
+			rep.Failed++
 			wmu.Unlock()
 			return
 		}
