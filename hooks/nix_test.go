@@ -67,7 +67,8 @@ func TestNixParse(t *testing.T) {
 }
 
 // TestNixEval evaluates what needs no nixpkgs (nix/tests/eval): the flake's
-// outputs, the overlay, the hook's substitutions and lintCheck's command.
+// outputs, the overlay, the hook's substitutions, lintCheck's command, and
+// how package.nix installs the completions and the man page.
 func TestNixEval(t *testing.T) {
 	needTool(t, "nix-instantiate", "nix-bin")
 	root := repoRoot(t)
@@ -94,6 +95,8 @@ func TestNixEval(t *testing.T) {
 		"hookPropagated": ["cudapatch", "bintools"],
 		"hookWithoutCompat": {"cudaCompat": "", "driverLink": "/run/opengl-driver/lib"},
 		"hookWithCompat": {"cudaCompat": "/nix/store/c-cuda_compat/compat", "driverLink": "/run/opengl-driver/lib"},
+		"packageNativeBuildInputs": ["installShellFiles"],
+		"packagePostInstall": "installShellCompletion --cmd cudapatch \\\n  --bash <(\"$out/bin/cudapatch\" completion bash) \\\n  --zsh <(\"$out/bin/cudapatch\" completion zsh) \\\n  --fish <(\"$out/bin/cudapatch\" completion fish)\n\"$out/bin/cudapatch\" man > cudapatch.1\ninstallManPage cudapatch.1\n",
 		"lintName": "example-cudapatch-lint",
 		"lintCommand": "cudapatch lint '/nix/store/o' '/nix/store/l'"
 	}`

@@ -2,7 +2,9 @@
 # the docs does not rebuild it.
 {
   lib,
+  stdenv,
   buildGoModule,
+  installShellFiles,
   version ? "0.1.0-dev",
 }:
 buildGoModule {
@@ -28,6 +30,19 @@ buildGoModule {
     "-w"
     "-X main.version=${version}"
   ];
+
+  # The shell completions and the man page are written by the binary just
+  # built, from its command definitions, so they always match it. A cross
+  # build cannot run it and goes without.
+  nativeBuildInputs = [ installShellFiles ];
+  postInstall = lib.optionalString (stdenv.buildPlatform.canExecute stdenv.hostPlatform) ''
+    installShellCompletion --cmd cudapatch \
+      --bash <("$out/bin/cudapatch" completion bash) \
+      --zsh <("$out/bin/cudapatch" completion zsh) \
+      --fish <("$out/bin/cudapatch" completion fish)
+    "$out/bin/cudapatch" man > cudapatch.1
+    installManPage cudapatch.1
+  '';
 
   # The test suite builds its fixtures with Debian cross compilers and runs
   # them under qemu-user; CI runs it. The flake's checks cover the hook.

@@ -18,6 +18,8 @@ func autoPatchelfCommand(g *globals) *cli.Command {
 	return &cli.Command{
 		Name:            "auto-patchelf",
 		Usage:           "nixpkgs' auto-patchelf command line (--paths … --libs … --runtime-dependencies … --append-rpaths … --ignore-missing …)",
+		ArgsUsage:       "--paths PATH... [OPTIONS]",
+		UsageText:       autoPatchelfUsage,
 		SkipFlagParsing: true,
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			a, err := parseAutoPatchelf(cmd.Args().Slice())
@@ -39,7 +41,7 @@ func autoPatchelfCommand(g *globals) *cli.Command {
 			if a.structured {
 				out = outEvents
 			}
-			return g.runPatch(ctx, a.paths, opts, out)
+			return g.runPatch(ctx, a.paths, opts, out, false)
 		},
 	}
 }

@@ -123,7 +123,7 @@ func TestAutoPatchelfHookCall(t *testing.T) {
 	if !strings.Contains(stderr, "patchelf arguments are not used") || !strings.Contains(stderr, "--page-size 65536") {
 		t.Errorf("no warning about --extra-args in %q", stderr)
 	}
-	if !strings.HasSuffix(stderr, "cudapatch: patched 2 files, 0 unchanged, 0 skipped, 0 missing dependencies\n") {
+	if !strings.HasSuffix(stderr, "cudapatch: patched 2 files, 0 unchanged, 0 skipped, 0 failed, 0 missing dependencies\n") {
 		t.Errorf("stderr %q", stderr)
 	}
 }
@@ -190,7 +190,7 @@ func TestAutoPatchelfMissing(t *testing.T) {
 		"error: auto-patchelf could not satisfy dependency libx.so.1 wanted by {root}/out/bin/a",
 		"error: auto-patchelf could not satisfy dependency liby.so wanted by {root}/out/bin/a",
 		"error: auto-patchelf could not satisfy dependency libx.so.1 wanted by {root}/out/lib/libz.so",
-		"cudapatch: would patch 2 files, 0 unchanged, 0 skipped, 3 missing dependencies")
+		"cudapatch: nothing written: would patch 2 files, 0 unchanged, 0 skipped, 0 failed, 3 missing dependencies")
 	c.unchanged(before)
 
 	code, _, stderr = c.runCLI(env, "auto-patchelf", "--ignore-missing", "*", "--paths", "{root}/out")

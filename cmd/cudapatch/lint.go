@@ -24,20 +24,15 @@ func lintCommand(g *globals) *cli.Command {
 			&cli.StringFlag{Name: "config", Usage: "configuration `FILE` for every PATH, instead of each tree's " + lint.ConfigFile},
 			&cli.StringSliceFlag{Name: "enable", Usage: "turn on rule `ID` (or name, or all; repeatable, comma-separated)"},
 			&cli.StringSliceFlag{Name: "disable", Usage: "turn off rule `ID` (or name, or all; repeatable, comma-separated)"},
-			&cli.StringFlag{Name: "fail-on", Value: "warning", Usage: "exit 1 on findings at or above `LEVEL` (info, warning, error)"},
-			&cli.StringFlag{Name: "format", Value: "text", Usage: "output `FORMAT`: text, json, sarif or junit"},
+			&cli.StringFlag{Name: "fail-on", Value: "warning", Usage: "exit 1 on findings at or above `info|warning|error`", Validator: severity},
+			&cli.StringFlag{Name: "format", Value: "text", Usage: "output format: `text|json|sarif|junit`", Validator: oneOf("text", "json", "sarif", "junit")},
 			&cli.StringFlag{Name: "driver-link", Value: "/run/opengl-driver/lib", Usage: "the driver link `DIR`"},
 			&cli.StringFlag{Name: "store-dir", Value: "/nix/store", Usage: "the Nix store `DIR`"},
-			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Usage: "check `N` files at once (default: the number of CPUs)"},
+			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Usage: "check `N` files at once", DefaultText: "the number of CPUs", Validator: atLeast(1)},
 			&cli.BoolFlag{Name: "list-rules", Usage: "print the rules and exit"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			format := cmd.String("format")
-			switch format {
-			case "text", "json", "sarif", "junit":
-			default:
-				return withCode(exitUsage, fmt.Errorf("lint: unknown --format %q (want text, json, sarif or junit)", format))
-			}
 			failOn, err := lint.ParseSeverity(cmd.String("fail-on"))
 			if err != nil {
 				return withCode(exitUsage, fmt.Errorf("lint: --fail-on: %w", err))
@@ -100,6 +95,15 @@ func lintCommand(g *globals) *cli.Command {
 			return nil
 		},
 	}
+}
+
+// severity validates --fail-on: a level's name, or an alias
+// lint.ParseSeverity takes ("warn", any case).
+func severity(s string) error {
+	if _, err := lint.ParseSeverity(s); err != nil {
+		return fmt.Errorf("want info, warning or error")
+	}
+	return nil
 }
 
 // splitList splits repeated, comma-separated flag values.

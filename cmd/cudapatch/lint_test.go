@@ -36,15 +36,22 @@ func lintTree(t *testing.T) *linttest.Tree {
 
 func golden(t *testing.T, name, got string) {
 	t.Helper()
-	p := filepath.Join("testdata", "lint", name)
+	goldenFile(t, filepath.Join("lint", name), got)
+}
+
+// goldenFile compares got with testdata/NAME; `go test -update` rewrites
+// the file instead.
+func goldenFile(t *testing.T, name, got string) {
+	t.Helper()
+	p := filepath.Join("testdata", name)
 	if *update {
 		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 		require.NoError(t, os.WriteFile(p, []byte(got), 0o644))
 		return
 	}
 	want, err := os.ReadFile(p)
-	require.NoError(t, err, "run go test ./cmd/cudapatch -run TestLintGolden -update")
-	assert.Equal(t, string(want), got, "golden file %s (rewrite with -update)", p)
+	require.NoError(t, err, "run go test ./cmd/cudapatch -run %s -update", t.Name())
+	assert.Equal(t, string(want), got, "golden file %s (rewrite with go test ./cmd/cudapatch -run %s -update)", p, t.Name())
 }
 
 // TestLintGolden checks every output format against its golden file.

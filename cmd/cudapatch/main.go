@@ -18,9 +18,6 @@ import (
 	"github.com/urfave/cli/v3"
 )
 
-// version is set at build time (nix/package.nix: -X main.version=…).
-var version = "dev"
-
 // Exit codes shared by every verb.
 const (
 	exitOK       = 0
@@ -60,56 +57,87 @@ func main() {
 
 // run is main without the process: tests call it with their own streams.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, env []string) int {
+	return newGlobals(stdout, stderr, env).main(ctx, args)
+}
+
+// newGlobals is what the process gives every command: its streams, its
+// environment, the binary's version and the effective user.
+func newGlobals(stdout, stderr io.Writer, env []string) *globals {
+	logLevel := new(slog.LevelVar)
+	return &globals{
+		stdout: stdout, stderr: stderr, env: env,
+		log:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel})),
+		level:   logLevel,
+		version: hostVersion(),
+		euid:    os.Geteuid(),
+	}
+}
+
+// main runs the command line args (args[0] is the program) and returns
+// the exit code.
+func (g *globals) main(ctx context.Context, args []string) int {
 	// Installed as "patchelf", the binary is a drop-in patchelf.
 	if len(args) > 0 && filepath.Base(args[0]) == "patchelf" {
-		return patchelfMain(args[1:], stdout, stderr)
+		return patchelfMain(args[1:], g.stdout, g.stderr)
 	}
-	app := newApp(stdout, stderr, env)
-	err := app.Run(ctx, args)
+	err := newApp(g).Run(ctx, args)
 	if err == nil {
 		return exitOK
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil && !errors.Is(ee.err, errReported) {
-			fmt.Fprintf(stderr, "cudapatch: %v\n", ee.err)
+			fmt.Fprintf(g.stderr, "cudapatch: %v\n", ee.err)
 		}
 		return ee.code
 	}
-	fmt.Fprintf(stderr, "cudapatch: %v\n", err)
+	fmt.Fprintf(g.stderr, "cudapatch: %v\n", err)
 	return exitUsage
 }
 
 // errReported marks an error whose details were already printed.
 var errReported = errors.New("reported")
 
-func newApp(stdout, stderr io.Writer, env []string) *cli.Command {
-	logLevel := new(slog.LevelVar)
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel}))
-	g := &globals{stdout: stdout, stderr: stderr, env: env, log: logger, level: logLevel}
-	patch := patchCommand(g)
-	return &cli.Command{
-		Name:                      "cudapatch",
-		Version:                   version,
-		Usage:                     "patch the RUNPATH and interpreter of prebuilt ELF files for Nix, CUDA-aware",
-		UsageText:                 "cudapatch [flags] PATH...\ncudapatch COMMAND [flags] ARGS...",
-		Writer:                    stdout,
-		ErrWriter:                 stderr,
-		DisableSliceFlagSeparator: true,
-		Flags:                     patch.Flags,
-		Action:                    patch.Action,
-		ExitErrHandler:            func(context.Context, *cli.Command, error) {},
-		Commands: []*cli.Command{
-			patch,
-			autoPatchelfCommand(g),
-			printCommand(g),
-			verifyCommand(g),
-			patchelfCommand(g),
-			lintCommand(g),
-			explainCommand(g),
-			doctorCommand(g),
-		},
+// newApp is the command tree. The patch flags belong to the root (the
+// default command, `cudapatch [OPTIONS] PATH...`) and to `patch` only:
+// every other command has its own flags, its --help shows only those, and
+// a patch flag given to it is an error (finish).
+func newApp(g *globals) *cli.Command {
+	root := patchCommand(g)
+	root.Name = "cudapatch"
+	root.Usage = "patch the RUNPATH and interpreter of prebuilt ELF files for Nix, CUDA-aware"
+	root.UsageText = "cudapatch [OPTIONS] PATH...\ncudapatch COMMAND [OPTIONS] ARGS..."
+	root.Description = "Without a COMMAND, patches every ELF file below each PATH in one pass (as 'cudapatch patch'): " +
+		"each DT_NEEDED is resolved against the PATHs and the --search directories, the driver link and " +
+		"cuda_compat are placed, and every file is written once, after all were decided. Inside a Nix " +
+		"build the interpreter and libc come from $NIX_BINTOOLS."
+	root.Flags = append(root.Flags,
+		&cli.BoolFlag{Name: "version", Usage: "print the version, the commit and the Go version, and exit", Local: true})
+	patchAction := root.Action
+	root.Action = func(ctx context.Context, cmd *cli.Command) error {
+		if cmd.Bool("version") {
+			return g.version.write(g.stdout)
+		}
+		return patchAction(ctx, cmd)
 	}
+	root.Writer, root.ErrWriter = g.stdout, g.stderr
+	root.DisableSliceFlagSeparator = true
+	root.ExitErrHandler = func(context.Context, *cli.Command, error) {}
+	root.Commands = []*cli.Command{
+		patchCommand(g),
+		autoPatchelfCommand(g),
+		printCommand(g),
+		verifyCommand(g),
+		patchelfCommand(g),
+		lintCommand(g),
+		explainCommand(g),
+		doctorCommand(g),
+		completionCommand(g),
+		manCommand(g),
+		helpCommand(g),
+	}
+	finish(g, root)
+	return root
 }
 
 // globals are what every command gets from main: streams, environment and
@@ -119,6 +147,8 @@ type globals struct {
 	env            []string
 	log            *slog.Logger
 	level          *slog.LevelVar
+	version        versionInfo
+	euid           int // doctor --fix refuses to write unless it is 0
 }
 
 // writeJSON prints v on stdout as indented JSON, the --json form of every

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,18 +17,22 @@ import (
 	"golang.org/x/term"
 )
 
+// patchFlags are the flags of the main job (the root command and
+// `cudapatch patch`). One line per flag: help, the man page, the shell
+// completions and the README table test all read this list. A value
+// flag's usage names its value in backquotes (`DIR`, `N`, `a|b|c`).
 func patchFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringSliceFlag{Name: "search", Usage: "library search `DIR` (repeatable; searched in order, not recursively)"},
-		&cli.StringSliceFlag{Name: "search-recursive", Usage: "add every directory below `DIR` that holds a *.so* file"},
+		&cli.StringSliceFlag{Name: "search-recursive", Usage: "add every directory below `DIR` that holds a *.so* file (repeatable)"},
 		&cli.BoolFlag{Name: "no-recurse", Usage: "patch only the files named, not the trees below directories"},
-		&cli.StringFlag{Name: "interpreter", Usage: "set the interpreter of dynamic executables to `PATH` (default: $NIX_BINTOOLS/nix-support/dynamic-linker)"},
+		&cli.StringFlag{Name: "interpreter", Usage: "set the interpreter of dynamic executables to `FILE` (default: $NIX_BINTOOLS/nix-support/dynamic-linker)"},
 		&cli.StringFlag{Name: "libc", Usage: "`DIR` of the libc the interpreter belongs to (default: $NIX_BINTOOLS/nix-support/orig-libc + /lib)"},
 		&cli.BoolFlag{Name: "keep-libc", Usage: "give libc libraries a RUNPATH entry like any other"},
 		&cli.StringFlag{Name: "cuda-compat", Usage: "cuda_compat `DIR`, put first so its libcuda shadows the driver's"},
 		&cli.StringFlag{Name: "driver-link", Value: rpath.DefaultDriverLink, Usage: "driver link `DIR` (i686 files get the -32 variant)"},
 		&cli.StringFlag{Name: "driver-link-32", Usage: "driver link `DIR` of 32-bit x86 files (default: the driver link with opengl-driver-32)"},
-		&cli.StringFlag{Name: "driver-link-for", Value: string(rpath.DriverLinkAll), Usage: "which files get the driver link: all, needed or none"},
+		&cli.StringFlag{Name: "driver-link-for", Value: string(rpath.DriverLinkAll), Usage: "which files get the driver link: `all|needed|none`", Validator: oneOf("all", "needed", "none")},
 		&cli.StringSliceFlag{Name: "runtime-dependency", Usage: "`DIR` put first in the RUNPATH of executables (repeatable; used as given)"},
 		&cli.StringSliceFlag{Name: "append-rpath", Usage: "`ENTRY` appended to every RUNPATH (repeatable)"},
 		&cli.BoolFlag{Name: "preserve-origin", Usage: "keep the $ORIGIN entries of the old RUNPATH (a dependency found where one leads keeps it)"},
@@ -39,12 +44,14 @@ func patchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "dry-run", Usage: "decide and verify, write nothing"},
 		&cli.BoolFlag{Name: "json", Usage: "print the report of every decision as JSON"},
 		&cli.BoolFlag{Name: "structured-logs", Usage: "print auto-patchelf's JSON-lines events instead of one line per changed file"},
-		&cli.IntFlag{Name: "jobs", Value: runtime.NumCPU(), Usage: "files processed at once"},
+		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Usage: "process `N` files at once", DefaultText: "the number of CPUs", Validator: atLeast(1)},
 		&cli.BoolFlag{Name: "sync", Usage: "flush each file to disk around its commit (survives power loss)"},
 		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log every decision"},
 	}
 }
 
+// patchCommand is `cudapatch patch`; the root command is a copy with its
+// own flag values.
 func patchCommand(g *globals) *cli.Command {
 	return &cli.Command{
 		Name:      "patch",
@@ -54,7 +61,16 @@ func patchCommand(g *globals) *cli.Command {
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			paths := cmd.Args().Slice()
 			if len(paths) == 0 {
-				return withCode(exitUsage, errors.New("no paths to patch (see --help)"))
+				return withCode(exitUsage, errors.New("no paths to patch (see 'cudapatch --help')"))
+			}
+			for i, p := range paths {
+				if _, err := os.Lstat(p); err != nil {
+					msg := fmt.Sprintf("%s: %v", p, unwrapPathError(err))
+					if i == 0 && cmd.Name != "patch" && !strings.ContainsAny(p, "/.") {
+						msg += " (nor a command; see 'cudapatch --help')"
+					}
+					return withCode(exitUsage, errors.New(msg))
+				}
 			}
 			opts, err := g.patchOptions(cmd)
 			if err != nil {
@@ -69,9 +85,19 @@ func patchCommand(g *globals) *cli.Command {
 			case cmd.Bool("structured-logs"):
 				out = outEvents
 			}
-			return g.runPatch(ctx, paths, opts, out)
+			return g.runPatch(ctx, paths, opts, out, cmd.Bool("dry-run"))
 		},
 	}
+}
+
+// unwrapPathError drops the operation and path of an *fs.PathError, which
+// the message names already.
+func unwrapPathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // patchOptions turns flags (and the Nix build environment) into options.
@@ -93,6 +119,10 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
 				libc = filepath.Join(strings.TrimSpace(string(b)), "lib")
 			}
 		}
+	}
+	jobs := int(cmd.Int("jobs"))
+	if !cmd.IsSet("jobs") {
+		jobs = runtime.NumCPU()
 	}
 	buildDirs := []string{"/build"}
 	if top := g.getenv("NIX_BUILD_TOP"); top != "" {
@@ -130,7 +160,7 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
 		rpath.WithIgnoreExisting(cmd.Bool("ignore-existing")),
 		rpath.WithIgnoreMissing(cmd.StringSlice("ignore-missing")...),
 		rpath.WithDryRun(cmd.Bool("dry-run")),
-		rpath.WithJobs(int(cmd.Int("jobs"))),
+		rpath.WithJobs(jobs),
 		rpath.WithSync(cmd.Bool("sync")),
 		rpath.WithBuildDirs(buildDirs...),
 		rpath.WithLogger(g.log),
@@ -147,9 +177,10 @@ const (
 )
 
 // runPatch runs the main job and prints what Nix build logs want: one line
-// per changed file (or the report, or the events), the missing libraries,
-// a summary line.
-func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Option, out output) error {
+// per changed file (or the report, or the events), each file's errors, the
+// missing libraries, and last a summary line that counts every file once
+// (README: "Usage").
+func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Option, out output, dryRun bool) error {
 	if f, ok := g.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) && out == outText {
 		p := mpb.NewWithContext(ctx, mpb.WithOutput(f))
 		var bar *mpb.Bar
@@ -181,7 +212,7 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 		}
 	default:
 		for _, f := range rep.Files {
-			if !f.Changed {
+			if !f.Changed || len(f.Errors) > 0 {
 				continue
 			}
 			old := "(none)"
@@ -198,34 +229,67 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 			fmt.Fprintln(g.stdout, line)
 		}
 	}
+	for _, f := range rep.Files {
+		for _, e := range f.Errors {
+			fmt.Fprintf(g.stderr, "error: %s: %s\n", f.Path, e)
+		}
+	}
 	for _, m := range rep.Missing {
 		fmt.Fprintf(g.stderr, "error: auto-patchelf could not satisfy dependency %s wanted by %s\n", m.Name, m.File)
 		if m.Hint != "" {
 			fmt.Fprintf(g.stderr, "  hint: %s\n", m.Hint)
 		}
 	}
-	verb := "patched"
-	if !rep.Written {
-		verb = "would patch"
-	}
-	fmt.Fprintf(g.stderr, "cudapatch: %s %d files, %d unchanged, %d skipped, %d missing dependencies\n",
-		verb, rep.Changed, rep.Unchanged, rep.Skipped, len(rep.Missing))
+	fmt.Fprintf(g.stderr, "cudapatch: %s\n", summary(rep, dryRun))
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, rpath.ErrUnsatisfied) || errors.Is(err, rpath.ErrAudit):
-		for _, f := range rep.Files {
-			for _, e := range f.Errors {
-				fmt.Fprintf(g.stderr, "error: %s: %s\n", f.Path, e)
-			}
-		}
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return withCode(exitUsage, err)
+	case onlyFindings(rep):
 		return withCode(exitFindings, errReported)
 	default:
-		for _, f := range rep.Files {
-			for _, e := range f.Errors {
-				fmt.Fprintf(g.stderr, "error: %s: %s\n", f.Path, e)
-			}
-		}
 		return withCode(exitUsage, errReported)
 	}
+}
+
+// summary is the last line of the main job: every file counted once as
+// patched, unchanged, skipped or failed, then the missing dependencies.
+// "nothing written" says an error stopped the job before the write phase.
+func summary(rep *rpath.Report, dryRun bool) string {
+	verb := "patched"
+	switch {
+	case dryRun:
+		verb = "would patch"
+	case !rep.WritePhase:
+		verb = "nothing written: would patch"
+	}
+	return fmt.Sprintf("%s %s, %d unchanged, %d skipped, %d failed, %s",
+		verb, plural(rep.Changed, "file"), rep.Unchanged, rep.Skipped, rep.Failed, plural(len(rep.Missing), "missing dependency"))
+}
+
+// onlyFindings says the job failed for what it found, not for a file it
+// could not handle: missing dependencies and RUNPATH audit failures
+// (exit 1); anything else is exit 2.
+func onlyFindings(rep *rpath.Report) bool {
+	for _, f := range rep.Files {
+		for _, e := range f.Errors {
+			if !strings.HasPrefix(e, rpath.ErrAudit.Error()) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// plural writes "1 file", "2 files", "1 missing dependency", "0 missing
+// dependencies".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, noun)
+	}
+	if strings.HasSuffix(noun, "y") {
+		return fmt.Sprintf("%d %sies", n, noun[:len(noun)-1])
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -184,7 +184,7 @@ func TestPatchText(t *testing.T) {
 			"{root}/out/lib/libl.so: RUNPATH (none) -> /run/opengl-driver/lib:{root}/deps",
 			"{root}/out/lib/librp.so: RUNPATH /opt/x (RPATH) -> /run/opengl-driver/lib",
 		)
-		c.wantLines("stderr", stderr, "cudapatch: patched 3 files, 0 unchanged, 1 skipped, 0 missing dependencies")
+		c.wantLines("stderr", stderr, "cudapatch: patched 3 files, 0 unchanged, 1 skipped, 0 failed, 0 missing dependencies")
 		if got := c.runpath("out/bin/app"); got != c.x("/run/opengl-driver/lib:{root}/deps") {
 			t.Errorf("RUNPATH %q", got)
 		}
@@ -196,7 +196,7 @@ func TestPatchText(t *testing.T) {
 		if code != 0 || stdout != "" {
 			t.Errorf("second run: exit %d, stdout %q", code, stdout)
 		}
-		c.wantLines("second stderr", stderr, "cudapatch: patched 0 files, 3 unchanged, 1 skipped, 0 missing dependencies")
+		c.wantLines("second stderr", stderr, "cudapatch: patched 0 files, 3 unchanged, 1 skipped, 0 failed, 0 missing dependencies")
 	}
 }
 
@@ -221,7 +221,7 @@ func TestPatchMissing(t *testing.T) {
 		"error: auto-patchelf could not satisfy dependency libver.so.2 wanted by {root}/out/bin/ver",
 		"  hint: {root}/deps/libver.so.2.0 has this DT_SONAME; the loader needs a file or link named libver.so.2 in {root}/deps",
 		"error: auto-patchelf could not satisfy dependency libmiss.so.1 wanted by {root}/out/lib/libm.so",
-		"cudapatch: would patch 6 files, 0 unchanged, 1 skipped, 3 missing dependencies",
+		"cudapatch: nothing written: would patch 6 files, 0 unchanged, 1 skipped, 0 failed, 3 missing dependencies",
 	)
 	c.unchanged(before)
 }
@@ -254,8 +254,8 @@ func TestPatchAudit(t *testing.T) {
 				t.Fatalf("exit %d, want 1\n%s", code, stderr)
 			}
 			c.wantLines("stderr", stderr,
-				"cudapatch: would patch 1 files, 0 unchanged, 0 skipped, 0 missing dependencies",
-				`error: {root}/out/bin/app: RUNPATH audit failed: RUNPATH entry "`+tc.entry+`" `+tc.msg)
+				`error: {root}/out/bin/app: RUNPATH audit failed: RUNPATH entry "`+tc.entry+`" `+tc.msg,
+				"cudapatch: nothing written: would patch 0 files, 0 unchanged, 0 skipped, 1 failed, 0 missing dependencies")
 			c.unchanged(before)
 		})
 	}
@@ -268,28 +268,37 @@ func TestPatchAudit(t *testing.T) {
 	}
 }
 
-// TestPatchUsage: a bad command line exits 2 before anything is read.
+// TestPatchUsage: a bad command line exits 2 before anything is read, with
+// exactly one line on stderr.
 func TestPatchUsage(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		msg  string
 	}{
-		{nil, "cudapatch: no paths to patch (see --help)"},
-		{[]string{"patch"}, "cudapatch: no paths to patch (see --help)"},
-		{[]string{"--driver-link-for", "some", "{root}/out"}, `cudapatch: driver link policy "some": want all, needed or none`},
+		{nil, "cudapatch: no paths to patch (see 'cudapatch --help')"},
+		{[]string{"patch"}, "cudapatch: no paths to patch (see 'cudapatch --help')"},
+		{[]string{"--driver-link-for", "some", "{root}/out"}, `cudapatch: invalid value "some" for --driver-link-for: want all, needed or none (see 'cudapatch --help')`},
+		{[]string{"patch", "--driver-link-for", "some", "{root}/out"}, `cudapatch: patch: invalid value "some" for --driver-link-for: want all, needed or none (see 'cudapatch patch --help')`},
 		{[]string{"--driver-link", "run/opengl-driver/lib", "{root}/out"}, `cudapatch: driver link "run/opengl-driver/lib" is not absolute`},
 		{[]string{"--cuda-compat", "compat", "{root}/out"}, `cudapatch: cuda_compat directory "compat" is not absolute`},
-		{[]string{"--jobs", "0", "{root}/out"}, "cudapatch: jobs 0: want at least 1"},
+		{[]string{"--jobs", "0", "{root}/out"}, `cudapatch: invalid value "0" for --jobs: want at least 1 (see 'cudapatch --help')`},
+		{[]string{"-j", "x", "{root}/out"}, `cudapatch: invalid value "x" for -j: want a whole number (see 'cudapatch --help')`},
+		{[]string{"{root}/out", "--jobs"}, `cudapatch: flag --jobs needs a value (see 'cudapatch --help')`},
 		{[]string{"--ignore-missing", "", "{root}/out"}, "cudapatch: empty ignore-missing pattern"},
 		{[]string{"--append-rpath", "", "{root}/out"}, "cudapatch: empty RUNPATH entry to append"},
-		{[]string{"--bogus", "{root}/out"}, "flag provided but not defined"},
-		{[]string{"{root}/nonexistent"}, "no such file or directory"},
+		{[]string{"--bogus", "{root}/out"}, "cudapatch: unknown flag --bogus (see 'cudapatch --help')"},
+		{[]string{"-x", "{root}/out"}, "cudapatch: unknown flag -x (see 'cudapatch --help')"},
+		{[]string{"{root}/nonexistent"}, "cudapatch: {root}/nonexistent: no such file or directory"},
+		{[]string{"lnt", "{root}/out"}, "cudapatch: lnt: no such file or directory (nor a command; see 'cudapatch --help')"},
+		{[]string{"--search", "{root}/deps", "lint", "{root}/out"}, "cudapatch: lint: --search is an option of the main job, not of lint (see 'cudapatch lint --help')"},
+		{[]string{"lint", "--dry-run", "{root}/out"}, "cudapatch: lint: --dry-run is an option of the main job, not of lint (see 'cudapatch lint --help')"},
+		{[]string{"--dry-run", "patch", "{root}/out"}, "cudapatch: patch: --dry-run goes after 'patch' (cudapatch patch [OPTIONS] PATH...)"},
 	} {
 		c := newCLITree(t)
 		c.place("out/bin/app", cExe(""))
 		before := c.hashes()
 		code, _, stderr := c.runCLI(nil, tc.args...)
-		if code != 2 || !strings.Contains(stderr, c.x(tc.msg)) {
+		if code != 2 || stderr != c.x(tc.msg)+"\n" {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tc.args, code, stderr, c.x(tc.msg))
 		}
 		c.unchanged(before)
@@ -461,6 +470,6 @@ func TestPatchDryRun(t *testing.T) {
 	if len(lines(stdout)) != 3 {
 		t.Errorf("stdout %q", stdout)
 	}
-	c.wantLines("stderr", stderr, "cudapatch: would patch 3 files, 0 unchanged, 1 skipped, 0 missing dependencies")
+	c.wantLines("stderr", stderr, "cudapatch: would patch 3 files, 0 unchanged, 1 skipped, 0 failed, 0 missing dependencies")
 	c.unchanged(before)
 }

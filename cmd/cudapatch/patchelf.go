@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"strings"
 
 	"github.com/urfave/cli/v3"
 
@@ -52,6 +53,8 @@ func patchelfCommand(g *globals) *cli.Command {
 	return &cli.Command{
 		Name:            "patchelf",
 		Usage:           "a drop-in patchelf (same options, messages and exit codes)",
+		ArgsUsage:       "[OPTIONS] FILENAME...",
+		UsageText:       patchelfHelp(),
 		SkipFlagParsing: true,
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if code := patchelfMain(cmd.Args().Slice(), g.stdout, g.stderr); code != 0 {
@@ -60,6 +63,14 @@ func patchelfCommand(g *globals) *cli.Command {
 			return nil
 		},
 	}
+}
+
+// patchelfHelp is what the drop-in patchelf prints for --help, for
+// cudapatch's help, man page and completions.
+func patchelfHelp() string {
+	var out strings.Builder
+	patchelf.Main([]string{"--help"}, io.Discard, &out)
+	return out.String()
 }
 
 // patchelfMain runs the drop-in patchelf (rpath/patchelf) with the

@@ -17,7 +17,7 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/patchelf"
 )
 
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/patchelf")
+var update = flag.Bool("update", false, "rewrite the golden files under testdata")
 
 // realPatchelf returns the patchelf these tests take as the oracle.
 func realPatchelf(t *testing.T) string {

@@ -1,0 +1,305 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime/debug"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v3"
+)
+
+// testVersion stands in for the build's version, so outputs that show it
+// are stable.
+var testVersion = versionInfo{Version: "0.1.0-test", Commit: "0123456789abcdef0123456789abcdef01234567", Go: "go1.26.0 linux/amd64"}
+
+// runFixed runs the CLI with testVersion.
+func runFixed(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	g := newGlobals(&o, &e, env)
+	g.version = testVersion
+	code = g.main(context.Background(), append([]string{"cudapatch"}, args...))
+	return o.String(), e.String(), code
+}
+
+// commandNames is every command of the tree, "" for the root.
+func treeCommands(t *testing.T) []*cli.Command {
+	t.Helper()
+	var o, e bytes.Buffer
+	root := newApp(newGlobals(&o, &e, nil))
+	return append([]*cli.Command{root}, root.Commands...)
+}
+
+// TestHelpGolden: the help of every command, as --help, -h and `help
+// COMMAND` print it, is its golden file (testdata/help; rewrite with
+// go test ./cmd/cudapatch -run TestHelpGolden -update).
+func TestHelpGolden(t *testing.T) {
+	for _, c := range treeCommands(t) {
+		name := c.Name
+		t.Run(name, func(t *testing.T) {
+			var cmd []string
+			if name != "cudapatch" {
+				cmd = []string{name}
+			}
+			out, errOut, code := runFixed(t, nil, append([]string{"help"}, cmd...)...)
+			require.Equal(t, exitOK, code, errOut)
+			require.Empty(t, errOut)
+			goldenFile(t, filepath.Join("help", name+".txt"), out)
+			if c.SkipFlagParsing {
+				// patchelf and auto-patchelf print the same text from their
+				// own parsers (patchelf on stderr, as patchelf does).
+				o2, e2, code := runFixed(t, nil, name, "--help")
+				require.Equal(t, exitOK, code)
+				assert.Equal(t, out, o2+e2)
+				return
+			}
+			for _, flag := range []string{"--help", "-h"} {
+				o2, e2, code := runFixed(t, nil, append(slices.Clone(cmd), flag)...)
+				assert.Equal(t, exitOK, code, flag)
+				assert.Empty(t, e2, flag)
+				assert.Equal(t, out, o2, flag)
+			}
+			// Help wins over the rest of the line.
+			o2, _, code := runFixed(t, nil, append(slices.Clone(cmd), "--help", "/nonexistent")...)
+			assert.Equal(t, exitOK, code)
+			assert.Equal(t, out, o2, "--help /nonexistent")
+			for _, l := range strings.Split(out, "\n") {
+				assert.LessOrEqual(t, len(l), helpWidth+5, "line too long: %q", l)
+			}
+		})
+	}
+}
+
+// TestFlagDefinitions holds every command's flags to the conventions the
+// help, the man page and the completions rely on: long names, short names
+// never shared within a command, a placeholder naming each value (an
+// UPPER-case noun or the allowed words a|b|c, which are then enforced),
+// "repeatable" in the usage of every repeatable flag.
+func TestFlagDefinitions(t *testing.T) {
+	placeholderRE := regexp.MustCompile(`^([A-Z][A-Z0-9_]*|[a-z0-9-]+(\|[a-z0-9-]+)+)$`)
+	for _, c := range treeCommands(t) {
+		d := docCommand(c, "")
+		shorts := map[string]string{}
+		for _, f := range d.Flags {
+			assert.Greater(t, len(f.Long), 1, "%s: flag %+v has no long name", c.Name, f)
+			if f.Short != "" {
+				if other, ok := shorts[f.Short]; ok {
+					t.Errorf("%s: -%s is both --%s and --%s", c.Name, f.Short, other, f.Long)
+				}
+				shorts[f.Short] = f.Long
+			}
+			assert.NotEmpty(t, f.Usage, "%s --%s", c.Name, f.Long)
+			var fl cli.Flag
+			for _, x := range c.Flags {
+				if x.Names()[0] == f.Long {
+					fl = x
+				}
+			}
+			df := fl.(cli.DocGenerationFlag)
+			if !df.TakesValue() {
+				continue
+			}
+			assert.Regexp(t, placeholderRE, f.Arg, "%s --%s: usage %q names no `VALUE`", c.Name, f.Long, df.GetUsage())
+			if f.Repeatable {
+				assert.Contains(t, f.Usage, "repeatable", "%s --%s", c.Name, f.Long)
+			}
+			if len(f.Choices) > 0 {
+				args := []string{"--" + f.Long, "bogus", "/nonexistent"}
+				if c.Name != "cudapatch" {
+					args = append([]string{c.Name}, args...)
+				}
+				_, errOut, code := runFixed(t, nil, args...)
+				assert.Equal(t, exitUsage, code, args)
+				assert.Contains(t, errOut, `invalid value "bogus" for --`+f.Long+": want "+orList(f.Choices), args)
+			}
+		}
+	}
+}
+
+// TestREADMEFlagTable: the README's table of the main job's flags names
+// exactly the flags --help lists, with the same placeholders and short
+// names.
+func TestREADMEFlagTable(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	var rows []string
+	in := false
+	for _, l := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(l, "| flag | meaning |"):
+			in = true
+		case in && !strings.HasPrefix(l, "|"):
+			in = false
+		case in && !strings.HasPrefix(l, "| ---"):
+			rows = append(rows, strings.SplitN(strings.TrimPrefix(l, "| "), " |", 2)[0])
+		}
+	}
+	require.NotEmpty(t, rows, "no | flag | meaning | table in README.md")
+	code := regexp.MustCompile("`([^`]+)`")
+	var readme []string
+	for _, r := range rows {
+		for _, m := range code.FindAllStringSubmatch(strings.ReplaceAll(r, `\|`, "|"), -1) {
+			readme = append(readme, m[1])
+		}
+	}
+	var help []string
+	for _, f := range docCommand(treeCommands(t)[0], "").Flags {
+		if f.Long == "help" || f.Long == "version" {
+			continue
+		}
+		s := "--" + f.Long
+		if f.Arg != "" {
+			s += " " + f.Arg
+		}
+		help = append(help, s)
+		if f.Short != "" {
+			help = append(help, "-"+f.Short)
+		}
+	}
+	sort.Strings(readme)
+	sort.Strings(help)
+	assert.Equal(t, help, readme, "README.md's flag table (left) and cudapatch --help (right) disagree")
+}
+
+// truncatedELF is an ELF header whose program header table lies past the
+// end of the file.
+func truncatedELF(t *testing.T, path string) {
+	t.Helper()
+	h := elf.Header64{
+		Type: uint16(elf.ET_DYN), Machine: uint16(elf.EM_X86_64), Version: uint32(elf.EV_CURRENT),
+		Phoff: 64, Ehsize: 64, Phentsize: 56, Phnum: 1, Shentsize: 64,
+	}
+	copy(h.Ident[:], elf.ELFMAG)
+	h.Ident[elf.EI_CLASS], h.Ident[elf.EI_DATA], h.Ident[elf.EI_VERSION] = byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)
+	var b bytes.Buffer
+	require.NoError(t, binary.Write(&b, binary.LittleEndian, h))
+	require.NoError(t, os.WriteFile(path, b.Bytes(), 0o644))
+}
+
+// TestBadInput: each bad input gets exactly its message on stderr (one
+// line naming the file and the problem), nothing on stdout unless said, the
+// exit code, and leaves every file as it was. A file that cannot be read
+// is counted as failed, never as unchanged.
+func TestBadInput(t *testing.T) {
+	c := newCLITree(t)
+	truncatedELF(t, c.p("truncated.so"))
+	c.write("notelf.so", "not an ELF file\n")
+	const trunc = "program header table: range 0x40+0x38 lies past the end of the file (size 0x40) (at 0x40)"
+	t.Chdir(c.root)
+	for _, tc := range []struct {
+		args           []string
+		stdout, stderr string
+		code           int
+	}{
+		{[]string{"--dry-run", "truncated.so"}, "",
+			"error: {root}/truncated.so: " + trunc + "\n" +
+				"cudapatch: would patch 0 files, 0 unchanged, 0 skipped, 1 failed, 0 missing dependencies\n", exitUsage},
+		{[]string{"truncated.so", "notelf.so"}, "",
+			"error: {root}/truncated.so: " + trunc + "\n" +
+				"cudapatch: nothing written: would patch 0 files, 0 unchanged, 1 skipped, 1 failed, 0 missing dependencies\n", exitUsage},
+		{[]string{"print", "truncated.so"}, "", "cudapatch: truncated.so: " + trunc + "\n", exitFindings},
+		{[]string{"explain", "truncated.so"}, "", "cudapatch: explain: truncated.so: " + trunc + "\n", exitUsage},
+		{[]string{"doctor", "--proc", "/nonexistent", "--sys", "/nonexistent", "truncated.so"}, "",
+			"cudapatch: doctor: truncated.so: " + trunc + "\n", exitUsage},
+		{[]string{"lint", "--format", "xml", "."}, "",
+			"cudapatch: lint: invalid value \"xml\" for --format: want text, json, sarif or junit (see 'cudapatch lint --help')\n", exitUsage},
+		{[]string{"lint", "--fail-on", "fatal", "."}, "", "cudapatch: lint: invalid value \"fatal\" for --fail-on: want info, warning or error (see 'cudapatch lint --help')\n", exitUsage},
+		{[]string{"completion"}, "", "cudapatch: completion: want one SHELL: bash, zsh or fish\n", exitUsage},
+		{[]string{"completion", "tcsh"}, "", "cudapatch: completion: unknown shell \"tcsh\" (want bash, zsh or fish)\n", exitUsage},
+		{[]string{"man", "x"}, "", "cudapatch: man: takes no arguments\n", exitUsage},
+		{[]string{"help", "nosuch"}, "", "cudapatch: help: no command \"nosuch\" (see 'cudapatch --help')\n", exitUsage},
+		{[]string{"-v"}, "", "cudapatch: no paths to patch (see 'cudapatch --help')\n", exitUsage},
+		{[]string{"--version", "--bogus"}, "", "cudapatch: unknown flag --bogus (see 'cudapatch --help')\n", exitUsage},
+		{[]string{"doctor", "-v"}, "", "cudapatch: doctor: --verbose is an option of the main job, not of doctor (see 'cudapatch doctor --help')\n", exitUsage},
+	} {
+		before := c.hashes()
+		var args []string
+		for _, a := range tc.args {
+			args = append(args, c.x(a))
+		}
+		out, errOut, code := runFixed(t, nil, args...)
+		assert.Equal(t, c.x(tc.stdout), out, "%q: stdout", tc.args)
+		assert.Equal(t, c.x(tc.stderr), errOut, "%q: stderr", tc.args)
+		assert.Equal(t, tc.code, code, "%q: exit code", tc.args)
+		c.unchanged(before)
+	}
+}
+
+// TestSummaryCountsEveryFileOnce: a tree with one file of each kind (one
+// changed, one unchanged, one skipped, one failed) is summed up as such,
+// with --json counting the same.
+func TestSummaryCountsEveryFileOnce(t *testing.T) {
+	c := pkgTree(t)
+	c.write("out/share/readme.txt", "text\n")
+	truncatedELF(t, c.p("out/lib/libbroken.so"))
+	_, _, stderr := c.runCLI(nil, "--dry-run", "--search", "{root}/deps", "{root}/out")
+	c.wantLines("stderr", stderr,
+		"error: {root}/out/lib/libbroken.so: program header table: range 0x40+0x38 lies past the end of the file (size 0x40) (at 0x40)",
+		"cudapatch: would patch 3 files, 0 unchanged, 2 skipped, 1 failed, 0 missing dependencies")
+	require.NoError(t, os.Remove(c.p("out/lib/libbroken.so")))
+	code, _, stderr := c.runCLI(nil, "--search", "{root}/deps", "{root}/out")
+	require.Equal(t, exitOK, code, stderr)
+	truncatedELF(t, c.p("out/lib/libbroken.so"))
+	code, stdout, stderr := c.runCLI(nil, "--json", "--search", "{root}/deps", "{root}/out")
+	assert.Equal(t, exitUsage, code)
+	c.wantLines("stderr", stderr,
+		"error: {root}/out/lib/libbroken.so: program header table: range 0x40+0x38 lies past the end of the file (size 0x40) (at 0x40)",
+		"cudapatch: nothing written: would patch 0 files, 3 unchanged, 2 skipped, 1 failed, 0 missing dependencies")
+	for _, key := range []string{`"changed": 0`, `"unchanged": 3`, `"skipped": 2`, `"failed": 1`, `"write_phase": false`} {
+		assert.Contains(t, stdout, key)
+	}
+}
+
+// TestVersion: --version prints the version, the commit and the Go
+// version; without -X main.version the version comes from the build
+// information.
+func TestVersion(t *testing.T) {
+	out, errOut, code := runFixed(t, nil, "--version")
+	assert.Equal(t, exitOK, code)
+	assert.Empty(t, errOut)
+	assert.Equal(t, "cudapatch 0.1.0-test\ncommit 0123456789abcdef0123456789abcdef01234567\ngo1.26.0 linux/amd64\n", out)
+
+	bi := func(version string, settings ...string) *debug.BuildInfo {
+		b := &debug.BuildInfo{GoVersion: "go1.26.0", Main: debug.Module{Version: version}}
+		for i := 0; i+1 < len(settings); i += 2 {
+			b.Settings = append(b.Settings, debug.BuildSetting{Key: settings[i], Value: settings[i+1]})
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		ldflags  string
+		bi       *debug.BuildInfo
+		version  string
+		commit   string
+		modified bool
+	}{
+		{"0.1.0", bi("(devel)"), "0.1.0", "", false},
+		{"", bi("v0.2.0"), "v0.2.0", "", false},
+		{"", bi("v0.0.0-20261122160000-9b977c2d1a2b+dirty", "vcs.revision", "9b977c2d1a2b", "vcs.modified", "true"),
+			"v0.0.0-20261122160000-9b977c2d1a2b+dirty", "9b977c2d1a2b", true},
+		{"", bi("(devel)", "vcs.revision", "9b977c2d1a2b", "vcs.modified", "false"), "devel", "9b977c2d1a2b", false},
+		{"", nil, "devel", "", false},
+	} {
+		v := buildVersion(tc.ldflags, tc.bi)
+		assert.Equal(t, tc.version, v.Version)
+		assert.Equal(t, tc.commit, v.Commit)
+		assert.Equal(t, tc.modified, v.Modified)
+	}
+	var b bytes.Buffer
+	require.NoError(t, versionInfo{Version: "devel", Commit: "abc", Modified: true, Go: "go1.26.0 linux/amd64"}.write(&b))
+	assert.Equal(t, "cudapatch devel\ncommit abc (with uncommitted changes)\ngo1.26.0 linux/amd64\n", b.String())
+	b.Reset()
+	require.NoError(t, versionInfo{Version: "0.1.0", Go: "go1.26.0 linux/amd64"}.write(&b))
+	assert.Equal(t, "cudapatch 0.1.0\ncommit unknown (built without version control information)\ngo1.26.0 linux/amd64\n", b.String())
+}
