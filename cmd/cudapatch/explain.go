@@ -27,7 +27,7 @@ func explainCommand(g *globals) *cli.Command {
 			&cli.StringFlag{Name: "ld-library-path", Usage: "LD_LIBRARY_PATH `VALUE` (default: the environment's, without --root)"},
 			&cli.BoolFlag{Name: "secure", Usage: "simulate a setuid program (AT_SECURE): LD_LIBRARY_PATH ignored, $ORIGIN restricted"},
 			&cli.StringFlag{Name: "workdir", Usage: "current `DIR` (inside the root) for relative search directories"},
-			&cli.StringFlag{Name: "loader", Value: string(ldso.LoaderNixOS), Usage: "`LOADER` to simulate: nixos (nixpkgs' glibc, reads the resolution-cache note) or stock (glibc as released)"},
+			&cli.StringFlag{Name: "loader", Value: string(ldso.LoaderNixOS), Usage: "the loader to simulate: `nixos|stock` (nixos: nixpkgs' glibc, which reads the resolution-cache note; stock: glibc as released)", Validator: oneOf(string(ldso.LoaderNixOS), string(ldso.LoaderStock))},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON: the loader configuration and every need with the candidates tried"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
