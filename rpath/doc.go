@@ -15,7 +15,11 @@
 //     compatible ELF class, machine and OS ABI (equal, or either side
 //     SYSV). The first candidate wins. A .note.dlopen entry is satisfied by
 //     any of its alternatives; if none is found it is missing, named
-//     "any(a, b)" as auto-patchelf names it.
+//     "any(a, b)" as auto-patchelf names it. The index is searched lazily
+//     with exactly that precedence: directories are listed as lookups need
+//     them, a library's headers are read only when a wanted name is its
+//     file name, and RUNPATH directories are followed only when a name is
+//     still unresolved after every directory queued before them.
 //   - Libraries of the NVIDIA driver (DriverLibraries) are never resolved to
 //     a store path nor to a stub: they are satisfied by the driver link.
 //     Stub directories (".../stubs", "...-stubs/lib") are never indexed and

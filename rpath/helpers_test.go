@@ -1,10 +1,13 @@
 package rpath_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"debug/elf"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -180,10 +183,30 @@ func (tr *tree) runpathOf(rel string) string {
 	return strings.Join(d.runpath, "|")
 }
 
-// patch runs rpath.Patch on the given roots (relative to the tree).
+// patch runs rpath.Patch on the given roots (relative to the tree), after
+// checking that the lazy library index decides exactly as the eager oracle.
 func (tr *tree) patch(roots []string, opts ...rpath.Option) (*rpath.Report, error) {
 	tr.t.Helper()
+	sameAsEager(tr.t, tr.ps(roots...), opts...)
 	return rpath.Patch(context.Background(), tr.ps(roots...), opts...)
+}
+
+// sameAsEager fails the test unless a dry run with the lazy library index
+// reports exactly what one with the eager oracle (rpath.WithEagerIndex)
+// reports: every file, dependency, path, hint, RUNPATH and error.
+func sameAsEager(t testing.TB, roots []string, opts ...rpath.Option) {
+	t.Helper()
+	dry := append(slices.Clone(opts), rpath.WithDryRun(true))
+	lazy, lerr := rpath.Patch(context.Background(), roots, dry...)
+	eager, eerr := rpath.Patch(context.Background(), roots, append(dry, rpath.WithEagerIndex())...)
+	if fmt.Sprint(lerr) != fmt.Sprint(eerr) {
+		t.Errorf("lazy index: error %v\neager index: error %v", lerr, eerr)
+	}
+	lj, _ := json.MarshalIndent(lazy, "", " ")
+	ej, _ := json.MarshalIndent(eager, "", " ")
+	if !bytes.Equal(lj, ej) {
+		t.Errorf("lazy and eager index decide differently:\nlazy:  %s\neager: %s", lj, ej)
+	}
 }
 
 // mustPatch runs Patch and fails on error.

@@ -4,11 +4,13 @@ import (
 	"context"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
@@ -24,24 +26,87 @@ type candidate struct {
 	osabi   elf.OSABI
 }
 
-// index maps library file names to candidates in precedence order.
-type index struct {
-	byName   map[string][]candidate
-	bySoname map[string][]candidate // only for hints: the loader opens files by name
-	dirs     []string               // directories indexed, in order
-	seen     map[string]bool
+// resolver answers the two questions decide asks of the library index. The
+// index below answers them lazily; the tests hold an eager one, the shape
+// of auto-patchelf's populate_cache, as the oracle it must agree with.
+type resolver interface {
+	// lookup returns the first compatible candidate for a file name; the
+	// error says the search could not go on (a directory it must read
+	// could not be read).
+	lookup(name string, class elf.Class, machine elf.Machine, osabi elf.OSABI) (candidate, bool, error)
+	// sonameHint explains a miss that a DT_SONAME would have matched.
+	sonameHint(name string, class elf.Class, machine elf.Machine, osabi elf.OSABI) string
 }
 
 var soPattern = fnmatch.Compile("*.so*")
 
-// buildIndex indexes libraries the way auto-patchelf's populate_cache does,
-// in two rounds, each followed by the absolute, non-$ORIGIN RUNPATH
-// directories of what it found, breadth-first: first the outputs
-// (recursively unless told not to; skipped with WithIgnoreExisting), then
-// the search directories in order. Names are taken in sorted order so that
-// the same inputs always give the same result.
+// index resolves library names with exactly the precedence of an index
+// built like auto-patchelf's populate_cache, in two rounds, each followed
+// by the absolute, non-$ORIGIN RUNPATH directories of the libraries it
+// found, breadth-first: first the outputs (recursively unless told not to;
+// skipped with WithIgnoreExisting), then the search directories in order.
+// Within a directory names are taken in sorted order.
+//
+// It does that work lazily, because a derivation's search path is the lib/
+// of every build input (LLVM, Qt, the CUDA toolkit) and reading every
+// library there costs more than patching the package. Directories are
+// listed (names only) in that order, one at a time, when a lookup has not
+// found its name in the ones listed so far; a library's headers are read
+// when a wanted name is its file name; and the RUNPATH directories of a
+// directory's libraries are followed only when the directories queued
+// before them are used up and a name is still unresolved. Breadth-first
+// order makes that exact: the directories a RUNPATH adds come after every
+// directory already queued, so they can be listed after everything queued
+// before them has been searched. A name found nowhere is the one case that
+// reads everything, as the eager index did: it must be missing from every
+// directory the search can reach.
+type index struct {
+	ctx  context.Context
+	jobs int
+
+	// grow serializes growing the list of listed directories; the fields
+	// after it are its state.
+	grow    sync.Mutex
+	rounds  [][]string // rounds not yet started
+	queue   []string   // directories of the current round still to list
+	pending []*listing // listed directories whose RUNPATHs are not yet followed, in order
+	seen    map[string]bool
+
+	// mu guards what lookups read; growing appends to it.
+	mu       sync.Mutex
+	byName   map[string][]entry // every listed *.so* name, in precedence order
+	lists    []*listing         // every listed directory, in order
+	step     int                // counts growth steps, so waiters know whether to grow again
+	full     bool               // every reachable directory is listed
+	err      error              // why growing stopped early
+	bySoname map[string][]candidate
+	probes   map[string]*probe
+}
+
+// listing is the *.so* entries of one directory, sorted by name.
+type listing struct {
+	dir  string
+	ents []fs.DirEntry
+}
+
+// entry is one *.so* name of a listed directory.
+type entry struct {
+	dir string
+	ent fs.DirEntry
+}
+
+// probe is what the headers of one library file say, read once.
+type probe struct {
+	once    sync.Once
+	ok      bool // an ELF file with a dynamic section
+	cand    candidate
+	runpath []string // absolute, non-$ORIGIN RUNPATH (or RPATH) entries
+}
+
+// buildIndex works out the directories of both rounds (roots and search
+// directories; recursive ones are walked, names only) and returns the
+// index that searches them lazily.
 func buildIndex(ctx context.Context, c *config, roots []string) (*index, error) {
-	ix := &index{byName: map[string][]candidate{}, bySoname: map[string][]candidate{}, seen: map[string]bool{}}
 	var outputs []string
 	for _, r := range roots {
 		st, err := os.Stat(r)
@@ -73,25 +138,10 @@ func buildIndex(ctx context.Context, c *config, roots []string) (*index, error) 
 	if c.ignoreExisting {
 		rounds = rounds[1:]
 	}
-	for _, queue := range rounds {
-		for len(queue) > 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			dir := filepath.Clean(queue[0])
-			queue = queue[1:]
-			if ix.seen[dir] || IsStubDir(dir) {
-				continue
-			}
-			ix.seen[dir] = true
-			more, err := ix.addDir(c, dir)
-			if err != nil {
-				return nil, err
-			}
-			queue = append(queue, more...)
-		}
-	}
-	return ix, nil
+	return &index{
+		ctx: ctx, jobs: c.jobs, rounds: rounds, seen: map[string]bool{},
+		byName: map[string][]entry{}, probes: map[string]*probe{},
+	}, nil
 }
 
 // dirsBelow lists dir and every directory below it, in lexical order,
@@ -110,79 +160,225 @@ func dirsBelow(dir string) ([]string, error) {
 	return out, err
 }
 
-// addDir indexes the *.so* files of one directory and returns the absolute,
-// non-$ORIGIN RUNPATH directories they name.
-func (ix *index) addDir(c *config, dir string) ([]string, error) {
+// lookup returns the first compatible candidate for a file name, listing
+// more directories only while none listed so far has one.
+func (ix *index) lookup(name string, class elf.Class, machine elf.Machine, osabi elf.OSABI) (candidate, bool, error) {
+	if strings.Contains(name, "/") || !soPattern.Match(name) {
+		return candidate{}, false, nil // no directory entry has this name
+	}
+	for i := 0; ; {
+		ix.mu.Lock()
+		ents, step, full, err := ix.byName[name], ix.step, ix.full, ix.err
+		ix.mu.Unlock()
+		for ; i < len(ents); i++ {
+			if p := ix.probe(ents[i]); p.ok && compatible(p.cand, class, machine, osabi) {
+				return p.cand, true, nil
+			}
+		}
+		switch {
+		case err != nil:
+			return candidate{}, false, err
+		case full:
+			return candidate{}, false, nil
+		}
+		ix.growPast(step)
+	}
+}
+
+// sonameHint explains a miss that a DT_SONAME would have matched: the
+// loader opens the file by name, so the directory needs a file (or link)
+// of that name. It is asked only after a miss, which listed everything.
+func (ix *index) sonameHint(name string, class elf.Class, machine elf.Machine, osabi elf.OSABI) string {
+	for {
+		ix.mu.Lock()
+		step, full, err := ix.step, ix.full, ix.err
+		cands := ix.bySoname[name]
+		ix.mu.Unlock()
+		if err != nil {
+			return ""
+		}
+		if full {
+			for _, c := range cands {
+				if compatible(c, class, machine, osabi) {
+					return c.path + " has this DT_SONAME; the loader needs a file or link named " + name + " in " + c.dir
+				}
+			}
+			return ""
+		}
+		ix.growPast(step)
+	}
+}
+
+// growPast lists the next directory, unless another goroutine grew the
+// index since the caller looked at it (step).
+func (ix *index) growPast(step int) {
+	ix.grow.Lock()
+	defer ix.grow.Unlock()
+	ix.mu.Lock()
+	now := ix.step
+	ix.mu.Unlock()
+	if now == step {
+		ix.growOne()
+	}
+}
+
+// growOne lists the next directory in precedence order: the next one
+// queued; when the queue is empty, the RUNPATH directories of the oldest
+// listed directory whose libraries' RUNPATHs were not followed yet are
+// queued; when none is left, the next round starts. With no round left the
+// index is full. Called with grow held.
+func (ix *index) growOne() {
+	for {
+		if err := ix.ctx.Err(); err != nil {
+			ix.finish(err)
+			return
+		}
+		if len(ix.queue) > 0 {
+			dir := filepath.Clean(ix.queue[0])
+			ix.queue = ix.queue[1:]
+			if ix.seen[dir] || IsStubDir(dir) {
+				continue
+			}
+			ix.seen[dir] = true
+			l, err := listDir(dir)
+			if err != nil {
+				ix.finish(fmt.Errorf("library index: %w", err))
+				return
+			}
+			if l == nil {
+				continue
+			}
+			ix.pending = append(ix.pending, l)
+			ix.mu.Lock()
+			for _, e := range l.ents {
+				ix.byName[e.Name()] = append(ix.byName[e.Name()], entry{l.dir, e})
+			}
+			ix.lists = append(ix.lists, l)
+			ix.step++
+			ix.mu.Unlock()
+			return
+		}
+		if len(ix.pending) > 0 {
+			l := ix.pending[0]
+			ix.pending = ix.pending[1:]
+			ix.queue = append(ix.queue, ix.runpaths(l)...)
+			continue
+		}
+		if len(ix.rounds) > 0 {
+			ix.queue, ix.rounds = ix.rounds[0], ix.rounds[1:]
+			continue
+		}
+		ix.finish(nil)
+		return
+	}
+}
+
+// finish ends growing: with an error, or with every reachable directory
+// listed, when the DT_SONAME hints can be collected (every library's
+// headers were read to follow its RUNPATH).
+func (ix *index) finish(err error) {
+	var bySoname map[string][]candidate
+	if err == nil {
+		bySoname = map[string][]candidate{}
+		for _, l := range ix.lists {
+			for _, e := range l.ents {
+				p := ix.probe(entry{l.dir, e})
+				if p.ok && p.cand.soname != "" && p.cand.soname != e.Name() {
+					bySoname[p.cand.soname] = append(bySoname[p.cand.soname], p.cand)
+				}
+			}
+		}
+	}
+	ix.mu.Lock()
+	ix.err, ix.full, ix.bySoname = err, err == nil, bySoname
+	ix.step++
+	ix.mu.Unlock()
+}
+
+// listDir lists the *.so* entries of dir; nil if it does not exist. A
+// path that is a file (auto-patchelf's --libs and --paths accept them) is
+// listed as its directory holding only that file.
+func listDir(dir string) (*listing, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, nil // a search directory that does not exist holds nothing
 		}
 		if st, serr := os.Stat(dir); serr == nil && !st.IsDir() {
-			// A single file, as auto-patchelf's --libs and --paths accept:
-			// indexed under its directory if its name is *.so*.
 			lst, lerr := os.Lstat(dir)
 			if lerr != nil {
 				return nil, lerr
 			}
-			return ix.addFiles(c, filepath.Dir(dir), []fs.DirEntry{fs.FileInfoToDirEntry(lst)}), nil
+			ents, dir = []fs.DirEntry{fs.FileInfoToDirEntry(lst)}, filepath.Dir(dir)
+		} else {
+			return nil, err
 		}
-		return nil, err
 	}
-	ix.dirs = append(ix.dirs, dir)
-	return ix.addFiles(c, dir, ents), nil
+	ents = slices.DeleteFunc(ents, func(e fs.DirEntry) bool { return !soPattern.Match(e.Name()) })
+	return &listing{dir: dir, ents: ents}, nil
 }
 
-// addFiles indexes the *.so* files among ents, entries of dir, and returns
-// the absolute, non-$ORIGIN RUNPATH directories they name. Their headers are
-// read on c.jobs goroutines (a directory of a big tree holds hundreds of
-// libraries); the index is then filled in name order, as if read one by one.
-func (ix *index) addFiles(c *config, dir string, ents []fs.DirEntry) []string {
-	ents = slices.DeleteFunc(slices.Clone(ents), func(e fs.DirEntry) bool { return !soPattern.Match(e.Name()) })
-	infos := make([]*elfedit.Info, len(ents))
-	_ = parallel(context.Background(), c.jobs, len(ents), func(i int) {
-		p := filepath.Join(dir, ents[i].Name())
-		st, err := os.Stat(p) // follows symlinks: a link to a library counts
-		if err != nil || !st.Mode().IsRegular() {
-			return
-		}
-		f, err := elfedit.Open(p)
-		if err != nil {
-			return // not ELF (linker scripts like libc.so), or unreadable
-		}
-		defer f.Close()
-		if f.IsDynamic() {
-			info := f.Info()
-			infos[i] = &info
-		}
-	})
+// runpaths reads the headers of every library of l (on jobs goroutines:
+// a directory of a big tree holds hundreds) and returns the RUNPATH
+// directories they name, in name order.
+func (ix *index) runpaths(l *listing) []string {
+	_ = parallel(context.Background(), ix.jobs, len(l.ents), func(i int) { ix.probe(entry{l.dir, l.ents[i]}) })
 	var more []string
-	for i, e := range ents {
-		info := infos[i]
-		if info == nil {
-			continue
+	for _, e := range l.ents {
+		more = append(more, ix.probe(entry{l.dir, e}).runpath...)
+	}
+	return more
+}
+
+// probe returns what e's headers say, reading them on first use.
+func (ix *index) probe(e entry) *probe {
+	p := filepath.Join(e.dir, e.ent.Name())
+	ix.mu.Lock()
+	pr := ix.probes[p]
+	if pr == nil {
+		pr = &probe{}
+		ix.probes[p] = pr
+	}
+	ix.mu.Unlock()
+	pr.once.Do(func() { pr.read(p, e) })
+	return pr
+}
+
+// read reads the headers of the library at p, found as e.
+func (pr *probe) read(p string, e entry) {
+	st, err := os.Stat(p) // follows symlinks: a link to a library counts
+	if err != nil || !st.Mode().IsRegular() {
+		return
+	}
+	f, err := elfedit.Open(p)
+	if err != nil {
+		return // not ELF (linker scripts like libc.so), or unreadable
+	}
+	defer f.Close()
+	if !f.IsDynamic() {
+		return
+	}
+	h := f.Header
+	pr.ok = true
+	pr.cand = candidate{path: p, dir: e.dir, soname: f.Soname(), class: h.Class, machine: h.Machine, osabi: h.OSABI}
+	// A link whose target has the same name is reached through the
+	// target's directory (auto-patchelf does the same).
+	if e.ent.Type()&fs.ModeSymlink != 0 {
+		if t, err := filepath.EvalSymlinks(p); err == nil && filepath.Base(t) == e.ent.Name() {
+			pr.cand.dir = filepath.Dir(t)
 		}
-		name := e.Name()
-		p := filepath.Join(dir, name)
-		cand := candidate{path: p, dir: dir, soname: info.Soname, class: info.ELFClass(), machine: info.ELFMachine(), osabi: info.ELFOSABI()}
-		// A link whose target has the same name is reached through the
-		// target's directory (auto-patchelf does the same).
-		if e.Type()&fs.ModeSymlink != 0 {
-			if t, err := filepath.EvalSymlinks(p); err == nil && filepath.Base(t) == name {
-				cand.dir = filepath.Dir(t)
-			}
-		}
-		ix.byName[name] = append(ix.byName[name], cand)
-		if info.Soname != "" && info.Soname != name {
-			ix.bySoname[info.Soname] = append(ix.bySoname[info.Soname], cand)
-		}
-		for _, r := range runpathDirs(*info) {
-			if filepath.IsAbs(r) && !strings.Contains(r, "$") {
-				more = append(more, r)
+	}
+	rp, ok := f.RunPath()
+	if !ok {
+		rp, ok = f.RPath()
+	}
+	if ok {
+		for _, r := range strings.Split(rp, ":") {
+			if r != "" && filepath.IsAbs(r) && !strings.Contains(r, "$") {
+				pr.runpath = append(pr.runpath, r)
 			}
 		}
 	}
-	return more
 }
 
 func runpathDirs(in elfedit.Info) []string {
@@ -204,26 +400,4 @@ func runpathDirs(in elfedit.Info) []string {
 func compatible(c candidate, class elf.Class, machine elf.Machine, osabi elf.OSABI) bool {
 	return c.class == class && c.machine == machine &&
 		(c.osabi == osabi || c.osabi == elf.ELFOSABI_NONE || osabi == elf.ELFOSABI_NONE)
-}
-
-// lookup returns the first compatible candidate for a file name.
-func (ix *index) lookup(name string, class elf.Class, machine elf.Machine, osabi elf.OSABI) (candidate, bool) {
-	for _, c := range ix.byName[name] {
-		if compatible(c, class, machine, osabi) {
-			return c, true
-		}
-	}
-	return candidate{}, false
-}
-
-// sonameHint explains a miss that a DT_SONAME would have matched: the
-// loader opens the file by name, so the directory needs a file (or link)
-// of that name.
-func (ix *index) sonameHint(name string, class elf.Class, machine elf.Machine, osabi elf.OSABI) string {
-	for _, c := range ix.bySoname[name] {
-		if compatible(c, class, machine, osabi) {
-			return c.path + " has this DT_SONAME; the loader needs a file or link named " + name + " in " + c.dir
-		}
-	}
-	return ""
 }

@@ -1,6 +1,7 @@
 package rpath
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -57,6 +58,9 @@ type config struct {
 	log             *slog.Logger
 	progress        func(done, total int)
 	big             *bigGate
+	// newIndex makes the library index: buildIndex, or in tests the
+	// eager oracle it is checked against.
+	newIndex func(context.Context, *config, []string) (resolver, error)
 }
 
 // Option configures Patch. Options that can be wrong return an error, so a
@@ -72,6 +76,9 @@ func newConfig(opts []Option) (*config, error) {
 		buildDirs:     []string{"/build"},
 		jobs:          runtime.NumCPU(),
 		log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		newIndex: func(ctx context.Context, c *config, roots []string) (resolver, error) {
+			return buildIndex(ctx, c, roots)
+		},
 	}
 	for _, o := range opts {
 		if err := o(c); err != nil {

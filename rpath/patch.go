@@ -136,7 +136,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	if err != nil {
 		return nil, err
 	}
-	ix, err := buildIndex(ctx, c, roots)
+	ix, err := c.newIndex(ctx, c, roots)
 	if err != nil {
 		return nil, err
 	}
@@ -331,7 +331,7 @@ func (c *config) interpreterTarget() target {
 
 // decideSafe is decide, with a bug in the reader reported against the file
 // instead of killing a whole build.
-func (c *config) decideSafe(fd found, ix *index, t target) (out *File) {
+func (c *config) decideSafe(fd found, ix resolver, t target) (out *File) {
 	defer func() {
 		if r := recover(); r != nil {
 			out = &File{Path: fd.path, Root: fd.root, Errors: []string{fmt.Sprintf("internal error (please report): %v", r)}}
@@ -341,7 +341,7 @@ func (c *config) decideSafe(fd found, ix *index, t target) (out *File) {
 }
 
 // decide reads one file and works out its new interpreter and RUNPATH.
-func (c *config) decide(fd found, ix *index, t target) *File {
+func (c *config) decide(fd found, ix resolver, t target) *File {
 	path := fd.path
 	out := &File{Path: path, Root: fd.root}
 	f, err := elfedit.Open(path)
@@ -409,7 +409,11 @@ func (c *config) decide(fd found, ix *index, t target) *File {
 	}
 	needsDriver := false
 	for _, w := range wants {
-		dep := c.resolve(w.alts, ix, class, machine, osabi, keepLibc)
+		dep, err := c.resolve(w.alts, ix, class, machine, osabi, keepLibc)
+		if err != nil {
+			out.Errors = append(out.Errors, err.Error())
+			return out
+		}
 		dep.Source = w.source
 		if dep.How == HowDriver {
 			needsDriver = true
@@ -522,26 +526,31 @@ func linkCount(path string) uint64 {
 }
 
 // resolve satisfies one dependency, given its alternatives (one name for
-// DT_NEEDED, several for a .note.dlopen entry).
-func (c *config) resolve(alts []string, ix *index, class elf.Class, machine elf.Machine, osabi elf.OSABI, keepLibc bool) Dep {
+// DT_NEEDED, several for a .note.dlopen entry). The error says the index
+// could not be searched far enough to decide.
+func (c *config) resolve(alts []string, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI, keepLibc bool) (Dep, error) {
 	for _, name := range alts {
 		switch {
 		case c.driverLibs.match(name):
-			return Dep{Name: name, How: HowDriver, Pattern: c.ignorePattern(name, nil)}
+			return Dep{Name: name, How: HowDriver, Pattern: c.ignorePattern(name, nil)}, nil
 		case filepath.IsAbs(name):
 			if _, err := os.Stat(name); err == nil {
-				return Dep{Name: name, How: HowAbsolute, Path: name}
+				return Dep{Name: name, How: HowAbsolute, Path: name}, nil
 			}
 		case !keepLibc && c.libcDir != "" && exists(filepath.Join(c.libcDir, name)):
-			return Dep{Name: name, How: HowLibc, Path: filepath.Join(c.libcDir, name)}
+			return Dep{Name: name, How: HowLibc, Path: filepath.Join(c.libcDir, name)}, nil
 		}
-		if cand, ok := ix.lookup(name, class, machine, osabi); ok {
-			return Dep{Name: name, How: HowStore, Path: cand.path, Dir: cand.dir}
+		cand, ok, err := ix.lookup(name, class, machine, osabi)
+		if err != nil {
+			return Dep{}, fmt.Errorf("resolving %s: %w", name, err)
+		}
+		if ok {
+			return Dep{Name: name, How: HowStore, Path: cand.path, Dir: cand.dir}, nil
 		}
 		// With keep-libc, a libc name no search directory has is still
 		// found by the interpreter (auto-patchelf.py's "step 4").
 		if keepLibc && c.libcDir != "" && !filepath.IsAbs(name) && exists(filepath.Join(c.libcDir, name)) {
-			return Dep{Name: name, How: HowLibc, Path: filepath.Join(c.libcDir, name)}
+			return Dep{Name: name, How: HowLibc, Path: filepath.Join(c.libcDir, name)}, nil
 		}
 	}
 	// A .note.dlopen entry with several alternatives is named as
@@ -552,9 +561,9 @@ func (c *config) resolve(alts []string, ix *index, class elf.Class, machine elf.
 		name = "any(" + strings.Join(alts, ", ") + ")"
 	}
 	if p := c.ignorePattern(name, alts); p != "" {
-		return Dep{Name: name, How: HowIgnored, Pattern: p}
+		return Dep{Name: name, How: HowIgnored, Pattern: p}, nil
 	}
-	return Dep{Name: name, How: HowMissing, Hint: ix.sonameHint(alts[0], class, machine, osabi)}
+	return Dep{Name: name, How: HowMissing, Hint: ix.sonameHint(alts[0], class, machine, osabi)}, nil
 }
 
 // ignorePattern returns the first ignore-missing pattern that matches the
