@@ -85,6 +85,31 @@ func TestOver4GiB(t *testing.T) {
 		ef.Close()
 		assert.True(t, far, "the region should lie past 4 GiB")
 		assert.NoError(t, fx.Load(t, path))
+
+		// A resolution-cache note written, replaced and removed: O(headers)
+		// bytes each, the file growing by at most one region.
+		// (The zeroing of removed notes is checked on small files: the
+		// model's byte scan would read 4 GiB here.)
+		m := modelOf(t, path)
+		for i, e := range []elfedit.Edit{
+			{SetNote: cacheNote("big1", 400), Derived: []elfedit.NoteID{cacheID}},
+			{SetNote: cacheNote("big2", 2000), SetPath: str(pad(300, fx.LibDir)), Derived: []elfedit.NoteID{cacheID}},
+			{RemoveNotes: []elfedit.NoteID{cacheID}},
+		} {
+			before := info(t, path)
+			size := fileSize(t, path)
+			res, err := elfedit.EditFile(path, e, elfedit.Options{})
+			require.NoError(t, err, "note edit %d", i)
+			t.Logf("note edit %d: %s, %d bytes written, file %+d bytes", i, res.Plan.Strategy, res.Plan.Written, fileSize(t, path)-size)
+			assert.Less(t, res.Plan.Written, int64(32<<10), "note edit %d writes O(headers)", i)
+			assert.Less(t, fileSize(t, path)-size, int64(32<<10), "note edit %d grows the file by one small region", i)
+			m.apply(e, isDerivedChange(before, e))
+			m.dead = nil
+			checkWant(t, path, expect(before, e))
+			checkNotesModel(t, path, m, true)
+			noNewProblems(t, probs, path)
+			assert.NoError(t, fx.Load(t, path))
+		}
 	})
 	t.Run("32-bit", func(t *testing.T) {
 		t.Parallel()

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -74,7 +75,9 @@ func dropSections(t *testing.T, _ fixtures.Fixture, path string) {
 	require.NoError(t, os.WriteFile(path, b, 0o755))
 }
 
-func crashCases() []crashCase {
+func crashCases() []crashCase { return append(layoutCrashCases(), noteCrashCases()...) }
+
+func layoutCrashCases() []crashCase {
 	interp := func(t *testing.T, fx fixtures.Fixture) elfedit.Edit {
 		return elfedit.Edit{Interpreter: str(longInterp(t, fx, 200))}
 	}
@@ -126,6 +129,52 @@ func crashCases() []crashCase {
 	}
 }
 
+// noteCrashCases are the note layouts: a note written alone or with other
+// changes, replaced, removed, made stale by a RUNPATH change that would
+// otherwise be laid out in place or in the slack (its commit would be a
+// write of .dynstr or .dynamic, not of the program header table), on a
+// static executable (the note joins the linker's PT_NOTE), with the
+// program header table in the region, and an unloaded note objcopy added.
+func noteCrashCases() []crashCase {
+	set := func(marker string, n int) func(*testing.T, fixtures.Fixture) elfedit.Edit {
+		return func(*testing.T, fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{SetNote: cacheNote(marker, n), Derived: []elfedit.NoteID{cacheID}}
+		}
+	}
+	derived := func(e func(*testing.T, fixtures.Fixture) elfedit.Edit) func(*testing.T, fixtures.Fixture) elfedit.Edit {
+		return func(t *testing.T, fx fixtures.Fixture) elfedit.Edit {
+			x := e(t, fx)
+			x.Derived = []elfedit.NoteID{cacheID}
+			return x
+		}
+	}
+	remove := func(*testing.T, fixtures.Fixture) elfedit.Edit {
+		return elfedit.Edit{RemoveNotes: []elfedit.NoteID{cacheID}}
+	}
+	unloaded := func(t *testing.T, fx fixtures.Fixture, path string) {
+		addUnloadedNote(t, fx, path, cacheSection, noteBytes(byteOrder(t, path), cacheID.Owner, cacheID.Type, cacheDesc("unld", 90)))
+	}
+	return []crashCase{
+		{name: "note-set", variant: "bfd-pie", edit: set("aaaa", 200), strategy: elfedit.Region},
+		{name: "note-set-lib-aarch64", variant: "aarch64-bfd-pie", lib: true, edit: set("aaaa", 200), strategy: elfedit.Region},
+		{name: "note-set-i686", variant: "i686-bfd-pie", edit: set("aaaa", 200), strategy: elfedit.Region},
+		{name: "note-set+path", variant: "lld-pie", edit: func(t *testing.T, fx fixtures.Fixture) elfedit.Edit {
+			e := set("bbbb", 300)(t, fx)
+			e.SetPath = str(pad(400, fx.LibDir))
+			return e
+		}, strategy: elfedit.Region},
+		{name: "note-replace", variant: "bfd-pie", prep: editWith(set("cccc", 100)), edit: set("dddd", 3000), strategy: elfedit.Region},
+		{name: "note-replace-s390x", variant: "s390x-bfd-pie", lib: true, prep: editWith(set("cccc", 3000)), edit: set("dddd", 100), strategy: elfedit.Region},
+		{name: "note-remove", variant: "bfd-pie", prep: editWith(set("eeee", 200)), edit: remove, strategy: elfedit.Region},
+		{name: "note-derived-in-place", variant: "bfd-pie", prep: editWith(set("ffff", 200)), edit: derived(setPathEdit(0)), strategy: elfedit.Region},
+		{name: "note-derived-slack", variant: "bfd-pie", lib: true, prep: editWith(set("gggg", 200)), edit: derived(setPathEdit(200)), strategy: elfedit.Region},
+		{name: "note-static", variant: "static", edit: set("hhhh", 200), strategy: elfedit.Region},
+		{name: "note-phdr-in-region", variant: "bfd-pie", lib: true, prep: dropSections, edit: set("iiii", 200), strategy: elfedit.Region, phdrMoves: true},
+		{name: "note-remove-unloaded", variant: "bfd-pie", prep: unloaded, edit: remove, strategy: elfedit.Region},
+		{name: "note-replace-unloaded", variant: "gold-pie", lib: true, prep: unloaded, edit: set("jjjj", 200), strategy: elfedit.Region},
+	}
+}
+
 // The RUNPATHs the files have before a crash case: they work (their first
 // entry is lib/) and leave room to shorten them in place.
 const (
@@ -140,12 +189,14 @@ const (
 func crashSetup(t *testing.T, c crashCase) (fixtures.Fixture, string, []byte, *elfedit.Plan, elfedit.Info, want) {
 	t.Helper()
 	fx := fixtures.ByName(t, c.variant).Copy(t)
-	_, err := elfedit.EditFile(fx.Libs[0], elfedit.Edit{SetPath: str(preLib)}, elfedit.Options{})
-	require.NoError(t, err)
 	path := fx.Exe
+	if !fx.Static {
+		_, err := elfedit.EditFile(fx.Libs[0], elfedit.Edit{SetPath: str(preLib)}, elfedit.Options{})
+		require.NoError(t, err)
+	}
 	if c.lib {
 		path = fx.Libs[0]
-	} else {
+	} else if !fx.Static {
 		_, err := elfedit.EditFile(fx.Exe, elfedit.Edit{SetPath: str(preMain)}, elfedit.Options{})
 		require.NoError(t, err)
 	}
@@ -190,6 +241,10 @@ func TestCrash(t *testing.T) {
 			fx, path, prepared, p, before, after := crashSetup(t, c)
 			old := wantOf(before)
 			probs := problemsOf(t, prepared)
+			oldNotes := loadedNotes(t, bytes.NewReader(prepared), int64(len(prepared)))
+			res, err := p.Result()
+			require.NoError(t, err)
+			newNotes := loadedNotesOf(t, res)
 			committed := false
 			for n := 0; n <= len(p.Steps); n++ {
 				if n > 0 && p.Steps[n-1].Kind == elfedit.StepCommit {
@@ -202,10 +257,16 @@ func TestCrash(t *testing.T) {
 				require.NoError(t, f.Close())
 				what := fmt.Sprintf("crash after %d of %d steps (%s)", n, len(p.Steps), planString(p))
 				got := wantOf(info(t, path))
+				b := readFile(t, path)
+				gotNotes := loadedNotes(t, bytes.NewReader(b), int64(len(b)))
+				// The notes the loader sees switch with the values they are
+				// derived from, in the same write.
 				if committed {
 					assert.Equal(t, after, got, "%s: want the new values", what)
+					assert.Equal(t, newNotes, gotNotes, "%s: want the new notes", what)
 				} else {
 					assert.Equal(t, old, got, "%s: want the old values", what)
+					assert.Equal(t, oldNotes, gotNotes, "%s: want the old notes", what)
 				}
 				assert.NoError(t, works(t, fx, c.lib, path), what)
 				// Section headers and .symtab are rewritten before the commit
@@ -363,4 +424,27 @@ func TestApplySync(t *testing.T) {
 			assert.True(t, slices.Contains(st.ops, "sync"))
 		})
 	}
+}
+
+// loadedNotes lists the notes a loader sees (those in PT_NOTE segments)
+// by id and descriptor.
+func loadedNotes(t testing.TB, r io.ReaderAt, size int64) []string {
+	t.Helper()
+	f, err := elfedit.NewFile(r, size)
+	require.NoError(t, err)
+	return loadedNotesOf(t, f)
+}
+
+func loadedNotesOf(t testing.TB, f *elfedit.File) []string {
+	t.Helper()
+	ns, err := f.Notes()
+	require.NoError(t, err)
+	var out []string
+	for _, n := range ns {
+		if n.Loaded {
+			out = append(out, fmt.Sprintf("%s/%#x %q", n.Owner, n.Type, n.Desc))
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -19,6 +19,17 @@ func (f *File) putEhdr(b []byte, phoff uint64, phnum int, shoff uint64) {
 	o.PutUint16(b[44:], uint16(phnum))
 }
 
+// putShnum writes e_shnum and e_shstrndx into a copy of the raw header.
+func (f *File) putShnum(b []byte, shnum, shstrndx int) {
+	if f.Header.Class == elf.ELFCLASS64 {
+		f.order.PutUint16(b[60:], uint16(shnum))
+		f.order.PutUint16(b[62:], uint16(shstrndx))
+		return
+	}
+	f.order.PutUint16(b[48:], uint16(shnum))
+	f.order.PutUint16(b[50:], uint16(shstrndx))
+}
+
 func (f *File) encodeProg(b []byte, p elf.ProgHeader) {
 	o := f.order
 	if f.Header.Class == elf.ELFCLASS64 {

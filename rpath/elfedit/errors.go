@@ -49,7 +49,3 @@ var (
 	// written.
 	ErrVerify = errors.New("result would be invalid")
 )
-
-// errNoteLayout is returned while note edits that change the file cannot be
-// laid out yet.
-var errNoteLayout = errors.New("writing or removing ELF notes is not implemented yet")

@@ -114,6 +114,11 @@ func noOpEdits(in elfedit.Info) map[string]elfedit.Edit {
 		all.AddNeeded = in.Needed
 		all.ReplaceNeeded = []elfedit.Replace{{Old: in.Needed[len(in.Needed)-1], New: in.Needed[len(in.Needed)-1]}}
 	}
+	// Note operations that change nothing: a derived note when nothing it
+	// derives from changes, removing a note the file does not have.
+	es["derived-alone"] = elfedit.Edit{Derived: []elfedit.NoteID{cacheID}}
+	es["derived-same-values"] = elfedit.Edit{Derived: []elfedit.NoteID{cacheID}, SetPath: all.SetPath, Tag: all.Tag, Interpreter: all.Interpreter}
+	es["remove-absent-note"] = elfedit.Edit{RemoveNotes: []elfedit.NoteID{{Owner: "absent", Type: 1}}}
 	es["remove-absent-needed"] = elfedit.Edit{RemoveNeeded: []string{"libabsent.so"}}
 	es["replace-absent-needed"] = elfedit.Edit{ReplaceNeeded: []elfedit.Replace{{Old: "libabsent.so", New: "libother.so"}}}
 	all.RemoveNeeded = []string{"libabsent.so"}
@@ -141,6 +146,14 @@ func TestNoOp(t *testing.T) {
 			t.Parallel()
 			fx := orig.Copy(t)
 			files := append([]string{fx.Exe, fx.LoadLib}, fx.Libs...)
+			// A copy of main and libfoo with a resolution-cache note.
+			for _, p := range []string{fx.Exe, fx.Libs[0]} {
+				withNote := p + ".note"
+				copyFile(t, p, withNote)
+				_, err := elfedit.EditFile(withNote, elfedit.Edit{SetNote: cacheNote("noop", 150)}, elfedit.Options{})
+				require.NoError(t, err)
+				files = append(files, withNote)
+			}
 			// A second copy of main and libfoo with region-laid-out tables.
 			for _, p := range []string{fx.Exe, fx.Libs[0]} {
 				edited := p + ".edited"
@@ -157,7 +170,16 @@ func TestNoOp(t *testing.T) {
 			for _, path := range files {
 				require.NoError(t, os.Chtimes(path, old, old))
 				w := watchFile(t, path)
-				for name, e := range noOpEdits(info(t, path)) {
+				es := noOpEdits(info(t, path))
+				if n := cacheNoteOf(t, path); n != nil {
+					// The note the file has, alone or with what it derives
+					// from.
+					es["set-note-same"] = elfedit.Edit{SetNote: n, Derived: []elfedit.NoteID{cacheID}}
+					all := es["all"]
+					all.SetNote, all.Derived = n, []elfedit.NoteID{cacheID}
+					es["all"] = all
+				}
+				for name, e := range es {
 					before := readFile(t, path)
 					res, err := elfedit.EditFile(path, e, elfedit.Options{})
 					require.NoError(t, err, "%s: %s", path, name)
@@ -175,4 +197,18 @@ func TestNoOp(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cacheNoteOf returns the resolution-cache note of the file, as an edit
+// would set it, or nil.
+func cacheNoteOf(t testing.TB, path string) *elfedit.Note {
+	f, err := elfedit.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	n, ok, err := f.Note(cacheID)
+	require.NoError(t, err)
+	if !ok {
+		return nil
+	}
+	return &elfedit.Note{NoteID: n.NoteID, Desc: n.Desc, Section: n.Section}
 }

@@ -271,3 +271,97 @@ func TestNoteEditValidate(t *testing.T) {
 	assert.False(t, (&elfedit.Edit{RemoveNotes: []elfedit.NoteID{cacheID}}).IsZero())
 	assert.True(t, (&elfedit.Edit{Derived: []elfedit.NoteID{cacheID}}).IsZero(), "Derived alone asks for nothing")
 }
+
+// noteHostiles corrupt the notes of a real file.
+func noteHostiles() []hostile {
+	// notePhdr is the last 4-aligned PT_NOTE.
+	notePhdr := func(t testing.TB, x *elfBytes) (int, *elf.Prog) {
+		i := -1
+		for j, p := range x.ef.Progs {
+			if p.Type == elf.PT_NOTE && p.Align == 4 {
+				i = j
+			}
+		}
+		require.GreaterOrEqual(t, i, 0, "no 4-aligned PT_NOTE")
+		return i, x.ef.Progs[i]
+	}
+	return []hostile{
+		{name: "namesz-huge", mutate: func(t testing.TB, x *elfBytes) { _, p := notePhdr(t, x); x.put(p.Off, 4, 0xffffffff) }, readOK: true},
+		{name: "descsz-huge", mutate: func(t testing.TB, x *elfBytes) { _, p := notePhdr(t, x); x.put(p.Off+4, 4, 0xfffffff0) }, readOK: true},
+		{name: "descsz-overrun", mutate: func(t testing.TB, x *elfBytes) {
+			_, p := notePhdr(t, x)
+			x.put(p.Off+4, 4, uint64(x.o.Uint32(x.b[p.Off+4:]))+p.Filesz)
+		}, readOK: true},
+		{name: "descsz-short", mutate: func(t testing.TB, x *elfBytes) { _, p := notePhdr(t, x); x.put(p.Off+4, 4, 1) }, readOK: true},
+		{name: "note-outside-loads", mutate: func(t testing.TB, x *elfBytes) {
+			i, _ := notePhdr(t, x)
+			x.prog(i, "off", uint64(len(x.b))-64)
+			x.prog(i, "filesz", 64)
+		}, readOK: true},
+		{name: "note-past-eof", mutate: func(t testing.TB, x *elfBytes) {
+			i, _ := notePhdr(t, x)
+			x.prog(i, "filesz", uint64(len(x.b))*4)
+		}, readOK: true},
+		{name: "notes-overlap", mutate: func(t testing.TB, x *elfBytes) {
+			// A second PT_NOTE (in place of PT_GNU_STACK) covering the
+			// first one shifted by 4 bytes.
+			i, p := notePhdr(t, x)
+			j := x.progIndex(t, elf.PT_GNU_STACK)
+			for _, f := range []string{"off", "vaddr", "paddr", "filesz", "memsz", "align"} {
+				v := map[string]uint64{"off": p.Off + 4, "vaddr": p.Vaddr + 4, "paddr": p.Paddr + 4, "filesz": p.Filesz - 4, "memsz": p.Memsz - 4, "align": 4}[f]
+				x.prog(j, f, v)
+			}
+			x.prog(j, "type", uint64(elf.PT_NOTE))
+			_ = i
+		}, readOK: true},
+		{name: "note-align-odd", mutate: func(t testing.TB, x *elfBytes) { i, _ := notePhdr(t, x); x.prog(i, "align", 3) }, readOK: true},
+	}
+}
+
+// TestHostileNotes: notes whose sizes lie, PT_NOTEs outside every PT_LOAD,
+// past the end of the file, or overlapping. Reading the notes gives a
+// one-line error or the notes, never a panic; every note edit is refused
+// with a one-line error naming the file (which stays byte for byte as it
+// was) or gives a file that reads back and has no new problem.
+func TestHostileNotes(t *testing.T) {
+	t.Parallel()
+	for _, base := range hostileBases {
+		for _, h := range noteHostiles() {
+			t.Run(base.variant+"-"+base.file+"/"+h.name, func(t *testing.T) {
+				t.Parallel()
+				fx, path := baseFile(t, base.variant, base.file)
+				orig := readFile(t, path)
+				x := newElfBytes(t, orig)
+				h.mutate(t, x)
+				require.False(t, bytes.Equal(orig, x.b), "mutation changed nothing")
+				bad := x.b
+				f, err := elfedit.NewFile(bytes.NewReader(bad), int64(len(bad)))
+				require.NoError(t, err, "NewFile does not read notes")
+				if _, err := f.Notes(); err != nil {
+					assert.NotContains(t, err.Error(), "\n")
+				}
+				_, _, _ = f.Note(cacheID)
+				_ = f.Verify()
+				_, _ = f.DlopenNotes()
+				p := filepath.Join(t.TempDir(), filepath.Base(path))
+				edits := []elfedit.Edit{
+					{SetNote: cacheNote("host", 100), Derived: []elfedit.NoteID{cacheID}},
+					{RemoveNotes: []elfedit.NoteID{{Owner: "GNU", Type: 3}}},
+					{SetPath: str(pad(300, fx.LibDir)), Derived: []elfedit.NoteID{cacheID}},
+				}
+				for i, e := range edits {
+					require.NoError(t, os.WriteFile(p, bad, 0o755))
+					res, err := elfedit.EditFile(p, e, elfedit.Options{})
+					if err != nil {
+						oneLine(t, err, p)
+						assert.True(t, bytes.Equal(bad, readFile(t, p)), "edit %d: refused edit changed the file", i)
+						continue
+					}
+					t.Logf("edit %d accepted: %s", i, planString(res.Plan))
+					checkWantElfedit(t, p, expect(res.Before, e))
+					noNewProblems(t, problemsOf(t, bad), p)
+				}
+			})
+		}
+	}
+}

@@ -231,8 +231,8 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 	if !dynChanged && !interpChanged && !notes.any() {
 		return noop, nil
 	}
-	if notes.any() {
-		return nil, errNoteLayout
+	if notes.any() && f.Header.Type == elf.ET_REL {
+		return nil, fmt.Errorf("relocatable object: notes are placed by the linker")
 	}
 	if !slices.ContainsFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_LOAD }) {
 		return nil, formatErr(-1, "no PT_LOAD segment")
@@ -246,7 +246,23 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 	} else {
 		sl = &strLayout{image: f.strtab}
 	}
-	b := &builder{f: f, ents: ents, sl: sl, interp: interp, interpChanged: interpChanged, dynChanged: dynChanged}
+	b := &builder{f: f, ents: ents, sl: sl, interp: interp, interpChanged: interpChanged, dynChanged: dynChanged, notes: notes}
+	if notes.any() {
+		// Notes change: the commit must be the program header table (it
+		// switches PT_NOTE), so the layouts whose commit is a write of
+		// .dynamic or .dynstr cannot take the other changes with them.
+		ne, err := f.editNotes(notes, false)
+		if err != nil {
+			return nil, err
+		}
+		if p, ok := b.tableOnly(ne); ok {
+			return p, nil
+		}
+		if b.ne, err = f.editNotes(notes, true); err != nil {
+			return nil, err
+		}
+		return b.region()
+	}
 	if p, ok := b.inPlace(); ok {
 		return p, nil
 	}
@@ -264,6 +280,8 @@ type builder struct {
 	interp        string
 	interpChanged bool
 	dynChanged    bool
+	notes         *noteChanges // nil when no note changes
+	ne            *noteEdit    // the note change laid out for a region
 	steps         []Step
 }
 
@@ -419,7 +437,8 @@ func (b *builder) slack() (*Plan, bool) {
 		s := f.Sections[si]
 		s.Offset, s.Addr, s.Size = start, endVaddr, n
 		b.add(StepNeutral, ".dynstr section header", f.Header.Shoff+uint64(si)*uint64(f.shdrSize()), f.encodeSection(s))
-		b.steps = append(b.steps, f.fixSymbols(map[int]sectionMove{si: {f.strAddr, uint64(len(f.strtab)), endVaddr}})...)
+		syms, _ := f.fixSymbols(map[int]sectionMove{si: {f.strAddr, uint64(len(f.strtab)), endVaddr}}, nil)
+		b.steps = append(b.steps, syms...)
 	}
 	dyn := b.dynBytes(endVaddr, n, len(f.Dynamic))
 	b.add(StepCommit, ".dynamic entries", f.Progs[f.dynProg].Off, dyn)

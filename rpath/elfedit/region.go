@@ -27,12 +27,15 @@ const spareDynSlots = 4
 
 // regionInfo describes the live region of a file edited before.
 type regionInfo struct {
-	prog   int    // index of its PT_LOAD
-	off    uint64 // file offset of the region (and of its header)
-	end    uint64 // end of the region's bytes, a section header table after it included
-	base   uint64 // end of the file before the first region was appended
-	carry  uint64 // bytes of moved sections after the header
-	phdrIn bool   // the program header table lives in the region
+	prog  int    // index of its PT_LOAD
+	off   uint64 // file offset of the region (and of its header)
+	end   uint64 // end of the region's bytes, a section header table after it included
+	base  uint64 // end of the file before the first region was appended
+	carry uint64 // bytes of moved sections after the header (and the program header table)
+	// carryOff is the file offset of the carried bytes: right after the
+	// header, or after the program header table when the region holds it.
+	carryOff uint64
+	phdrIn   bool // the program header table lives in the region
 }
 
 func (r *regionInfo) contains(off uint64) bool { return r != nil && off >= r.off && off < r.end }
@@ -61,10 +64,23 @@ func (f *File) findRegion() *regionInfo {
 	o := f.order
 	ri := &regionInfo{prog: last, off: p.Off, end: p.Off + p.Filesz, base: o.Uint64(b[8:]),
 		carry: o.Uint64(b[16:]), phdrIn: o.Uint64(b[24:])&regionPhdrs != 0}
-	if h.Shoff >= ri.end && h.Shoff <= ri.end+16 {
+	// The unloaded tail: a copy of the section name table, then the
+	// section header table.
+	tail := ri.end
+	if h.Shstrndx > 0 && h.Shstrndx < len(f.Sections) {
+		if s := f.Sections[h.Shstrndx]; s.Type != elf.SHT_NOBITS && s.Offset >= tail && s.Offset <= tail+16 && s.Size <= uint64(f.size) {
+			tail = s.Offset + s.Size
+			ri.end = tail
+		}
+	}
+	if h.Shoff >= tail && h.Shoff <= tail+16 {
 		ri.end = h.Shoff + uint64(h.Shnum)*uint64(h.Shentsize)
 	}
-	if ri.base > ri.off || ri.end > uint64(f.size) || ri.carry > p.Filesz-regionHeader {
+	ri.carryOff = ri.off + regionHeader
+	if ri.phdrIn {
+		ri.carryOff += uint64(h.Phnum) * uint64(h.Phentsize)
+	}
+	if ri.base > ri.off || ri.end > uint64(f.size) || ri.carryOff-ri.off > p.Filesz || ri.carry > p.Filesz-(ri.carryOff-ri.off) {
 		return nil
 	}
 	if ri.phdrIn != (h.Phoff >= ri.off && h.Phoff < ri.end) {
@@ -96,7 +112,14 @@ func maxPageSize(m elf.Machine) uint64 {
 // isExecutable reports files the kernel may start, for which AT_PHDR
 // matters.
 func (f *File) isExecutable() bool {
-	return f.Header.Type == elf.ET_EXEC || f.interpProg >= 0
+	return f.Header.Type == elf.ET_EXEC || f.interpProg >= 0 || f.selfRelocating()
+}
+
+// selfRelocating reports a static PIE or a dynamic loader: the kernel
+// starts it, and its startup code relocates it through _DYNAMIC.
+func (f *File) selfRelocating() bool {
+	k := f.Kind()
+	return k == KindStaticPIE || k == KindLoader
 }
 
 // blob is a file range moved into the region as it is.
@@ -116,6 +139,8 @@ type regionLayout struct {
 	segSize, shRel, total     uint64
 	moveInterp, moveDyn       bool
 	moveStr, moveSht          bool
+	noteRel, noteSize         uint64
+	shstrRel                  uint64
 }
 
 // region lays out an appended PT_LOAD. The program header table stays where
@@ -129,6 +154,19 @@ type regionLayout struct {
 func (b *builder) region() (*Plan, error) {
 	f := b.f
 	live := f.region
+	if b.ne == nil && live != nil && slices.ContainsFunc(f.Progs, func(p elf.ProgHeader) bool {
+		return p.Type == elf.PT_NOTE && p.Off+p.Filesz > live.carryOff+live.carry && p.Off < f.Progs[live.prog].Off+f.Progs[live.prog].Filesz
+	}) {
+		// Notes an earlier edit wrote into the live region move to the
+		// new one.
+		all, err := f.allNotes()
+		if err != nil {
+			return nil, err
+		}
+		if b.ne, err = f.editNotes(&noteChanges{all: all}, true); err != nil {
+			return nil, err
+		}
+	}
 	if live == nil || !live.phdrIn {
 		if p, ok, err := b.regionLayout(false); ok || err != nil {
 			return p, err
@@ -185,13 +223,13 @@ var addrTags = map[elf.DynTag]bool{
 }
 
 // gapBlobs finds what occupies the bytes after the program header table
-// that one more entry needs, and returns it as blobs to move, if all of it
+// that k more entries need, and returns it as blobs to move, if all of it
 // may move.
-func (f *File) gapBlobs() ([]blob, bool, bool) {
+func (f *File) gapBlobs(k int) ([]blob, bool, bool) {
 	h := f.Header
 	ps := uint64(f.phdrSize())
 	tblEnd := h.Phoff + uint64(h.Phnum)*ps
-	gap := rng{tblEnd, tblEnd + ps}
+	gap := rng{tblEnd, tblEnd + uint64(k)*ps}
 	if h.Phoff < uint64(len(f.rawEhdr)) {
 		return nil, false, false
 	}
@@ -294,12 +332,22 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 	live := f.region
 	es := f.dynSize()
 	ps := uint64(f.phdrSize())
+	ne := b.ne
 
 	L := regionLayout{phdrIn: phdrIn}
 	progs := slices.Clone(f.Progs)
+	secs, orig := f.Sections, make([]int, len(f.Sections))
+	for i := range orig {
+		orig[i] = i
+	}
+	shstrndx := h.Shstrndx
+	if ne != nil {
+		progs, secs, orig, shstrndx = slices.Clone(ne.progs), ne.secs, ne.orig, ne.shstrndx
+	}
 	loadAt := -1
 	if live != nil {
-		loadAt = live.prog
+		lp := f.Progs[live.prog]
+		loadAt = slices.IndexFunc(progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_LOAD && p.Off == lp.Off })
 	} else {
 		last := -1
 		for i, p := range progs {
@@ -310,28 +358,79 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		loadAt = last + 1
 		progs = slices.Insert(progs, loadAt, elf.ProgHeader{Type: elf.PT_LOAD})
 	}
-	L.phSize = uint64(len(progs)) * ps
-	rel := uint64(regionHeader)
-	if phdrIn {
-		L.phRel = rel
-		rel += L.phSize
-	} else if live == nil {
-		blobs, moveSht, ok := f.gapBlobs()
-		if !ok || blobBytes(blobs) > maxBlobMove {
+	// The carried bytes: what the live region carries, then what must
+	// move out of the way of a program header table of n entries.
+	carryRel := uint64(regionHeader)
+	layoutBlobs := func(n int) (blobs []blob, end uint64, moveSht, ok bool) {
+		rel := uint64(regionHeader)
+		if phdrIn {
+			rel += uint64(n) * ps
+		}
+		carryRel = rel
+		if live != nil && live.carry > 0 {
+			blobs = append(blobs, blob{lo: live.carryOff, hi: live.carryOff + live.carry, rel: rel})
+			rel += live.carry
+		}
+		if k := n - h.Phnum; k > 0 && !phdrIn {
+			gap, ms, ok := f.gapBlobs(k)
+			if !ok || blobBytes(gap) > maxBlobMove {
+				return nil, 0, false, false
+			}
+			moveSht = ms
+			for _, bl := range gap {
+				rel = alignUp(rel, 16) + bl.lo%16
+				bl.rel = rel
+				rel += bl.hi - bl.lo
+				blobs = append(blobs, bl)
+			}
+		}
+		return blobs, rel, moveSht, true
+	}
+	// The note area follows the carried bytes. A 4-aligned PT_NOTE that
+	// ends exactly there (moved with them) is extended over it: one
+	// program header less to make room for (static executables have
+	// code-referenced relocations right after their notes).
+	noteAt, adopted := -1, false
+	var rel uint64
+	var ok bool
+	if ne != nil && len(ne.area) > 0 {
+		if L.blobs, rel, L.moveSht, ok = layoutBlobs(len(progs)); ok && rel%4 == 0 {
+			for i, p := range progs {
+				if p.Type != elf.PT_NOTE || p.Align != 4 || p.Filesz == 0 || p.Filesz%4 != 0 {
+					continue
+				}
+				for _, bl := range L.blobs {
+					if p.Off >= bl.lo && p.Off < bl.hi && bl.rel+(p.Off-bl.lo)+p.Filesz == rel {
+						noteAt, adopted = i, true
+					}
+				}
+			}
+		}
+		if !adopted {
+			noteAt = len(progs)
+			progs = append(progs, elf.ProgHeader{Type: elf.PT_NOTE, Flags: elf.PF_R, Align: 4})
+		}
+	}
+	if !adopted {
+		if L.blobs, rel, L.moveSht, ok = layoutBlobs(len(progs)); !ok {
 			return nil, false, nil
 		}
-		L.moveSht = moveSht
-		for _, bl := range blobs {
-			rel = alignUp(rel, 16) + bl.lo%16
-			bl.rel = rel
-			rel += bl.hi - bl.lo
-			L.blobs = append(L.blobs, bl)
-		}
-	} else if live.carry > 0 {
-		L.blobs = []blob{{lo: live.off + regionHeader, hi: live.off + regionHeader + live.carry, rel: regionHeader}}
-		rel += live.carry
+	}
+	L.phSize = uint64(len(progs)) * ps
+	if phdrIn {
+		L.phRel = regionHeader
 	}
 	L.carryEnd = rel
+	var areaOff []uint64
+	if noteAt >= 0 {
+		rel = alignUp(rel, 4)
+		L.noteRel = rel
+		for _, a := range ne.area {
+			areaOff = append(areaOff, rel-L.noteRel)
+			rel += uint64(len(a.b))
+		}
+		L.noteSize = rel - L.noteRel
+	}
 	// Tables that moved with the blobs are repointed in .dynamic.
 	blobAddr := func(addr uint64) (uint64, bool) {
 		o, ok := f.vaddrToOff(addr, 0)
@@ -350,6 +449,12 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		if _, ok := blobAddr(d.val); ok && addrTags[d.tag] {
 			remapped = true
 		}
+	}
+	if remapped && !phdrIn && f.selfRelocating() {
+		// A static PIE or ld.so relocates itself through _DYNAMIC, a
+		// link-time address: its .dynamic, and the tables it points to,
+		// must stay where they are. The table moves instead.
+		return nil, false, nil
 	}
 	L.moveStr = b.dynChanged && (b.sl.grown || len(b.sl.overwrites)+len(b.sl.scrub) > 0) || live.contains(f.strOff)
 	// A string table that starts in a moved blob but runs past it (its
@@ -379,11 +484,32 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		rel += uint64(len(b.sl.image))
 	}
 	L.segSize = rel
-	L.moveSht = L.moveSht || phdrIn || live.contains(h.Shoff)
-	L.shRel = alignUp(rel, 8)
+	// The unloaded tail: a copy of the section name table when a name was
+	// added (or it lives in the live region), then the section header
+	// table when it grows, shrinks or lived in the live region.
+	shstrSec := -1
+	if h.Shstrndx > 0 && h.Shstrndx < len(f.Sections) {
+		shstrSec = h.Shstrndx
+	}
+	var shstr []byte
+	if ne != nil && ne.shstr != nil {
+		shstr = ne.shstr
+	} else if shstrSec >= 0 && f.Sections[shstrSec].Type != elf.SHT_NOBITS && live.contains(f.Sections[shstrSec].Offset) {
+		s := f.Sections[shstrSec]
+		var err error
+		if shstr, err = readAt(f.r, f.size, s.Offset, s.Size, "section name table"); err != nil {
+			return nil, false, err
+		}
+	}
 	L.total = L.segSize
-	if len(f.Sections) > 0 && L.moveSht {
-		L.total = L.shRel + uint64(len(f.Sections))*uint64(f.shdrSize())
+	if shstr != nil {
+		L.shstrRel = L.total
+		L.total += uint64(len(shstr))
+	}
+	L.moveSht = L.moveSht || phdrIn || live.contains(h.Shoff) || ne != nil && ne.count
+	L.shRel = alignUp(L.total, 8)
+	if len(secs) > 0 && L.moveSht {
+		L.total = L.shRel + uint64(len(secs))*uint64(f.shdrSize())
 	}
 
 	// Placement: after everything else in the file and in memory, in the
@@ -489,6 +615,14 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		if i == loadAt {
 			continue
 		}
+		if i == noteAt && !adopted {
+			p.Off, p.Vaddr, p.Paddr, p.Filesz, p.Memsz = off+L.noteRel, vaddr+L.noteRel, vaddr+L.noteRel, L.noteSize, L.noteSize
+			continue
+		}
+		if i == noteAt {
+			p.Filesz += L.noteSize
+			p.Memsz += L.noteSize
+		}
 		if r, ok := reloc(p.Off); ok && p.Type != elf.PT_LOAD {
 			p.Off, p.Vaddr, p.Paddr = off+r, vaddr+r, vaddr+r
 		}
@@ -519,7 +653,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		base = live.base
 	}
 	f.order.PutUint64(buf[8:], base)
-	f.order.PutUint64(buf[16:], L.carryEnd-regionHeader)
+	f.order.PutUint64(buf[16:], L.carryEnd-carryRel)
 	if phdrIn {
 		f.order.PutUint64(buf[24:], regionPhdrs)
 	}
@@ -546,6 +680,17 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			clear(buf[r:min(r+uint64(len(f.strtab)), L.carryEnd)])
 		}
 	}
+	// And removed notes that came along.
+	var zero []rng
+	if ne != nil {
+		for _, z := range ne.zero {
+			if r, ok := reloc(z.lo); ok {
+				clear(buf[r:min(r+z.hi-z.lo, L.carryEnd)])
+			} else {
+				zero = append(zero, z)
+			}
+		}
+	}
 	if phdrIn {
 		for i, p := range progs {
 			f.encodeProg(buf[L.phRel+uint64(i)*ps:], p)
@@ -570,57 +715,101 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		}
 		copy(buf[L.dynRel:], b.dynBytes(strAddr, strSize, L.dynSlots))
 	}
+	areaSec := map[int]int{}
+	if noteAt >= 0 {
+		for a, n := range ne.area {
+			copy(buf[L.noteRel+areaOff[a]:], n.b)
+			if n.sec >= 0 {
+				areaSec[n.sec] = a
+			}
+		}
+	}
+	if shstr != nil {
+		copy(buf[L.shstrRel:], shstr)
+	}
 	var sht []byte
 	moves := map[int]sectionMove{}
-	if len(f.Sections) > 0 {
-		sht = make([]byte, len(f.Sections)*int(f.shdrSize()))
+	if len(secs) > 0 {
+		sht = make([]byte, len(secs)*int(f.shdrSize()))
 		dynstrSec := f.dynstrSection()
-		for i, s := range f.Sections {
-			orig := s
+		for j, s := range secs {
+			oi := orig[j]
+			before := s
+			if oi >= 0 {
+				before = f.Sections[oi]
+			}
 			if r, ok := reloc(s.Offset); ok && s.Size > 0 {
 				s.Offset, s.Addr = off+r, vaddr+r
 			}
+			a, isArea := areaSec[j]
 			switch {
-			case L.moveStr && i == dynstrSec:
+			case isArea:
+				n := uint64(len(ne.area[a].b))
+				s.Offset, s.Addr, s.Size = off+L.noteRel+areaOff[a], vaddr+L.noteRel+areaOff[a], n
+				s.Type, s.Flags, s.Addralign = elf.SHT_NOTE, s.Flags|elf.SHF_ALLOC, 4
+			case L.moveStr && oi >= 0 && oi == dynstrSec:
 				s.Offset, s.Addr, s.Size = off+L.strRel, strAddr, strSize
 			case L.moveDyn && s.Type == elf.SHT_DYNAMIC:
 				s.Offset, s.Addr, s.Size = off+L.dynRel, vaddr+L.dynRel, uint64(L.dynSlots)*es
-			case L.moveInterp && f.interpProg >= 0 && s.Type == elf.SHT_PROGBITS && orig.Addr == f.Progs[f.interpProg].Vaddr && s.Flags&elf.SHF_ALLOC != 0:
+			case L.moveInterp && f.interpProg >= 0 && s.Type == elf.SHT_PROGBITS && before.Addr == f.Progs[f.interpProg].Vaddr && s.Flags&elf.SHF_ALLOC != 0:
 				s.Offset, s.Addr, s.Size = off+L.interpRel, vaddr+L.interpRel, uint64(len(b.interp))+1
+			case shstr != nil && j == shstrndx:
+				s.Offset, s.Size = off+L.shstrRel, uint64(len(shstr))
 			}
-			if orig.Flags&elf.SHF_ALLOC != 0 && s.Addr != orig.Addr {
-				moves[i] = sectionMove{orig.Addr, orig.Size, s.Addr}
+			if oi >= 0 && (before.Flags&elf.SHF_ALLOC != 0 || isArea) && s.Addr != before.Addr {
+				moves[oi] = sectionMove{before.Addr, before.Size, s.Addr}
 			}
-			copy(sht[i*int(f.shdrSize()):], f.encodeSection(s))
+			copy(sht[j*int(f.shdrSize()):], f.encodeSection(s))
 		}
 		if L.moveSht {
 			copy(buf[L.shRel:], sht)
 		}
 	}
+	var secMap []int
+	if ne != nil && ne.count {
+		secMap = ne.secMap
+	}
+	symSteps, dynsymEdits := f.fixSymbols(moves, secMap)
+	for _, st := range dynsymEdits {
+		if r, ok := reloc(uint64(st.Off)); ok {
+			copy(buf[r:], st.data)
+		} else {
+			symSteps = append(symSteps, st)
+		}
+	}
 	b.add(StepUnused, "region: moved tables", off, buf)
 	shoff := h.Shoff
-	if len(f.Sections) > 0 {
+	if len(secs) > 0 {
 		if L.moveSht {
 			shoff = off + L.shRel
 		} else {
 			b.add(StepNeutral, "section header table", h.Shoff, sht)
 		}
 	}
-	b.steps = append(b.steps, f.fixSymbols(moves)...)
+	b.steps = append(b.steps, symSteps...)
 	ehdr := slices.Clone(f.rawEhdr)
+	setShnum := func(hdr []byte) {
+		if ne != nil && ne.count {
+			f.putShnum(hdr, len(secs), shstrndx)
+		}
+	}
 	if phdrIn {
 		f.putEhdr(ehdr, off+L.phRel, len(progs), shoff)
+		setShnum(ehdr)
 		b.add(StepCommit, "ELF header: new program header table", 0, ehdr)
 	} else {
 		// The ELF header and the program header table are written together:
-		// one write switches PT_INTERP, PT_DYNAMIC and e_phnum at once.
+		// one write switches PT_INTERP, PT_DYNAMIC, PT_NOTE and e_phnum at
+		// once.
 		f.putEhdr(ehdr, h.Phoff, len(progs), shoff)
+		setShnum(ehdr)
 		head, err := readAt(f.r, f.size, 0, h.Phoff, "bytes before the program header table")
 		if err != nil {
 			return nil, false, err
 		}
 		copy(head, ehdr)
-		tbl := make([]byte, L.phSize)
+		// A table that shrank is followed by zeros up to its old end.
+		tbl := make([]byte, max(L.phSize, uint64(h.Phnum)*ps))
 		for i, p := range progs {
 			f.encodeProg(tbl[uint64(i)*ps:], p)
 		}
@@ -634,7 +823,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 	if L.moveStr && !live.contains(f.strOff) {
 		b.scrubOld()
 	}
-	tblEnd := h.Phoff + L.phSize
+	tblEnd := h.Phoff + max(L.phSize, uint64(h.Phnum)*ps)
 	if phdrIn {
 		tblEnd = 0
 	}
@@ -653,6 +842,15 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 				b.add(StepHygiene, "clear the old interpreter", lo, make([]byte, p.Off+p.Filesz-lo))
 			}
 		}
+	}
+	for _, z := range zero {
+		if live.contains(z.lo) {
+			continue // the old region is zeroed whole
+		}
+		if z.hi <= h.Phoff+uint64(h.Phnum)*ps && z.lo >= h.Phoff {
+			continue // under the table
+		}
+		b.add(StepHygiene, "zero the removed note", z.lo, make([]byte, z.hi-z.lo))
 	}
 	newSize := max(int64(off+L.total), f.size)
 	if live != nil {
@@ -673,11 +871,16 @@ type sectionMove struct{ addr, size, newAddr uint64 }
 // fixSymbols moves the .symtab symbols defined in moved sections along with
 // them: section symbols, _DYNAMIC, __abi_tag and the like. Only tools read
 // them (eu-elflint checks that each lies inside its section; gdb uses
-// them); the loaders use PT_DYNAMIC and .dynsym, which is left alone. A
-// table that cannot be read is skipped.
-func (f *File) fixSymbols(moves map[int]sectionMove) []Step {
-	if len(moves) == 0 {
-		return nil
+// them); the loaders use PT_DYNAMIC and .dynsym, whose values are left
+// alone. With secMap (old section index to new, -1 for a section that
+// goes) it also renumbers st_shndx in .symtab and .dynsym, which the
+// loaders read only to tell undefined and absolute symbols apart (neither
+// changes). It returns the writes to .symtab and, separately, those to
+// .dynsym, which a region layout may have moved. A table that cannot be
+// read is skipped.
+func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dynsym []Step) {
+	if len(moves) == 0 && secMap == nil {
+		return nil, nil
 	}
 	es, valOff, valLen, ndxOff := uint64(sym64Size), 8, 8, 6
 	if f.Header.Class == elf.ELFCLASS32 {
@@ -691,9 +894,9 @@ func (f *File) fixSymbols(moves map[int]sectionMove) []Step {
 			dynMove, hasDyn = mv, true
 		}
 	}
-	var steps []Step
 	for _, s := range f.Sections {
-		if s.Type != elf.SHT_SYMTAB || s.Entsize != es {
+		isDynsym := s.Type == elf.SHT_DYNSYM
+		if s.Type != elf.SHT_SYMTAB && !(isDynsym && secMap != nil) || s.Entsize != es || s.Size == 0 {
 			continue
 		}
 		var names []byte
@@ -705,6 +908,7 @@ func (f *File) fixSymbols(moves map[int]sectionMove) []Step {
 			name, _ := cstring(names, uint64(f.order.Uint32(e)))
 			return name == "_DYNAMIC"
 		}
+		var steps []Step
 		n := s.Size / es
 		const chunk = 4096 // symbols per read: a huge table is not read at once
 		for i := uint64(0); i < n; i += chunk {
@@ -713,34 +917,63 @@ func (f *File) fixSymbols(moves map[int]sectionMove) []Step {
 			if err != nil {
 				break
 			}
-			for j := uint64(0); j < m; j++ {
-				e := raw[j*es:]
-				var v uint64
-				if valLen == 8 {
-					v = f.order.Uint64(e[valOff:])
-				} else {
-					v = uint64(f.order.Uint32(e[valOff:]))
+			runLo := -1
+			flush := func(hi int) {
+				if runLo >= 0 {
+					steps = append(steps, Step{Kind: StepNeutral, What: "symbols renumbered or moved with their sections",
+						Off: int64(s.Offset + (i+uint64(runLo))*es), Len: int64(uint64(hi-runLo) * es), data: raw[uint64(runLo)*es : uint64(hi)*es]})
+					runLo = -1
 				}
-				ndx := elf.SectionIndex(f.order.Uint16(e[ndxOff:]))
-				mv, ok := moves[int(ndx)]
-				if ndx == elf.SHN_ABS && hasDyn && v == dynMove.addr && isDynamic(e) {
-					mv, ok = dynMove, true
-				}
-				if !ok || ndx >= elf.SHN_LORESERVE && ndx != elf.SHN_ABS {
-					continue
-				}
-				if v < mv.addr || v-mv.addr > mv.size {
-					continue
-				}
-				b := make([]byte, valLen)
-				if valLen == 8 {
-					f.order.PutUint64(b, mv.newAddr+(v-mv.addr))
-				} else {
-					f.order.PutUint32(b, uint32(mv.newAddr+(v-mv.addr)))
-				}
-				steps = append(steps, Step{Kind: StepNeutral, What: "symbol moved with its section", Off: int64(s.Offset + (i+j)*es + uint64(valOff)), Len: int64(valLen), data: b})
 			}
+			for j := uint64(0); j < m; j++ {
+				e := raw[j*es : (j+1)*es]
+				changed := false
+				ndx := elf.SectionIndex(f.order.Uint16(e[ndxOff:]))
+				if !isDynsym {
+					var v uint64
+					if valLen == 8 {
+						v = f.order.Uint64(e[valOff:])
+					} else {
+						v = uint64(f.order.Uint32(e[valOff:]))
+					}
+					mv, ok := moves[int(ndx)]
+					if ndx == elf.SHN_ABS && hasDyn && v == dynMove.addr && isDynamic(e) {
+						mv, ok = dynMove, true
+					}
+					if ok && (ndx < elf.SHN_LORESERVE || ndx == elf.SHN_ABS) && v >= mv.addr && v-mv.addr <= mv.size {
+						if valLen == 8 {
+							f.order.PutUint64(e[valOff:], mv.newAddr+(v-mv.addr))
+						} else {
+							f.order.PutUint32(e[valOff:], uint32(mv.newAddr+(v-mv.addr)))
+						}
+						changed = true
+					}
+				}
+				if secMap != nil && ndx > 0 && ndx < elf.SHN_LORESERVE && int(ndx) < len(secMap) && secMap[ndx] != int(ndx) {
+					switch to := secMap[ndx]; {
+					case to >= 0:
+						f.order.PutUint16(e[ndxOff:], uint16(to))
+						changed = true
+					case !isDynsym:
+						// Its section went (a removed note): tools see an
+						// absolute symbol rather than one in a wrong section.
+						f.order.PutUint16(e[ndxOff:], uint16(elf.SHN_ABS))
+						changed = true
+					}
+				}
+				if changed && runLo < 0 {
+					runLo = int(j)
+				} else if !changed {
+					flush(int(j))
+				}
+			}
+			flush(int(m))
+		}
+		if isDynsym {
+			dynsym = append(dynsym, steps...)
+		} else {
+			symtab = append(symtab, steps...)
 		}
 	}
-	return steps
+	return symtab, dynsym
 }

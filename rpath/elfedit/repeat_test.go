@@ -2,6 +2,7 @@ package elfedit_test
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -26,7 +27,9 @@ func regionSize(p *elfedit.Plan) int64 {
 }
 
 // TestRepeatedEdits edits the RUNPATH of one executable 200 times with
-// lengths from 14 bytes to 9 KiB, and its interpreter every fifth time. After
+// lengths from 14 bytes to 9 KiB, and its interpreter every fifth time;
+// most edits also write a resolution-cache note of up to 3 KiB, some
+// remove it, and the others make it stale (Derived). After
 // every edit the file must read back with the new values, keep no copy of the
 // replaced ones, and Verify must find nothing new; every 20th edit main must
 // run and readelf must not complain.
@@ -64,7 +67,7 @@ func TestRepeatedEdits(t *testing.T) {
 			orig := readFile(t, exe)
 			of, err := elfedit.NewFile(bytes.NewReader(orig), int64(len(orig)))
 			require.NoError(t, err)
-			longest, err := of.Plan(elfedit.Edit{SetPath: str(pad(9000+99, fx.LibDir)), Interpreter: str(interps[3])})
+			longest, err := of.Plan(elfedit.Edit{SetPath: str(pad(9000+99, fx.LibDir)), Interpreter: str(interps[3]), SetNote: cacheNote("zzzz", 3000)})
 			require.NoError(t, err)
 			oneShot := regionSize(longest)
 			rng := rand.New(rand.NewPCG(1, 2))
@@ -80,9 +83,22 @@ func TestRepeatedEdits(t *testing.T) {
 				if i%5 == 0 {
 					e.Interpreter = str(interps[rng.IntN(len(interps))])
 				}
+				// The resolution cache: rewritten with most edits, removed
+				// now and then, and dropped as stale by the others.
+				e.Derived = []elfedit.NoteID{cacheID}
+				switch k := rng.IntN(10); {
+				case k < 6:
+					e.SetNote = cacheNote(fmt.Sprintf("r%03d", i), 60+rng.IntN(2940))
+				case k == 6:
+					e.RemoveNotes = []elfedit.NoteID{cacheID}
+				}
 				before := info(t, exe)
+				m := modelOf(t, exe)
+				m.dead = nil
 				res, err := elfedit.EditFile(exe, e, elfedit.Options{})
 				require.NoError(t, err, "edit %d", i)
+				m.apply(e, isDerivedChange(before, e))
+				checkNotesModel(t, exe, m, true)
 				strategies[res.Plan.Strategy]++
 				largest = max(largest, regionSize(res.Plan))
 				after := expect(before, e)

@@ -127,6 +127,7 @@ func (f *File) Verify() []Problem {
 			}
 		}
 	}
+	f.verifyNotes(add, containing)
 	for _, tag := range []elf.DynTag{elf.DT_RUNPATH, elf.DT_RPATH} {
 		if s, ok := f.dynString(tag); ok && s != "" && slices.Contains(strings.Split(s, ":"), "") {
 			add("path-empty-entry", "%v %q has an empty entry (the current directory)", tag, s)
@@ -134,6 +135,39 @@ func (f *File) Verify() []Problem {
 	}
 	f.verifySections(add)
 	return ps
+}
+
+// verifyNotes checks what the loaders and readelf need of notes: each
+// PT_NOTE lies in one PT_LOAD's file image at the address that PT_LOAD
+// gives it, is aligned 4 or 8, and holds whole notes; each allocated
+// SHT_NOTE section lies in a PT_NOTE.
+func (f *File) verifyNotes(add func(rule, format string, args ...any), containing func(off, n uint64) (elf.ProgHeader, bool)) {
+	var notes []elf.ProgHeader
+	for i, p := range f.Progs {
+		if p.Type != elf.PT_NOTE || p.Filesz == 0 {
+			continue
+		}
+		notes = append(notes, p)
+		if _, ok := containing(p.Off, p.Filesz); !ok {
+			add("note-load", "PT_NOTE[%d] (0x%x+0x%x) is in no PT_LOAD", i, p.Off, p.Filesz)
+		} else if v, ok := f.offToVaddr(p.Off, p.Filesz); ok && v != p.Vaddr {
+			add("note-map", "PT_NOTE[%d] p_vaddr 0x%x does not map to its p_offset 0x%x", i, p.Vaddr, p.Off)
+		}
+		if p.Align != 4 && p.Align != 8 {
+			add("note-align", "PT_NOTE[%d] p_align is 0x%x, not 4 or 8", i, p.Align)
+		}
+	}
+	if _, err := f.allNotes(); err != nil {
+		add("note-parse", "%v", err)
+	}
+	for i, s := range f.Sections {
+		if s.Type != elf.SHT_NOTE || s.Flags&elf.SHF_ALLOC == 0 || s.Size == 0 {
+			continue
+		}
+		if !slices.ContainsFunc(notes, func(p elf.ProgHeader) bool { return s.Offset >= p.Off && s.Offset+s.Size <= p.Off+alignUp(p.Filesz, 4) }) {
+			add("section-note", "allocated note section %d %s (0x%x+0x%x) is in no PT_NOTE", i, s.Name, s.Offset, s.Size)
+		}
+	}
 }
 
 func (f *File) verifySections(add func(rule, format string, args ...any)) {
@@ -233,6 +267,7 @@ func checkResult(before, after *File, e *Edit) error {
 			bad = append(bad, fmt.Sprintf("DT_NEEDED %q still present", n))
 		}
 	}
+	bad = append(bad, checkNotes(before, after, e)...)
 	// Every string of the original that was not edited must read the same.
 	if sb, sa := before.Info(), after.Info(); e.Soname == nil && sb.Soname != sa.Soname {
 		bad = append(bad, fmt.Sprintf("soname changed from %q to %q", sb.Soname, sa.Soname))
@@ -241,4 +276,55 @@ func checkResult(before, after *File, e *Edit) error {
 		return fmt.Errorf("%w: %s", ErrVerify, strings.Join(bad, "; "))
 	}
 	return nil
+}
+
+// checkNotes verifies the notes of a planned result: SetNote is there once,
+// loaded, with its descriptor; removed and stale derived notes are gone;
+// every other note reads as before.
+func checkNotes(before, after *File, e *Edit) []string {
+	if e.SetNote == nil && len(e.RemoveNotes) == 0 && len(e.Derived) == 0 {
+		return nil
+	}
+	nb, err := before.Notes()
+	if err != nil {
+		return nil // an edit that needed them has failed already
+	}
+	na, err := after.Notes()
+	if err != nil {
+		return []string{fmt.Sprintf("notes do not read back: %v", err)}
+	}
+	ib, ia := before.Info(), after.Info()
+	same := func(a, b *string) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
+	derived := ib.Interpreter != ia.Interpreter || !slices.Equal(ib.Needed, ia.Needed) || !same(ib.RunPath, ia.RunPath) || !same(ib.RPath, ia.RPath)
+	gone := slices.Clone(e.RemoveNotes)
+	if derived {
+		gone = append(gone, e.Derived...)
+	}
+	var bad []string
+	key := func(n Note) string {
+		return fmt.Sprintf("%q/0x%x/%v/%q/%x", n.Owner, n.Type, n.Loaded, n.Section, n.Desc)
+	}
+	var want, got []string
+	for _, n := range nb {
+		if slices.Contains(gone, n.NoteID) || e.SetNote != nil && n.NoteID == e.SetNote.NoteID {
+			continue
+		}
+		want = append(want, key(n))
+	}
+	if s := e.SetNote; s != nil {
+		w := Note{NoteID: s.NoteID, Desc: s.Desc, Section: s.Section, Loaded: true}
+		if len(after.Sections) == 0 {
+			w.Section = ""
+		}
+		want = append(want, key(w))
+	}
+	for _, n := range na {
+		got = append(got, key(n))
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(want, got) {
+		bad = append(bad, fmt.Sprintf("notes read back as %v, want %v", got, want))
+	}
+	return bad
 }

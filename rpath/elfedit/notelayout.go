@@ -1,0 +1,394 @@
+package elfedit
+
+import (
+	"bytes"
+	"debug/elf"
+	"fmt"
+	"slices"
+)
+
+// A note edit changes headers only, plus at most one region:
+//
+//   - a note that goes is taken out of every PT_NOTE that covers it: the
+//     PT_NOTE shrinks, splits around it (one more program header), or goes
+//     when nothing else is left in it, together with a PT_LOAD that maps
+//     nothing but that note (patchelf's layout: one page-aligned PT_LOAD
+//     and one PT_NOTE per note). Its SHT_NOTE section header goes (the
+//     later ones are renumbered: sh_link, sh_info, e_shstrndx, st_shndx in
+//     .symtab and .dynsym) or shrinks when the section holds other notes
+//     too. Its bytes are zeroed after the commit: a dead "=/nix/store/..."
+//     would keep a store path in the closure.
+//   - a note that is written goes into the region's note area, after the
+//     moved tables, covered by one PT_NOTE (p_align 4). Notes an earlier
+//     edit put there are copied into the next region with it. Its section
+//     header is added at the end of the table (which then moves into the
+//     region's unloaded tail) with its name added to a copy of .shstrtab
+//     there, or an existing header of the same name is reused.
+//
+// Every loader-visible change is in the program header table, so the commit
+// is the same single write as for any other edit.
+
+// areaNote is one note of the region's note area.
+type areaNote struct {
+	b   []byte
+	sec int // index in noteEdit.secs of its section header, -1 if none
+}
+
+// noteEdit is what a note change does to the headers, in the coordinates
+// of the original file (the region layout relocates what it moves).
+type noteEdit struct {
+	progs []elf.ProgHeader
+	// secs are the section headers after the change; orig[j] is the old
+	// index of secs[j] (-1 for a new one) and secMap[i] the new index of
+	// old section i (-1 if it went).
+	secs   []Section
+	orig   []int
+	secMap []int
+	// count says the number of sections changed: the table must move
+	// (it cannot shrink or grow in place in one write with e_shnum).
+	count    bool
+	shstrndx int
+	// shstr is a grown copy of the section name table, nil if unchanged.
+	shstr []byte
+	area  []areaNote
+	// zero are the old bytes of removed notes, zeroed after the commit.
+	zero []rng
+}
+
+// editNotes computes the headers after the note change. In region mode
+// the notes of the live region's note area are rebuilt in the new region
+// (their PT_NOTE goes and area lists the kept ones); otherwise they are
+// treated as any other note.
+func (f *File) editNotes(c *noteChanges, region bool) (*noteEdit, error) {
+	live := f.region
+	ne := &noteEdit{shstrndx: f.Header.Shstrndx}
+	gone := map[int64]bool{}
+	for _, n := range c.remove {
+		gone[n.Off] = true
+	}
+	// The live region's note area: after its header and carried bytes.
+	var areaLo, areaHi uint64
+	if region && live != nil {
+		lp := f.Progs[live.prog]
+		areaLo, areaHi = live.carryOff+live.carry, lp.Off+lp.Filesz
+	}
+	inArea := func(off uint64) bool { return off >= areaLo && off < areaHi }
+	loaded := func(lo, hi uint64) []parsedNote {
+		var out []parsedNote
+		for _, n := range c.all {
+			if n.Loaded && uint64(n.Off) >= lo && uint64(n.Off) < hi {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+
+	// Program headers.
+	dropLoad := map[int]bool{}
+	var progs []elf.ProgHeader
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_NOTE || p.Filesz == 0 {
+			progs = append(progs, p)
+			continue
+		}
+		if inArea(p.Off) {
+			continue // rebuilt below
+		}
+		if p.Off < areaLo && p.Off+p.Filesz > areaLo && areaHi > areaLo {
+			// A PT_NOTE extended over the area ends where the area
+			// begins; the region layout extends it again.
+			p.Filesz, p.Memsz = areaLo-p.Off, areaLo-p.Off
+		}
+		end := p.Off + p.Filesz
+		ns := loaded(p.Off, end)
+		if !slices.ContainsFunc(ns, func(n parsedNote) bool { return gone[n.Off] }) {
+			progs = append(progs, p)
+			continue
+		}
+		// Runs of kept notes, each a PT_NOTE of its own.
+		var runs []rng
+		for _, n := range ns {
+			if gone[n.Off] {
+				continue
+			}
+			lo, hi := uint64(n.Off), min(n.end, end)
+			if k := len(runs); k > 0 && runs[k-1].hi == lo {
+				runs[k-1].hi = hi
+				continue
+			}
+			runs = append(runs, rng{lo, hi})
+		}
+		for _, r := range runs {
+			q := p
+			d := r.lo - p.Off
+			q.Off, q.Vaddr, q.Paddr = r.lo, p.Vaddr+d, p.Paddr+d
+			q.Filesz, q.Memsz = r.hi-r.lo, r.hi-r.lo
+			if q.Align > 4 && q.Off%q.Align != 0 {
+				q.Align = 4
+			}
+			progs = append(progs, q)
+		}
+		if len(runs) == 0 {
+			// A PT_LOAD that maps nothing but this PT_NOTE's bytes goes
+			// with it (patchelf master's layout).
+			for j, l := range f.Progs {
+				if l.Type == elf.PT_LOAD && l.Filesz > 0 && l.Filesz == l.Memsz && l.Off >= p.Off && l.Off+l.Filesz <= alignUp(end, 4) &&
+					(live == nil || j != live.prog) {
+					dropLoad[j] = true
+				}
+			}
+		}
+	}
+	// PT_GNU_PROPERTY describes a note too: it goes with it.
+	progs = slices.DeleteFunc(progs, func(p elf.ProgHeader) bool {
+		if p.Type != elf.PT_GNU_PROPERTY || p.Filesz == 0 {
+			return false
+		}
+		return slices.ContainsFunc(c.remove, func(n parsedNote) bool { return p.Off >= uint64(n.Off) && p.Off+p.Filesz <= n.end })
+	})
+	if len(dropLoad) > 0 {
+		var keep []elf.ProgHeader
+		for _, p := range progs {
+			drop := false
+			for j := range dropLoad {
+				if p == f.Progs[j] {
+					drop = true
+				}
+			}
+			if !drop {
+				keep = append(keep, p)
+			}
+		}
+		progs = keep
+	}
+	ne.progs = progs
+
+	// Section headers.
+	secNotes := map[int][]parsedNote{}
+	for _, n := range c.all {
+		if i := f.noteSection(uint64(n.Off), n.end); i >= 0 {
+			secNotes[i] = append(secNotes[i], n)
+		}
+	}
+	set := c.set
+	reuse := -1
+	ne.secMap = make([]int, len(f.Sections))
+	var areaSecs []int // old section index of each kept area note, -1
+	for i, s := range f.Sections {
+		ns := secNotes[i]
+		removed := slices.ContainsFunc(ns, func(n parsedNote) bool { return gone[n.Off] })
+		if s.Type != elf.SHT_NOTE || !removed {
+			ne.secMap[i] = len(ne.secs)
+			ne.secs = append(ne.secs, s)
+			ne.orig = append(ne.orig, i)
+			continue
+		}
+		var kept []parsedNote
+		for _, n := range ns {
+			if !gone[n.Off] {
+				kept = append(kept, n)
+			}
+		}
+		if len(kept) == 0 {
+			if set != nil && set.Section != "" && s.Name == set.Section && reuse < 0 {
+				reuse = i
+				ne.secMap[i] = len(ne.secs)
+				ne.secs = append(ne.secs, s)
+				ne.orig = append(ne.orig, i)
+				continue
+			}
+			ne.secMap[i] = -1
+			ne.count = true
+			continue
+		}
+		lo, hi := uint64(kept[0].Off), min(kept[len(kept)-1].end, s.Offset+s.Size)
+		for _, n := range ns {
+			if gone[n.Off] && uint64(n.Off) > lo && uint64(n.Off) < hi {
+				return nil, formatErr(n.Off, "note %q type 0x%x lies between other notes of section %s: cannot remove it", n.Owner, n.Type, s.Name)
+			}
+		}
+		if s.Flags&elf.SHF_ALLOC != 0 {
+			s.Addr += lo - s.Offset
+		}
+		s.Offset, s.Size = lo, hi-lo
+		ne.secMap[i] = len(ne.secs)
+		ne.secs = append(ne.secs, s)
+		ne.orig = append(ne.orig, i)
+	}
+	// The live area's kept notes move with their section headers.
+	if region && live != nil {
+		for _, n := range loaded(areaLo, areaHi) {
+			if gone[n.Off] {
+				continue
+			}
+			si := f.noteSection(uint64(n.Off), n.end)
+			if si >= 0 && ne.secMap[si] < 0 {
+				si = -1
+			}
+			nn := n.Note
+			ne.area = append(ne.area, areaNote{b: f.encodeNote(&nn), sec: -1})
+			areaSecs = append(areaSecs, si)
+		}
+	}
+	if set != nil {
+		ne.area = append(ne.area, areaNote{b: f.encodeNote(set), sec: -1})
+		areaSecs = append(areaSecs, reuse)
+	}
+	for a, si := range areaSecs {
+		if si >= 0 {
+			ne.area[a].sec = ne.secMap[si]
+		}
+	}
+	if set != nil && set.Section != "" && len(f.Sections) > 0 && reuse < 0 {
+		off, grown, err := f.sectionName(set.Section)
+		if err != nil {
+			return nil, err
+		}
+		ne.shstr = grown
+		ne.area[len(ne.area)-1].sec = len(ne.secs)
+		ne.secs = append(ne.secs, Section{Name: set.Section, NameOff: off, Type: elf.SHT_NOTE, Flags: elf.SHF_ALLOC, Addralign: 4})
+		ne.orig = append(ne.orig, -1)
+		ne.count = true
+	}
+	if ne.count {
+		if err := ne.renumber(f); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range c.remove {
+		if !(region && live != nil && n.Loaded && inArea(uint64(n.Off))) {
+			ne.zero = append(ne.zero, rng{uint64(n.Off), n.end})
+		}
+	}
+	return ne, nil
+}
+
+// renumber points every section index the file holds at the new numbering:
+// sh_link, sh_info where it names a section, e_shstrndx. (Symbol tables
+// are renumbered by fixSymbols.)
+func (ne *noteEdit) renumber(f *File) error {
+	h := f.Header
+	if h.Shnum >= int(elf.SHN_LORESERVE) || h.Shstrndx >= int(elf.SHN_LORESERVE) || len(f.rawEhdr) > 0 && f.rawShnum() == 0 {
+		return formatErr(int64(h.Shoff), "extended section numbering: cannot add or remove a section header")
+	}
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_SYMTAB_SHNDX || s.Type == elf.SHT_GROUP {
+			return formatErr(int64(s.Offset), "section %s holds section indices: cannot add or remove a section header", s.Name)
+		}
+	}
+	remap := func(i uint32) uint32 {
+		if int(i) < len(ne.secMap) {
+			if j := ne.secMap[i]; j >= 0 {
+				return uint32(j)
+			}
+			return 0
+		}
+		return i
+	}
+	for j := range ne.secs {
+		s := &ne.secs[j]
+		if ne.orig[j] < 0 {
+			continue
+		}
+		s.Link = remap(s.Link)
+		if s.Flags&elf.SHF_INFO_LINK != 0 || s.Type == elf.SHT_REL || s.Type == elf.SHT_RELA {
+			s.Info = remap(s.Info)
+		}
+	}
+	if h.Shstrndx > 0 && h.Shstrndx < len(ne.secMap) {
+		if ne.secMap[h.Shstrndx] < 0 {
+			return formatErr(int64(h.Shoff), "the section name table is a note section: cannot remove it")
+		}
+		ne.shstrndx = ne.secMap[h.Shstrndx]
+	}
+	return nil
+}
+
+// rawShnum is e_shnum as the header holds it (0 with extended numbering).
+func (f *File) rawShnum() int {
+	if f.Header.Class == elf.ELFCLASS64 {
+		return int(f.order.Uint16(f.rawEhdr[60:]))
+	}
+	return int(f.order.Uint16(f.rawEhdr[48:]))
+}
+
+// sectionName returns the offset of name in the section name table, and a
+// grown copy of the table when it had to be added (nil otherwise).
+func (f *File) sectionName(name string) (uint32, []byte, error) {
+	h := f.Header
+	if h.Shstrndx <= 0 || h.Shstrndx >= len(f.Sections) || f.Sections[h.Shstrndx].Type != elf.SHT_STRTAB {
+		return 0, nil, formatErr(int64(h.Shoff), "no section name table to name a new section in")
+	}
+	s := f.Sections[h.Shstrndx]
+	if s.Size > maxNoteSegment {
+		return 0, nil, formatErr(int64(s.Offset), "section name table of 0x%x bytes is not plausible", s.Size)
+	}
+	tab, err := readAt(f.r, f.size, s.Offset, s.Size, "section name table")
+	if err != nil {
+		return 0, nil, err
+	}
+	want := append([]byte(name), 0)
+	if i := bytes.Index(tab, want); i >= 0 {
+		return uint32(i), nil, nil
+	}
+	grown := slices.Clone(tab)
+	if len(grown) > 0 && grown[len(grown)-1] != 0 {
+		grown = append(grown, 0)
+	}
+	off := len(grown)
+	grown = append(grown, want...)
+	if uint64(len(grown)) > 1<<32-1 {
+		return 0, nil, fmt.Errorf("section name table too large")
+	}
+	return uint32(off), grown, nil
+}
+
+// tableOnly plans a note removal that only rewrites headers in place: the
+// program header table (the commit) and section headers that shrink. It
+// is taken when nothing else changes, no section header goes or comes,
+// and the program header table does not grow and lives where it did.
+func (b *builder) tableOnly(ne *noteEdit) (*Plan, bool) {
+	f := b.f
+	h := f.Header
+	if b.notes.set != nil || b.dynChanged || b.interpChanged || ne.count || len(ne.progs) > h.Phnum ||
+		f.region != nil && f.region.phdrIn || h.Phoff < uint64(len(f.rawEhdr)) {
+		return nil, false
+	}
+	ps := uint64(f.phdrSize())
+	oldTbl := rng{h.Phoff, h.Phoff + uint64(h.Phnum)*ps}
+	for _, z := range ne.zero {
+		if z.overlaps(oldTbl) || z.lo < uint64(len(f.rawEhdr)) {
+			return nil, false
+		}
+	}
+	if len(f.Sections) > 0 {
+		sht := make([]byte, len(ne.secs)*int(f.shdrSize()))
+		for j, s := range ne.secs {
+			copy(sht[j*int(f.shdrSize()):], f.encodeSection(s))
+		}
+		old, err := readAt(f.r, f.size, h.Shoff, uint64(len(sht)), "section header table")
+		if err != nil {
+			return nil, false
+		}
+		if lo, data, ok := diffRange(old, sht); ok {
+			b.add(StepNeutral, "section headers of the remaining notes", h.Shoff+uint64(lo), data)
+		}
+	}
+	head, err := readAt(f.r, f.size, 0, h.Phoff, "bytes before the program header table")
+	if err != nil {
+		return nil, false
+	}
+	f.putEhdr(head, h.Phoff, len(ne.progs), h.Shoff)
+	tbl := make([]byte, oldTbl.hi-oldTbl.lo) // a shrunk table is followed by zeros
+	for i, p := range ne.progs {
+		if p.Type == elf.PT_PHDR {
+			p.Filesz, p.Memsz = uint64(len(ne.progs))*ps, uint64(len(ne.progs))*ps
+		}
+		f.encodeProg(tbl[uint64(i)*ps:], p)
+	}
+	b.add(StepCommit, "ELF header and program header table", 0, append(head, tbl...))
+	for _, z := range ne.zero {
+		b.add(StepHygiene, "zero the removed note", z.lo, make([]byte, z.hi-z.lo))
+	}
+	return b.finish(InPlace, f.size), true
+}
