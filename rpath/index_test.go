@@ -374,7 +374,8 @@ func TestIndexMatchesEagerOnRealTrees(t *testing.T) {
 			for _, d := range diffs {
 				t.Error(d)
 			}
-			t.Logf("%+v: %d questions, %d disagreements", tr, n, len(diffs))
+			t.Logf("paths %q, %d search, %d recursive: %d questions, %d disagreements",
+				tr.Paths, len(tr.Search), len(tr.SearchRecursive), n, len(diffs))
 			if tr.Patch {
 				sameAsEager(t, tr.Paths, append(opts, rpath.WithIgnoreMissing("*"))...)
 			}
