@@ -288,6 +288,18 @@ func TestExplainLoader(t *testing.T) {
 			steps: map[string]string{"libfoo.so": "runpath"},
 		},
 		{
+			// The note elfedit wrote with the first RUNPATH, left by a
+			// later RUNPATH rewrite that did not drop it.
+			name: "note older than the RUNPATH", file: "ldcache-stale-rewrite",
+			text:  exe("ldcache-stale-rewrite") + "\n    libfoo.so => " + foo + " (ldcache of " + exe("ldcache-stale-rewrite") + ")\n",
+			steps: map[string]string{"libfoo.so": "ldcache"},
+		},
+		{
+			name: "note older than the RUNPATH, stock", file: "ldcache-stale-rewrite", loader: []string{"--loader", "stock"},
+			text:  exe("ldcache-stale-rewrite") + "\n    libfoo.so => " + foo2 + " (runpath of " + exe("ldcache-stale-rewrite") + ")\n",
+			steps: map[string]string{"libfoo.so": "runpath"},
+		},
+		{
 			name: "gone file: next element", file: "ldcache-stale-gone",
 			text:  exe("ldcache-stale-gone") + "\n    libfoo.so => " + foo + " (ldcache of " + exe("ldcache-stale-gone") + ")\n",
 			steps: map[string]string{"libfoo.so": "ldcache"},

@@ -50,6 +50,15 @@ func TestPrintLDCache(t *testing.T) {
 			entries: map[string][]string{"libcuda.so.1": {"?" + drv}, "libfoo.so": {"?" + drv, "=" + foo}},
 		},
 		{
+			// Written by cudapatch's engine (elfedit.Edit.SetNote).
+			name: "clean-elfedit-note",
+			text: "  ldcache:     .note.nixos.ldcache at 0xOFF, 138 bytes\n" +
+				"    libcuda.so.1 ?" + drv + "\n" +
+				"    libfoo.so    ?" + drv + ":=" + foo + "\n",
+			loaded:  true,
+			entries: map[string][]string{"libcuda.so.1": {"?" + drv}, "libfoo.so": {"?" + drv, "=" + foo}},
+		},
+		{
 			name:    "ldcache-unloaded",
 			text:    "  ldcache:     .note.nixos.ldcache at 0xOFF, 77 bytes, IGNORED by the loader: " + ldso.NoteUnloaded + "\n    libfoo.so =" + foo + "\n",
 			entries: map[string][]string{"libfoo.so": {"=" + foo}},

@@ -310,6 +310,20 @@ int plugin(void) { return 0; }
 	b.linked("ldcache-empty", "CP018", []string{foo}, LibFoo, []byte{0, 0}, loadedNote)
 	b.linked("ldcache-unloaded", "CP019", []string{foo}, LibFoo, fooNote, unloadedNote)
 	b.exe("ldcache-missing", "CP020", "foo", str(LibFoo), rp, Interp)
+
+	// Notes written by cudapatch's engine (elfedit): in the same edit as
+	// the RUNPATH, clean; then a RUNPATH rewrite by a tool that leaves the
+	// note alone (as autoPatchelf after generate-ld-cache), stale.
+	note := func(desc []byte) *elfedit.Note {
+		return &elfedit.Note{NoteID: elfedit.NoteID{Owner: "NixOS", Type: 0x63a86cb6}, Desc: desc, Section: ".note.nixos.ldcache"}
+	}
+	b.exe("clean-elfedit-note", "", "cuda", nil, rp, Interp)
+	c := &b.tr.Cases[len(b.tr.Cases)-1]
+	b.edit(c.Host, elfedit.Edit{SetPath: str(Driver + ":" + LibFoo), SetNote: note(NoteDesc("libcuda.so.1", "?"+Driver, "libfoo.so", "?"+Driver+":="+LibFoo+"/libfoo.so"))})
+	b.exe("ldcache-stale-rewrite", "CP014", "foo", nil, rp, Interp)
+	c = &b.tr.Cases[len(b.tr.Cases)-1]
+	b.edit(c.Host, elfedit.Edit{SetPath: str(LibFoo), SetNote: note(fooNote)})
+	b.edit(c.Host, elfedit.Edit{SetPath: str(LibFoo2 + ":" + LibFoo)})
 	return b.tr
 }
 
