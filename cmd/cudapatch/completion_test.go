@@ -129,7 +129,7 @@ func TestCompletionScripts(t *testing.T) {
 		{"cudapatch --search ", []string{"d1"}},
 		{"cudapatch --search d1 li", []string{"lint"}},
 		{"cudapatch f1 ", []string{"d1", "f1"}},
-		{"cudapatch doctor --", []string{"--driver-link", "--help", "--json", "--proc", "--root", "--sys"}},
+		{"cudapatch doctor --", []string{"--driver-link", "--dry-run", "--fix", "--help", "--json", "--proc", "--root", "--sys"}},
 		{"cudapatch patchelf --set-r", []string{"--set-rpath"}},
 		{"cudapatch auto-patchelf --li", []string{"--libs"}},
 	} {

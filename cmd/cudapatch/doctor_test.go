@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudapatch/cudapatch/rpath/doctor"
+	"github.com/cudapatch/cudapatch/rpath/doctor/doctortest"
 	"github.com/cudapatch/cudapatch/rpath/lint/linttest"
 )
 
@@ -33,6 +37,12 @@ func TestDoctorThisMachine(t *testing.T) {
 	var rep doctor.Report
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
 	assert.NotEmpty(t, rep.Checks)
+	// Without a kernel module, --fix has nothing to link.
+	if errProc != nil && errSys != nil {
+		out, errOut, code = runCLI(t, nil, "doctor", "--fix", "--dry-run")
+		assert.Equal(t, exitFindings, code, errOut)
+		assert.Contains(t, out, "doctor --fix: no NVIDIA kernel module is loaded, so there is no driver to link\n")
+	}
 }
 
 // TestDoctorFakeTree: the lint fixture root with a loaded module; a stub
@@ -49,16 +59,158 @@ func TestDoctorFakeTree(t *testing.T) {
 	assert.Equal(t, exitOK, code, out+errOut)
 	assert.Contains(t, out, "ok      NVIDIA kernel module 580.159.04 is loaded")
 	assert.Contains(t, out, "would load libcuda.so.1 from the driver link")
+	assert.Contains(t, out, "/run/opengl-driver/lib/libcuda.so.1: driver link, 580.159.04 (ldcache of "+clean+")  <- loads")
 	assert.Contains(t, out, "No problems found.")
 
 	out, _, code = runCLI(t, []string{"LD_LIBRARY_PATH=" + linttest.Stubs}, args...)
 	assert.Equal(t, exitFindings, code, out)
-	assert.Contains(t, out, "problem LD_LIBRARY_PATH holds the stub directory")
-	assert.Contains(t, out, "  fix:    unset LD_LIBRARY_PATH")
+	assert.Contains(t, out, "problem LD_LIBRARY_PATH comes before every RUNPATH, so it shadows the driver link and cuda_compat; it holds 1 entry that does\n"+
+		"          "+linttest.Stubs+", a stub directory: CUDA fails with \"CUDA driver is a stub library\"\n"+
+		"  fix:    unset LD_LIBRARY_PATH\n")
 
 	_, errOut, code = runCLI(t, nil, "doctor", "a", "b")
 	assert.Equal(t, exitUsage, code)
-	assert.NotEmpty(t, errOut)
-	_, _, code = runCLI(t, nil, "doctor", "--root", tr.Root, "/nonexistent")
+	assert.Equal(t, "cudapatch: doctor: at most one FILE\n", errOut)
+	_, errOut, code = runCLI(t, nil, "doctor", "--root", tr.Root, "/nonexistent")
 	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, "cudapatch: doctor: /nonexistent: open "+tr.Root+"/nonexistent: no such file or directory\n", errOut)
+	_, errOut, code = runCLI(t, nil, "doctor", "--dry-run")
+	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, "cudapatch: doctor: --dry-run goes with --fix\n", errOut)
+}
+
+// runAs runs the CLI as the given effective user.
+func runAs(t *testing.T, euid int, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	g := newGlobals(&o, &e, env)
+	g.version, g.euid = testVersion, euid
+	code = g.main(context.Background(), append([]string{"cudapatch"}, args...))
+	return o.String(), e.String(), code
+}
+
+// gpuHost is a fake of the GPU machine (COMMON.md): kernel module
+// 580.159.04, the driver in /usr/local/nvidia/lib64 (64-bit) and
+// /usr/local/nvidia/lib (32-bit), both in LD_LIBRARY_PATH, also in
+// /usr/lib/x86_64-linux-gnu through ld.so.cache, CUDA's cuda_compat
+// 580.95.05 and stubs, no driver link; and a PyTorch-like library
+// (libtorch_cuda.so → libcudart.so.12, which dlopens libcuda.so.1) patched
+// without and with --cuda-compat.
+func gpuHost(t *testing.T) (*doctortest.Machine, []string) {
+	m := doctortest.New(t)
+	m.Module("580.159.04")
+	m.Driver(doctortest.HostDir, "580.159.04")
+	m.Driver("/usr/local/nvidia/lib64", "580.159.04")
+	m.DriverWith("i686-linux-gnu-gcc", "/usr/local/nvidia/lib", "580.159.04")
+	m.Cache(doctortest.HostDir)
+	m.Compat("/usr/local/cuda/compat", "580.95.05")
+	m.Stub("/usr/local/cuda/lib64/stubs")
+	for _, v := range []struct{ dir, runpath string }{
+		{"/opt/torch", "/run/opengl-driver/lib:$ORIGIN"},
+		{"/opt/torch-compat", "/usr/local/cuda/compat:/run/opengl-driver/lib:$ORIGIN"},
+	} {
+		cudart := v.dir + "/nvidia/cuda_runtime/lib/libcudart.so.12"
+		m.Lib(cudart, "libcudart.so.12")
+		m.SetRunPath(cudart, v.runpath)
+		m.Program(v.dir+"/torch/lib/libtorch_cuda.so", "$ORIGIN/../../nvidia/cuda_runtime/lib", "libcudart.so.12")
+	}
+	base := []string{"--root", m.Sys.Root, "--proc", m.Sys.Proc, "--sys", m.Sys.Sys}
+	return m, base
+}
+
+const gpuLLP = "LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/usr/local/nvidia/lib"
+
+// TestDoctorGPUHost: what doctor says on (a fake of) the GPU machine, as
+// golden files (testdata/doctor; rewrite with -update): the two-directory
+// LD_LIBRARY_PATH gets one fix, the missing driver link gets doctor --fix
+// and its exact commands, and a library patched with --cuda-compat is
+// said to fail with error 803 before it runs, since cuda_compat 580.95.05
+// is older than the kernel module 580.159.04.
+func TestDoctorGPUHost(t *testing.T) {
+	m, base := gpuHost(t)
+	for _, tc := range []struct {
+		golden string
+		env    []string
+		args   []string
+		code   int
+	}{
+		{"gpu-host.txt", []string{gpuLLP}, nil, exitFindings},
+		{"gpu-host-fix-dry-run.txt", []string{gpuLLP}, []string{"--fix", "--dry-run"}, exitFindings},
+		{"gpu-host-torch.txt", nil, []string{"/opt/torch/torch/lib/libtorch_cuda.so"}, exitFindings},
+		{"gpu-host-torch-compat.txt", nil, []string{"/opt/torch-compat/torch/lib/libtorch_cuda.so"}, exitFindings},
+		{"gpu-host-torch-compat-llp.txt", []string{gpuLLP}, []string{"/opt/torch-compat/torch/lib/libtorch_cuda.so"}, exitFindings},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			out, errOut, code := runAs(t, 1000, tc.env, append(append([]string{"doctor"}, base...), tc.args...)...)
+			assert.Equal(t, tc.code, code, errOut)
+			assert.Empty(t, errOut)
+			goldenFile(t, filepath.Join("doctor", tc.golden), out)
+		})
+	}
+	_, err := os.Lstat(m.Host("/run/opengl-driver"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "--dry-run wrote")
+}
+
+// TestDoctorFix: --fix refuses without root and writes nothing; as root it
+// makes the link and the tmpfiles.d file, and says the machine is fine
+// after; a second run has nothing to do. The machine's CUDA program then
+// loads the driver link's libcuda.
+func TestDoctorFix(t *testing.T) {
+	m, base := gpuHost(t)
+	args := append([]string{"doctor"}, base...)
+	out, errOut, code := runAs(t, 1000, nil, append(args, "--fix")...)
+	assert.Equal(t, exitUsage, code)
+	assert.Empty(t, out)
+	assert.Equal(t, "cudapatch: doctor: --fix writes /run/opengl-driver/lib and /etc/tmpfiles.d/cudapatch-driver-link.conf: run it as root (sudo cudapatch doctor --fix), or see what it would do with --fix --dry-run\n", errOut)
+	_, err := os.Lstat(m.Host("/run/opengl-driver"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+
+	out, errOut, code = runAs(t, 0, nil, append(args, "--fix")...)
+	assert.Equal(t, exitOK, code, out+errOut)
+	i := strings.Index(out, "\ndoctor --fix: ran:\n")
+	require.GreaterOrEqual(t, i, 0, out)
+	assert.Contains(t, out[i:], "\n  ln -s /usr/lib/x86_64-linux-gnu/libcuda.so.1 /run/opengl-driver/lib/libcuda.so.1\n")
+	assert.Contains(t, out[i:], "\nAfter the fix:\n")
+	assert.True(t, strings.HasSuffix(out, "\nNo problems found.\n"), out)
+	target, err := os.Readlink(m.Host("/run/opengl-driver/lib/libcuda.so.1"))
+	require.NoError(t, err)
+	assert.Equal(t, "/usr/lib/x86_64-linux-gnu/libcuda.so.1", target)
+	conf, err := os.ReadFile(m.Host(doctor.TmpfilesConf))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(conf), doctor.Marker+"\n"))
+
+	// Idempotent, and nothing left to do is no reason to need root.
+	out, errOut, code = runAs(t, 1000, nil, append(args, "--fix")...)
+	assert.Equal(t, exitOK, code, errOut)
+	assert.True(t, strings.HasSuffix(out, "\ndoctor --fix: nothing to do: /run/opengl-driver/lib links /usr/lib/x86_64-linux-gnu, and /etc/tmpfiles.d/cudapatch-driver-link.conf makes them at boot.\n"), out)
+
+	out, _, code = runAs(t, 1000, nil, append(args, "/opt/torch/torch/lib/libtorch_cuda.so")...)
+	assert.Equal(t, exitOK, code, out)
+	assert.Contains(t, out, "ok      /opt/torch/torch/lib/libtorch_cuda.so would load libcuda.so.1 from the driver link (dlopen from /opt/torch/nvidia/cuda_runtime/lib/libcudart.so.12, runpath of /opt/torch/nvidia/cuda_runtime/lib/libcudart.so.12)\n")
+
+	// --json: the report, the plan, what was done.
+	require.NoError(t, os.Remove(m.Host("/run/opengl-driver/lib/libnvidia-ml.so.1")))
+	out, errOut, code = runAs(t, 1000, nil, append(args, "--fix", "--dry-run", "--json")...)
+	assert.Equal(t, exitOK, code, errOut)
+	var res struct {
+		Report  doctor.Report `json:"report"`
+		DryRun  bool          `json:"dry_run"`
+		Applied bool          `json:"applied"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	assert.True(t, res.DryRun)
+	assert.False(t, res.Applied)
+	require.NotNil(t, res.Report.Fix)
+	assert.Equal(t, []doctor.Step{{Op: doctor.OpSymlink, Path: "/run/opengl-driver/lib/libnvidia-ml.so.1", Target: "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"}}, res.Report.Fix.Steps)
+
+	// A tmpfiles.d file it did not write stops it, and is left as it was.
+	require.NoError(t, os.WriteFile(m.Host(doctor.TmpfilesConf), []byte("# mine\n"), 0o644))
+	out, errOut, code = runAs(t, 0, nil, append(args, "--fix")...)
+	assert.Equal(t, exitFindings, code, errOut)
+	assert.Contains(t, out, "\ndoctor --fix: refusing to overwrite what cudapatch did not write: /etc/tmpfiles.d/cudapatch-driver-link.conf exists and cudapatch did not write it")
+	conf, err = os.ReadFile(m.Host(doctor.TmpfilesConf))
+	require.NoError(t, err)
+	assert.Equal(t, "# mine\n", string(conf))
+	_, err = os.Lstat(m.Host("/run/opengl-driver/lib/libnvidia-ml.so.1"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
 }

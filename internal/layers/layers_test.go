@@ -33,6 +33,8 @@ func TestLayers(t *testing.T) {
 		// Bytes: the standard library only.
 		{"rpath/elfedit", nil},
 		{"rpath/fnmatch", nil},
+		// Facts about an installed NVIDIA driver, read from files.
+		{"rpath/nvdriver", nil},
 		// The resolution-cache format and rules: no bytes of files, no policy.
 		{"rpath/ldcache", []string{module + "/rpath/elfedit"}},
 		// The loader simulation reads ELF through elfedit and nothing else,

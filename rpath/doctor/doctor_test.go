@@ -3,7 +3,6 @@ package doctor_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,94 +11,42 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudapatch/cudapatch/rpath/doctor"
+	"github.com/cudapatch/cudapatch/rpath/doctor/doctortest"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 )
 
-const hostDir = "/usr/lib/x86_64-linux-gnu"
+const hostDir = doctortest.HostDir
 
-// machine is a fake system: a root, procfs and sysfs.
+// machine is a doctortest.Machine with the tests' shorthands.
 type machine struct {
+	*doctortest.Machine
 	t   *testing.T
-	sys doctor.System
-	tmp string
+	sys *doctor.System
 }
 
 func newMachine(t *testing.T) *machine {
-	tmp := t.TempDir()
-	m := &machine{t: t, tmp: tmp, sys: doctor.System{
-		Root: filepath.Join(tmp, "root"), Proc: filepath.Join(tmp, "proc"), Sys: filepath.Join(tmp, "sys"),
-		DriverLink: "/run/opengl-driver/lib",
-	}}
-	for _, d := range []string{m.sys.Root, m.sys.Proc, m.sys.Sys} {
-		require.NoError(t, os.MkdirAll(d, 0o755))
-	}
-	return m
+	dm := doctortest.New(t)
+	return &machine{Machine: dm, t: t, sys: &dm.Sys}
 }
 
-func (m *machine) host(p string) string { return filepath.Join(m.sys.Root, p) }
-
-func (m *machine) write(p, content string) {
-	require.NoError(m.t, os.MkdirAll(filepath.Dir(p), 0o755))
-	require.NoError(m.t, os.WriteFile(p, []byte(content), 0o644))
-}
-
-func (m *machine) symlink(target, p string) {
-	require.NoError(m.t, os.MkdirAll(filepath.Dir(m.host(p)), 0o755))
-	require.NoError(m.t, os.Symlink(target, m.host(p)))
-}
-
-func (m *machine) gcc(out string, args ...string) {
-	src := filepath.Join(m.tmp, "x.c")
-	m.write(src, "int x(void) { return 0; }\nint main(void) { return 0; }\n")
-	require.NoError(m.t, os.MkdirAll(filepath.Dir(out), 0o755))
-	b, err := exec.Command("gcc", append([]string{"-fPIC", "-nostdlib", "-o", out, src}, args...)...).CombinedOutput()
-	require.NoError(m.t, err, "%s", b)
-}
-
-// lib builds a library with the given soname at logical path p.
-func (m *machine) lib(p, soname string) {
-	m.gcc(m.host(p), "-shared", "-Wl,-soname,"+soname)
-}
-
-// driver installs a driver of the given version in dir: libcuda and
-// libnvidia-ml, versioned files with soname links.
-func (m *machine) driver(dir, version string) {
-	for _, n := range []string{"libcuda", "libnvidia-ml"} {
-		m.lib(dir+"/"+n+".so."+version, n+".so.1")
-		m.symlink(n+".so."+version, dir+"/"+n+".so.1")
-	}
-}
-
-// cache writes etc/ld.so.cache for the root with ldconfig.
-func (m *machine) cache(dirs ...string) {
-	m.write(m.host("/etc/ld.so.conf"), strings.Join(dirs, "\n")+"\n")
-	b, err := exec.Command("ldconfig", "-X", "-r", m.sys.Root).CombinedOutput()
-	require.NoError(m.t, err, "ldconfig: %s", b)
-}
-
-func (m *machine) module(version string) {
-	m.write(filepath.Join(m.sys.Proc, "driver/nvidia/version"),
-		"NVRM version: NVIDIA UNIX x86_64 Kernel Module  "+version+"  Thu Jan  1 00:00:00 UTC 2026\nGCC version:  gcc version 12.2.0\n")
-}
-
-// program builds an executable needing the given libraries with the given
-// RUNPATH, at /opt/app/bin/app, and returns that path.
+func (m *machine) host(p string) string                 { return m.Host(p) }
+func (m *machine) write(p, content string)              { m.Write(p, content) }
+func (m *machine) symlink(target, p string)             { m.Symlink(target, p) }
+func (m *machine) lib(p, soname string, strs ...string) { m.Lib(p, soname, strs...) }
+func (m *machine) driver(dir, version string)           { m.Driver(dir, version) }
+func (m *machine) driverWith(cc, dir, version string)   { m.DriverWith(cc, dir, version) }
+func (m *machine) compat(dir, version string)           { m.Compat(dir, version) }
+func (m *machine) stub(dir string)                      { m.Stub(dir) }
+func (m *machine) cache(dirs ...string)                 { m.Cache(dirs...) }
+func (m *machine) module(version string)                { m.Module(version) }
 func (m *machine) program(runpath string, needed ...string) string {
-	var libs []string
-	for i, n := range needed {
-		p := filepath.Join(m.tmp, "proto", string(rune('a'+i)), n)
-		m.gcc(p, "-shared", "-Wl,-soname,"+n)
-		libs = append(libs, p)
-	}
-	const exe = "/opt/app/bin/app"
-	m.gcc(m.host(exe), append([]string{"-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed"}, libs...)...)
-	_, err := elfedit.EditFile(m.host(exe), elfedit.Edit{SetPath: &runpath}, elfedit.Options{})
-	require.NoError(m.t, err)
-	return exe
+	return m.Program("/opt/app/bin/app", runpath, needed...)
 }
+
+var driverStrings = doctortest.DriverStrings
 
 func (m *machine) diagnose(file string) *doctor.Report {
-	rep, err := doctor.Diagnose(context.Background(), m.sys, file)
+	rep, err := doctor.Diagnose(context.Background(), *m.sys, file)
 	require.NoError(m.t, err)
 	return rep
 }
@@ -116,6 +63,15 @@ func check(t *testing.T, rep *doctor.Report, id string) doctor.Check {
 	return found[0]
 }
 
+func hasCheck(rep *doctor.Report, id string) bool {
+	for _, c := range rep.Checks {
+		if c.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
 func TestHealthy(t *testing.T) {
 	m := newMachine(t)
 	m.module("580.159.04")
@@ -127,7 +83,12 @@ func TestHealthy(t *testing.T) {
 	assert.Equal(t, "580.159.04", rep.KernelModule)
 	assert.Equal(t, "580.159.04", rep.LinkDriver)
 	assert.Equal(t, []string{hostDir}, rep.HostDriverDirs)
+	assert.Equal(t, hostDir, rep.DriverSource)
 	assert.Equal(t, doctor.StatusOK, check(t, rep, "driver-version").Status)
+	// Made by hand, the link is not made again at boot: said, not a problem.
+	assert.Equal(t, doctor.StatusInfo, check(t, rep, "driver-link-boot").Status)
+	m.write(m.host("/usr/lib/tmpfiles.d/nvidia.conf"), "L+ /run/opengl-driver/lib/libcuda.so.1 - - - - "+hostDir+"/libcuda.so.1\n")
+	assert.False(t, hasCheck(m.diagnose(""), "driver-link-boot"))
 }
 
 func TestNoNVIDIA(t *testing.T) {
@@ -135,10 +96,23 @@ func TestNoNVIDIA(t *testing.T) {
 	rep := m.diagnose("")
 	assert.Equal(t, 0, rep.Problems())
 	assert.Equal(t, "", rep.KernelModule)
+	assert.Nil(t, rep.Fix)
 	assert.Equal(t, doctor.StatusInfo, check(t, rep, "kernel-module").Status)
 	c := check(t, rep, "driver-link")
 	assert.Equal(t, doctor.StatusInfo, c.Status)
 	assert.Empty(t, c.Fix)
+}
+
+// wantConf is TmpfilesConf for links from the driver link into dir.
+func wantConf(dir string, libs ...string) string {
+	s := doctor.Marker + "\n" +
+		"# /run is a tmpfs: systemd-tmpfiles makes the links again at every boot.\n" +
+		"# cudapatch doctor --fix rewrites this file; delete it (and /run/opengl-driver/lib) to undo.\n" +
+		"d /run/opengl-driver/lib 0755 root root -\n"
+	for _, l := range libs {
+		s += "L+ /run/opengl-driver/lib/" + l + " - - - - " + dir + "/" + l + "\n"
+	}
+	return s
 }
 
 func TestDriverLinkMissing(t *testing.T) {
@@ -150,15 +124,14 @@ func TestDriverLinkMissing(t *testing.T) {
 	assert.Equal(t, "580.159.04", rep.KernelModule)
 	c := check(t, rep, "driver-link")
 	assert.Equal(t, doctor.StatusProblem, c.Status)
-	assert.Equal(t, []string{
-		"sudo mkdir -p /run/opengl-driver/lib",
-		"sudo ln -sfn " + hostDir + "/libcuda.so.1 /run/opengl-driver/lib/libcuda.so.1",
-		"sudo ln -sfn " + hostDir + "/libnvidia-ml.so.1 /run/opengl-driver/lib/libnvidia-ml.so.1",
-		"# and at every boot, in /etc/tmpfiles.d/nvidia-driver-link.conf:",
-		"d /run/opengl-driver/lib 0755 root root -",
-		"L+ /run/opengl-driver/lib/libcuda.so.1 - - - - " + hostDir + "/libcuda.so.1",
-		"L+ /run/opengl-driver/lib/libnvidia-ml.so.1 - - - - " + hostDir + "/libnvidia-ml.so.1",
-	}, c.Fix)
+	assert.Equal(t, append([]string{
+		"sudo cudapatch doctor --fix   # which runs, as root:",
+		"mkdir -p /run/opengl-driver/lib",
+		"ln -s " + hostDir + "/libcuda.so.1 /run/opengl-driver/lib/libcuda.so.1",
+		"ln -s " + hostDir + "/libnvidia-ml.so.1 /run/opengl-driver/lib/libnvidia-ml.so.1",
+		"mkdir -p /etc/tmpfiles.d",
+		"cat > /etc/tmpfiles.d/cudapatch-driver-link.conf <<'EOF'",
+	}, append(strings.Split(strings.TrimSuffix(wantConf(hostDir, "libcuda.so.1", "libnvidia-ml.so.1"), "\n"), "\n"), "EOF")...), c.Fix)
 
 	// The link directory without libcuda.
 	require.NoError(t, os.MkdirAll(m.host("/run/opengl-driver/lib"), 0o755))
@@ -167,6 +140,12 @@ func TestDriverLinkMissing(t *testing.T) {
 	// A dangling link is no better.
 	m.symlink("/nonexistent/libcuda.so.1", "/run/opengl-driver/lib/libcuda.so.1")
 	assert.Equal(t, doctor.StatusProblem, check(t, m.diagnose(""), "driver-libcuda").Status)
+	// Nor is a stub.
+	require.NoError(t, os.Remove(m.host("/run/opengl-driver/lib/libcuda.so.1")))
+	m.stub("/run/opengl-driver/lib")
+	c = check(t, m.diagnose(""), "driver-libcuda")
+	assert.Equal(t, doctor.StatusProblem, c.Status)
+	assert.Contains(t, c.Message, "stub")
 }
 
 func TestVersionMismatch(t *testing.T) {
@@ -181,36 +160,56 @@ func TestVersionMismatch(t *testing.T) {
 	c := check(t, rep, "driver-version")
 	assert.Equal(t, doctor.StatusProblem, c.Status)
 	assert.Contains(t, c.Message, "570.86.10")
-	assert.Contains(t, c.Fix, "L+ /run/opengl-driver/lib/libcuda.so.1 - - - - "+hostDir+"/libcuda.so.1")
+	// The link was made by hand: the fix will not overwrite it, and says so.
+	assert.Equal(t, []string{
+		"# cudapatch doctor --fix will not overwrite what it did not write:",
+		"#   /run/opengl-driver/lib/libcuda.so.1 is a symbolic link to /opt/old-driver/libcuda.so.1 that cudapatch did not make",
+		"# remove those by hand, then: sudo cudapatch doctor --fix",
+	}, c.Fix)
 }
 
+// TestProgramLibcuda: every libcuda.so.1 the program could load, in the
+// loader's order, with its version; the one it takes is judged against the
+// kernel module.
 func TestProgramLibcuda(t *testing.T) {
 	m := newMachine(t)
 	m.module("580.159.04")
 	m.driver("/run/opengl-driver/lib", "580.159.04")
-	m.lib("/opt/cuda/lib64/stubs/libcuda.so", "libcuda.so.1")
-	m.symlink("libcuda.so", "/opt/cuda/lib64/stubs/libcuda.so.1")
-	m.lib("/opt/compat-old/compat/libcuda.so.575.57.08", "libcuda.so.1")
-	m.symlink("libcuda.so.575.57.08", "/opt/compat-old/compat/libcuda.so.1")
-	m.lib("/opt/compat-new/compat/libcuda.so.590.48.01", "libcuda.so.1")
-	m.symlink("libcuda.so.590.48.01", "/opt/compat-new/compat/libcuda.so.1")
+	m.stub("/opt/cuda/lib64/stubs")
+	m.compat("/usr/local/cuda/compat", "580.95.05")
+	m.compat("/opt/compat-new/compat", "590.48.01")
+	m.driver("/opt/old-driver", "570.86.10")
 
 	for _, tc := range []struct {
 		name, runpath string
 		status        doctor.Status
 		msg           string
+		details       []string
 	}{
-		{"driver", "/run/opengl-driver/lib", doctor.StatusOK, "from the driver link"},
-		{"stub first", "/opt/cuda/lib64/stubs:/run/opengl-driver/lib", doctor.StatusProblem, "stub"},
-		{"old compat", "/opt/compat-old/compat:/run/opengl-driver/lib", doctor.StatusProblem, "error 803"},
-		{"new compat", "/opt/compat-new/compat:/run/opengl-driver/lib", doctor.StatusOK, "590.48.01"},
-		{"missing", "/opt/nothing", doctor.StatusProblem, "would not find it"},
+		{"driver", "/run/opengl-driver/lib", doctor.StatusOK, "from the driver link", []string{
+			"/run/opengl-driver/lib/libcuda.so.1 -> /run/opengl-driver/lib/libcuda.so.580.159.04: driver link, 580.159.04 (runpath of /opt/app/bin/app)  <- loads",
+		}},
+		{"stub first", "/opt/cuda/lib64/stubs:/run/opengl-driver/lib", doctor.StatusProblem, "would load the stub", []string{
+			"/opt/cuda/lib64/stubs/libcuda.so.1 -> /opt/cuda/lib64/stubs/libcuda.so: stub, no driver version (runpath of /opt/app/bin/app)  <- loads",
+			"/run/opengl-driver/lib/libcuda.so.1 -> /run/opengl-driver/lib/libcuda.so.580.159.04: driver link, 580.159.04 (runpath of /opt/app/bin/app)",
+		}},
+		{"older compat", "/usr/local/cuda/compat:/run/opengl-driver/lib", doctor.StatusProblem,
+			"would load the cuda_compat libcuda /usr/local/cuda/compat/libcuda.so.1 (580.95.05, DT_NEEDED of /opt/app/bin/app, runpath): cuda_compat 580.95.05 is older than the kernel module 580.159.04: CUDA fails with error 803", []string{
+				"/usr/local/cuda/compat/libcuda.so.1 -> /usr/local/cuda/compat/libcuda.so.580.95.05: cuda_compat, 580.95.05 (runpath of /opt/app/bin/app)  <- loads",
+				"/run/opengl-driver/lib/libcuda.so.1 -> /run/opengl-driver/lib/libcuda.so.580.159.04: driver link, 580.159.04 (runpath of /opt/app/bin/app)",
+			}},
+		{"newer compat", "/opt/compat-new/compat:/run/opengl-driver/lib", doctor.StatusOK, "590.48.01", nil},
+		{"another driver", "/opt/old-driver:/run/opengl-driver/lib", doctor.StatusProblem, "libcuda 570.86.10 but the kernel module is 580.159.04", nil},
+		{"missing", "/opt/nothing", doctor.StatusProblem, "would not find it", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			exe := m.program(tc.runpath, "libcuda.so.1")
 			c := check(t, m.diagnose(exe), "program-libcuda")
 			assert.Equal(t, tc.status, c.Status, c.Message)
 			assert.Contains(t, c.Message, tc.msg)
+			if tc.details != nil {
+				assert.Equal(t, append([]string{"every libcuda.so.1 it could load, in the loader's order (kernel module 580.159.04):"}, tc.details...), c.Details)
+			}
 		})
 	}
 
@@ -223,25 +222,225 @@ func TestProgramLibcuda(t *testing.T) {
 	c := check(t, m.diagnose(exe), "program-libcuda")
 	assert.Equal(t, doctor.StatusProblem, c.Status)
 	assert.Contains(t, c.Message, "dlopen from /opt/cudart/lib/libcudart.so.12")
+
+	// The stub is known by its contents too, wherever it lies.
+	m.lib("/opt/cudart2/lib/libcudart.so.12", "libcudart.so.12")
+	m.stub("/opt/copied")
+	rp := "/opt/copied:/run/opengl-driver/lib"
+	_, err = elfedit.EditFile(m.host("/opt/cudart2/lib/libcudart.so.12"), elfedit.Edit{SetPath: &rp}, elfedit.Options{})
+	require.NoError(t, err)
+	rep := m.diagnose(m.program("/opt/cudart2/lib", "libcudart.so.12"))
+	c = check(t, rep, "program-libcuda")
+	assert.Equal(t, doctor.StatusProblem, c.Status)
+	assert.Contains(t, c.Message, "would load the stub /opt/copied/libcuda.so.1")
+	require.Len(t, rep.Libcuda, 2)
+	assert.Equal(t, doctor.KindStub, rep.Libcuda[0].Kind)
+	assert.True(t, rep.Libcuda[0].Loads)
+	assert.Equal(t, "580.159.04", rep.Libcuda[1].Version)
 }
 
+// TestCompatVersionFromContents: a cuda_compat libcuda whose file name
+// carries no version is judged by the version it carries inside.
+func TestCompatVersionFromContents(t *testing.T) {
+	m := newMachine(t)
+	m.module("580.159.04")
+	m.driver("/run/opengl-driver/lib", "580.159.04")
+	m.lib("/opt/c/compat/libcuda.so.1", "libcuda.so.1", driverStrings("580.95.05")...)
+	rep := m.diagnose(m.program("/opt/c/compat:/run/opengl-driver/lib", "libcuda.so.1"))
+	c := check(t, rep, "program-libcuda")
+	assert.Equal(t, doctor.StatusProblem, c.Status)
+	assert.Contains(t, c.Message, "error 803")
+	assert.Equal(t, "", rep.Libcuda[0].NameVersion)
+	assert.Equal(t, "580.95.05", rep.Libcuda[0].Version)
+}
+
+// TestLDLibraryPath: whatever LD_LIBRARY_PATH shadows is one check with one
+// fix, the value without every such entry, or unset when nothing is left.
+// The GPU machine's case: the driver in /usr/local/nvidia/lib64 (64-bit)
+// and /usr/local/nvidia/lib (32-bit), both in LD_LIBRARY_PATH.
 func TestLDLibraryPath(t *testing.T) {
 	m := newMachine(t)
 	m.module("580.159.04")
 	m.driver("/run/opengl-driver/lib", "580.159.04")
 	m.driver("/usr/local/nvidia/lib64", "580.159.04")
+	m.driverWith("i686-linux-gnu-gcc", "/usr/local/nvidia/lib", "580.159.04")
+	m.driver("/opt/old-driver", "570.86.10")
+	m.compat("/usr/local/cuda/compat", "580.95.05")
+	m.compat("/opt/new/compat", "590.48.01")
+	require.NoError(t, os.MkdirAll(m.host("/opt/x"), 0o755))
+	const lib64 = "/usr/local/nvidia/lib64, which provides libcuda.so.1, libnvidia-ml.so.1 (driver 580.159.04, harmless while it matches the kernel module)"
+	const lib32 = "/usr/local/nvidia/lib, which provides libcuda.so.1, libnvidia-ml.so.1 (driver 580.159.04, harmless while it matches the kernel module)"
 	for _, tc := range []struct {
-		llp    string
-		status doctor.Status
-		fix    string
+		llp     string
+		status  doctor.Status
+		fix     string
+		details []string
 	}{
-		{"/usr/local/cuda/lib64/stubs", doctor.StatusProblem, "unset LD_LIBRARY_PATH"},
-		{"/usr/local/nvidia/lib64:/opt/x", doctor.StatusWarning, "export LD_LIBRARY_PATH=/opt/x"},
-		{"/opt/x", doctor.StatusInfo, "unset LD_LIBRARY_PATH"},
+		{"/usr/local/nvidia/lib64:/usr/local/nvidia/lib", doctor.StatusWarning, "unset LD_LIBRARY_PATH", []string{lib64, lib32}},
+		{"/usr/local/nvidia/lib64:/opt/x:/usr/local/nvidia/lib", doctor.StatusWarning, "export LD_LIBRARY_PATH=/opt/x", []string{lib64, lib32}},
+		{"/usr/local/cuda/lib64/stubs", doctor.StatusProblem, "unset LD_LIBRARY_PATH", []string{
+			`/usr/local/cuda/lib64/stubs, a stub directory: CUDA fails with "CUDA driver is a stub library"`}},
+		{"/usr/local/nvidia/lib64:/usr/local/cuda/lib64/stubs:/opt/x", doctor.StatusProblem, "export LD_LIBRARY_PATH=/opt/x", []string{lib64,
+			`/usr/local/cuda/lib64/stubs, a stub directory: CUDA fails with "CUDA driver is a stub library"`}},
+		{"/opt/x:", doctor.StatusWarning, "export LD_LIBRARY_PATH=/opt/x", []string{"an empty entry, which the loader takes for the current directory"}},
+		{"/usr/local/cuda/compat;/opt/x", doctor.StatusProblem, "export LD_LIBRARY_PATH=/opt/x", []string{
+			"/usr/local/cuda/compat: cuda_compat 580.95.05 is older than the kernel module 580.159.04: CUDA fails with error 803 (system has unsupported display driver / cuda driver combination)"}},
+		{"/opt/new/compat:/usr/local/nvidia/lib64", doctor.StatusWarning, "export LD_LIBRARY_PATH=/opt/new/compat", []string{lib64}},
+		{"/opt/old-driver", doctor.StatusProblem, "unset LD_LIBRARY_PATH", []string{
+			`/opt/old-driver, which provides libcuda.so.1, libnvidia-ml.so.1 (libcuda 570.86.10 but the kernel module is 580.159.04: CUDA fails with "driver/library version mismatch")`}},
+		{"/run/opengl-driver/lib:/opt/x", doctor.StatusInfo, "unset LD_LIBRARY_PATH", nil},
 	} {
 		m.sys.LDLibraryPath = tc.llp
 		c := check(t, m.diagnose(""), "ld-library-path")
 		assert.Equal(t, tc.status, c.Status, tc.llp)
 		assert.Equal(t, []string{tc.fix}, c.Fix, tc.llp)
+		assert.Equal(t, tc.details, c.Details, tc.llp)
 	}
+}
+
+func readConf(t *testing.T, m *machine) string {
+	b, err := os.ReadFile(m.host(doctor.TmpfilesConf))
+	require.NoError(t, err)
+	return string(b)
+}
+
+func linkTarget(t *testing.T, m *machine, name string) string {
+	s, err := os.Readlink(m.host("/run/opengl-driver/lib/" + name))
+	require.NoError(t, err)
+	return s
+}
+
+// TestFix: the plan makes the link and the tmpfiles.d file; applied, the
+// machine has no problem left and the next plan is empty (idempotent). On
+// a driver upgrade it repoints the links it made, removes the ones it made
+// that are no longer wanted, and rewrites its file.
+func TestFix(t *testing.T) {
+	m := newMachine(t)
+	m.module("580.159.04")
+	m.driver("/usr/local/nvidia/lib64", "580.159.04")
+	m.driverWith("i686-linux-gnu-gcc", "/usr/local/nvidia/lib", "580.159.04")
+	m.sys.LDLibraryPath = "/usr/local/nvidia/lib:/usr/local/nvidia/lib64"
+	rep := m.diagnose("")
+	// Not in ld.so.cache: the 64-bit LD_LIBRARY_PATH directory is the
+	// source; the 32-bit one is not linked.
+	assert.Equal(t, "/usr/local/nvidia/lib64", rep.DriverSource)
+	require.NotNil(t, rep.Fix)
+	assert.Equal(t, []string{"libcuda.so.1", "libnvidia-ml.so.1"}, rep.Fix.Libraries)
+	assert.Equal(t, []doctor.Step{
+		{Op: doctor.OpMkdir, Path: "/run/opengl-driver/lib"},
+		{Op: doctor.OpSymlink, Path: "/run/opengl-driver/lib/libcuda.so.1", Target: "/usr/local/nvidia/lib64/libcuda.so.1"},
+		{Op: doctor.OpSymlink, Path: "/run/opengl-driver/lib/libnvidia-ml.so.1", Target: "/usr/local/nvidia/lib64/libnvidia-ml.so.1"},
+		{Op: doctor.OpWrite, Path: doctor.TmpfilesConf, Content: wantConf("/usr/local/nvidia/lib64", "libcuda.so.1", "libnvidia-ml.so.1")},
+	}, rep.Fix.Steps)
+	require.NoError(t, doctor.Apply(*m.sys, rep.Fix))
+	rep = m.diagnose("")
+	assert.False(t, rep.LinkBroken)
+	assert.Equal(t, "580.159.04", rep.LinkDriver)
+	assert.False(t, hasCheck(rep, "driver-link-boot"), "the written file names the link")
+	assert.Empty(t, rep.Fix.Steps, "a second plan has nothing to do")
+	assert.Empty(t, rep.Fix.Conflicts)
+	require.NoError(t, doctor.Apply(*m.sys, rep.Fix))
+	assert.Equal(t, wantConf("/usr/local/nvidia/lib64", "libcuda.so.1", "libnvidia-ml.so.1"), readConf(t, m))
+	st, err := os.Stat(m.host(doctor.TmpfilesConf))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o644), st.Mode().Perm())
+
+	// The driver is upgraded in place: libnvidia-ml is gone, a new
+	// library comes, the kernel module is 590.
+	for _, n := range []string{"libcuda.so.1", "libcuda.so.580.159.04", "libnvidia-ml.so.1", "libnvidia-ml.so.580.159.04"} {
+		require.NoError(t, os.Remove(m.host("/usr/local/nvidia/lib64/"+n)))
+	}
+	m.module("590.48.01")
+	m.sys.LDLibraryPath = ""
+	m.driver("/opt/nvidia-590", "590.48.01")
+	m.lib("/opt/nvidia-590/libnvidia-ptxjitcompiler.so.590.48.01", "libnvidia-ptxjitcompiler.so.1", driverStrings("590.48.01")...)
+	m.symlink("libnvidia-ptxjitcompiler.so.590.48.01", "/opt/nvidia-590/libnvidia-ptxjitcompiler.so.1")
+	require.NoError(t, os.Remove(m.host("/opt/nvidia-590/libnvidia-ml.so.1")))
+	m.cache("/opt/nvidia-590")
+	rep = m.diagnose("")
+	assert.True(t, rep.LinkBroken)
+	assert.Equal(t, []doctor.Step{
+		{Op: doctor.OpReplace, Path: "/run/opengl-driver/lib/libcuda.so.1", Target: "/opt/nvidia-590/libcuda.so.1"},
+		{Op: doctor.OpSymlink, Path: "/run/opengl-driver/lib/libnvidia-ptxjitcompiler.so.1", Target: "/opt/nvidia-590/libnvidia-ptxjitcompiler.so.1"},
+		{Op: doctor.OpRemove, Path: "/run/opengl-driver/lib/libnvidia-ml.so.1"},
+		{Op: doctor.OpWrite, Path: doctor.TmpfilesConf, Content: wantConf("/opt/nvidia-590", "libcuda.so.1", "libnvidia-ptxjitcompiler.so.1")},
+	}, rep.Fix.Steps)
+	require.NoError(t, doctor.Apply(*m.sys, rep.Fix))
+	rep = m.diagnose("")
+	assert.Equal(t, 0, rep.Problems(), "%+v", rep.Checks)
+	assert.Equal(t, "590.48.01", rep.LinkDriver)
+	assert.Equal(t, "/opt/nvidia-590/libcuda.so.1", linkTarget(t, m, "libcuda.so.1"))
+	_, err = os.Lstat(m.host("/run/opengl-driver/lib/libnvidia-ml.so.1"))
+	assert.ErrorIs(t, err, os.ErrNotExist)
+	assert.Empty(t, rep.Fix.Steps)
+}
+
+// TestFixConflicts: the fix never overwrites what it did not write: a
+// tmpfiles.d file without its marker, a link or file it did not make, a
+// driver link that is not a directory, NixOS's symbolic link. Apply
+// refuses such a plan and changes nothing.
+func TestFixConflicts(t *testing.T) {
+	setup := func(t *testing.T) *machine {
+		m := newMachine(t)
+		m.module("580.159.04")
+		m.driver(hostDir, "580.159.04")
+		m.cache(hostDir)
+		return m
+	}
+	for _, tc := range []struct {
+		name     string
+		arrange  func(m *machine)
+		conflict string
+	}{
+		{"foreign tmpfiles.d file", func(m *machine) {
+			m.write(m.host(doctor.TmpfilesConf), "d /run/opengl-driver/lib 0755 root root -\n")
+		}, doctor.TmpfilesConf + " exists and cudapatch did not write it"},
+		{"foreign link", func(m *machine) {
+			m.symlink("/opt/elsewhere/libcuda.so.1", "/run/opengl-driver/lib/libcuda.so.1")
+		}, "/run/opengl-driver/lib/libcuda.so.1 is a symbolic link to /opt/elsewhere/libcuda.so.1 that cudapatch did not make"},
+		{"foreign file", func(m *machine) {
+			m.write(m.host("/run/opengl-driver/lib/libnvidia-ml.so.1"), "x")
+		}, "/run/opengl-driver/lib/libnvidia-ml.so.1 is a file cudapatch did not make"},
+		{"link is a file", func(m *machine) {
+			m.write(m.host("/run/opengl-driver/lib"), "x")
+		}, "/run/opengl-driver/lib exists and is not a directory"},
+		{"NixOS", func(m *machine) {
+			require.NoError(m.t, os.MkdirAll(m.host("/nix/store/aaa-graphics-drivers/lib"), 0o755))
+			m.symlink("/nix/store/aaa-graphics-drivers", "/run/opengl-driver")
+		}, "/run/opengl-driver is a symbolic link (on NixOS the system makes it)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := setup(t)
+			tc.arrange(m)
+			before := snapshot(t, m.sys.Root)
+			rep := m.diagnose("")
+			require.NotNil(t, rep.Fix)
+			assert.Contains(t, strings.Join(rep.Fix.Conflicts, "\n"), tc.conflict)
+			err := doctor.Apply(*m.sys, rep.Fix)
+			assert.ErrorContains(t, err, "refusing to overwrite what cudapatch did not write")
+			assert.Equal(t, before, snapshot(t, m.sys.Root))
+		})
+	}
+}
+
+// snapshot records every path under root: file contents and link targets.
+func snapshot(t *testing.T, root string) map[string]string {
+	out := map[string]string{}
+	require.NoError(t, filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		switch {
+		case info.Mode()&os.ModeSymlink != 0:
+			s, _ := os.Readlink(p)
+			out[p] = "-> " + s
+		case info.Mode().IsRegular():
+			b, _ := os.ReadFile(p)
+			out[p] = string(b)
+		default:
+			out[p] = info.Mode().String()
+		}
+		return nil
+	}))
+	return out
 }

@@ -22,16 +22,21 @@ import (
 
 // Store paths of the fixture tree.
 const (
-	Glibc     = "/nix/store/00000000000000000000000000000000-glibc"
-	Interp    = Glibc + "/lib/ld-linux-x86-64.so.2"
-	LibFoo    = "/nix/store/11111111111111111111111111111111-libfoo/lib"
-	Compat    = "/nix/store/22222222222222222222222222222222-cuda_compat/compat"
-	Stubs     = "/nix/store/33333333333333333333333333333333-cudatoolkit/lib/stubs"
-	DriverCp  = "/nix/store/44444444444444444444444444444444-nvidia-x11/lib"
-	Gone      = "/nix/store/55555555555555555555555555555555-gone/lib"
-	LibFoo2   = "/nix/store/66666666666666666666666666666666-libfoo2/lib"
-	Driver    = "/run/opengl-driver/lib"
-	casePrefx = "/nix/store/99999999999999999999999999999999-"
+	Glibc    = "/nix/store/00000000000000000000000000000000-glibc"
+	Interp   = Glibc + "/lib/ld-linux-x86-64.so.2"
+	LibFoo   = "/nix/store/11111111111111111111111111111111-libfoo/lib"
+	Compat   = "/nix/store/22222222222222222222222222222222-cuda_compat/compat"
+	Stubs    = "/nix/store/33333333333333333333333333333333-cudatoolkit/lib/stubs"
+	DriverCp = "/nix/store/44444444444444444444444444444444-nvidia-x11/lib"
+	Gone     = "/nix/store/55555555555555555555555555555555-gone/lib"
+	LibFoo2  = "/nix/store/66666666666666666666666666666666-libfoo2/lib"
+	Driver   = "/run/opengl-driver/lib"
+	// DriverVersion and CompatVersion are the versions the driver link's
+	// and cuda_compat's libcuda carry (the GPU machine's: kernel driver
+	// 580.159.04, compat 580.95.05).
+	DriverVersion = "580.159.04"
+	CompatVersion = "580.95.05"
+	casePrefx     = "/nix/store/99999999999999999999999999999999-"
 )
 
 // Case is one file of the tree.
@@ -91,6 +96,18 @@ func (b *builder) source(name, text string) string {
 func (b *builder) library(p, soname string, extra ...string) string {
 	h := b.tr.Host(p)
 	b.gcc(h, append([]string{"-shared", "-Wl,-soname," + soname, b.src["lib"]}, extra...)...)
+	return h
+}
+
+// libcuda builds a libcuda.so.1 at logical path p that carries the strings
+// a real driver of the version has: the bare version, a device node, a
+// library named after the version.
+func (b *builder) libcuda(p, version string) string {
+	src := b.source("libcuda-"+version+".c", `const char *const strs[] = {"`+version+`", "/dev/nvidia%d", "libnvidia-pkcs11.so.`+version+`", 0};
+int lib(int i) { return strs[i] != 0; }
+`)
+	h := b.tr.Host(p)
+	b.gcc(h, "-shared", "-Wl,-soname,libcuda.so.1", src)
 	return h
 }
 
@@ -219,9 +236,11 @@ int plugin(void) { return 0; }
 
 	// The environment: a driver link with libcuda, a store copy of the
 	// driver, cuda_compat, the toolkit's stubs, libfoo, a system library.
-	cuda := b.library(Driver+"/libcuda.so.1", "libcuda.so.1")
-	b.library(DriverCp+"/libcuda.so.1", "libcuda.so.1")
-	b.library(Compat+"/libcuda.so.1", "libcuda.so.1")
+	// The driver libraries carry their version as real ones do (see
+	// rpath/nvdriver); the stub carries none.
+	cuda := b.libcuda(Driver+"/libcuda.so.1", DriverVersion)
+	b.libcuda(DriverCp+"/libcuda.so.1", DriverVersion)
+	b.libcuda(Compat+"/libcuda.so.1", CompatVersion)
 	b.library(Stubs+"/libcuda.so", "libcuda.so.1")
 	foo := b.library(LibFoo+"/libfoo.so", "libfoo.so")
 	b.library(LibFoo2+"/libfoo.so", "libfoo.so")
