@@ -28,6 +28,7 @@ func lintCommand(g *globals) *cli.Command {
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "output format: `text|json|sarif|junit`", Validator: oneOf("text", "json", "sarif", "junit")},
 			&cli.StringFlag{Name: "driver-link", Value: "/run/opengl-driver/lib", Usage: "the driver link `DIR`"},
 			&cli.StringFlag{Name: "store-dir", Value: "/nix/store", Usage: "the Nix store `DIR`"},
+			&cli.StringFlag{Name: "driver-version", Usage: "the NVIDIA driver `VERSION` the files are to run with (580.159.04); turns on CP021 compat-older-than-driver"},
 			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Usage: "check `N` files at once", DefaultText: "the number of CPUs", Validator: atLeast(1)},
 			&cli.BoolFlag{Name: "list-rules", Usage: "print the rules and exit"},
 		},
@@ -61,6 +62,9 @@ func lintCommand(g *globals) *cli.Command {
 			}
 			if r := cmd.String("root"); r != "" {
 				opts = append(opts, lint.WithRoot(r))
+			}
+			if v := cmd.String("driver-version"); v != "" {
+				opts = append(opts, lint.WithDriverVersion(v))
 			}
 			if n := cmd.Int("jobs"); n != 0 {
 				opts = append(opts, lint.WithJobs(int(n)))

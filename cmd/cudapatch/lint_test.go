@@ -233,3 +233,24 @@ func checkSARIF(t *testing.T, data []byte) {
 		assert.False(t, strings.HasPrefix(u, "/"), "uri %q: relative paths stay relative", u)
 	}
 }
+
+// TestLintDriverVersion: --driver-version turns on CP021 and says which
+// cuda_compat fails with error 803 under that driver (the GPU machine's:
+// compat 580.95.05, driver 580.159.04); a bad version is a usage error.
+func TestLintDriverVersion(t *testing.T) {
+	lintTree(t)
+	file := "root/nix/store/99999999999999999999999999999999-clean-compat/bin/clean-compat"
+	out, errOut, code := runCLI(t, nil, "lint", "--root", "root", file)
+	assert.Equal(t, exitOK, code, out+errOut)
+	out, errOut, code = runCLI(t, nil, "lint", "--root", "root", "--driver-version", "580.159.04", file)
+	assert.Equal(t, exitFindings, code, errOut)
+	assert.Contains(t, out, "  error   CP021 compat-older-than-driver: cuda_compat directory "+linttest.Compat+" holds libcuda 580.95.05, older than the driver 580.159.04 the file is to run with: CUDA fails with error 803")
+	out, _, code = runCLI(t, nil, "lint", "--root", "root", "--driver-version", "580.95.05", file)
+	assert.Equal(t, exitOK, code, out)
+	_, errOut, code = runCLI(t, nil, "lint", "--root", "root", "--driver-version", "580", file)
+	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, "cudapatch: lint: driver version \"580\": want an NVIDIA driver version like 580.159.04\n", errOut)
+	_, errOut, code = runCLI(t, nil, "lint", "--root", "root", "--enable", "CP021", file)
+	assert.Equal(t, exitUsage, code)
+	assert.Equal(t, "cudapatch: lint: rule CP021 compat-older-than-driver needs the target driver version (WithDriverVersion, --driver-version)\n", errOut)
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/bmatcuk/doublestar/v4"
 
 	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/cudapatch/cudapatch/rpath/nvdriver"
 )
 
 // ConfigFile is the name of the configuration file Lint reads at the root
@@ -118,6 +119,9 @@ type config struct {
 	file        *Config // from WithConfig; nil: look at each tree's root
 	jobs        int
 	log         *slog.Logger
+	// driverVersion is the NVIDIA driver the files are to run with
+	// (WithDriverVersion); "" leaves CP021 nothing to compare with.
+	driverVersion string
 }
 
 // Option configures Lint. Options that can be wrong return an error.
@@ -137,6 +141,13 @@ func newConfig(opts []Option) (*config, error) {
 		}
 	}
 	c.driverLinks = []string{c.driverLink, driverLink32(c.driverLink)}
+	if c.driverVersion == "" {
+		for _, id := range c.enable {
+			if r, ok := lookupRule(id); ok && r.ID == CompatTooOld {
+				return nil, fmt.Errorf("rule %s %s needs the target driver version (WithDriverVersion, --driver-version)", r.ID, r.Name)
+			}
+		}
+	}
 	return c, nil
 }
 
@@ -238,6 +249,21 @@ func WithConfig(cfg *Config) Option {
 
 // WithJobs sets how many files are checked at once (default: the number
 // of CPUs).
+// WithDriverVersion names the NVIDIA driver (580.159.04) the files are to
+// run with, and turns on CP021 compat-older-than-driver, which compares
+// with it the libcuda of each cuda_compat directory the loader would take:
+// an older one fails with CUDA error 803 there.
+func WithDriverVersion(v string) Option {
+	return func(c *config) error {
+		if !nvdriver.IsVersion(v) {
+			return fmt.Errorf("driver version %q: want an NVIDIA driver version like 580.159.04", v)
+		}
+		c.driverVersion = v
+		c.enable = append(c.enable, CompatTooOld)
+		return nil
+	}
+}
+
 func WithJobs(n int) Option {
 	return func(c *config) error {
 		if n < 1 {

@@ -19,6 +19,7 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
+	"github.com/cudapatch/cudapatch/rpath/nvdriver"
 )
 
 // KnownDlopeners are fnmatch patterns of libraries that dlopen libcuda.so.1
@@ -105,6 +106,7 @@ func Lint(ctx context.Context, paths []string, opts ...Option) (*Report, error) 
 		dlopener: compile(KnownDlopeners),
 		dirs:     map[string][]string{},
 		ldcfg:    map[[2]int]ldcfgResult{},
+		versions: map[string]string{},
 	}
 	results := make([][]Finding, len(jobs))
 	isELF := make([]bool, len(jobs))
@@ -237,9 +239,10 @@ type linter struct {
 	driver   []*fnmatch.Pattern
 	dlopener []*fnmatch.Pattern
 
-	mu    sync.Mutex
-	dirs  map[string][]string // host directory → names in it; nil: none
-	ldcfg map[[2]int]ldcfgResult
+	mu       sync.Mutex
+	dirs     map[string][]string // host directory → names in it; nil: none
+	ldcfg    map[[2]int]ldcfgResult
+	versions map[string]string // libcuda file (logical) → the version it carries
 }
 
 func compile(patterns []string) []*fnmatch.Pattern {
@@ -280,6 +283,42 @@ func (l *linter) listDir(d string) ([]string, bool) {
 	l.dirs[h] = names
 	l.mu.Unlock()
 	return names, names != nil
+}
+
+// libcudaVersion is the version of dir's libcuda.so.1 (symbolic links
+// followed inside the root): the one it carries, else its file name's; ""
+// when there is none or it says nothing.
+func (l *linter) libcudaVersion(dir string) string {
+	p := path.Join(dir, "libcuda.so.1")
+	name := ""
+	for range 40 {
+		if v := nvdriver.NameVersion(p); v != "" {
+			name = v
+		}
+		t, err := os.Readlink(l.host(p))
+		if err != nil {
+			break
+		}
+		if !path.IsAbs(t) {
+			t = path.Join(path.Dir(p), t)
+		}
+		p = t
+	}
+	l.mu.Lock()
+	v, ok := l.versions[p]
+	l.mu.Unlock()
+	if !ok {
+		if lc, err := nvdriver.ReadLibcudaFile(l.host(p)); err == nil {
+			v = lc.Version
+		}
+		l.mu.Lock()
+		l.versions[p] = v
+		l.mu.Unlock()
+	}
+	if v == "" {
+		v = name
+	}
+	return v
 }
 
 func (l *linter) loaderConfig(class elf.Class, mach elf.Machine) (ldso.Config, error) {
@@ -483,6 +522,13 @@ func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
 		compat := IsCompatDir(e)
 		if compat && driverIdx >= 0 && i > driverIdx {
 			add(CompatAfterDriver, e, "cuda_compat directory %s comes after the driver link %s, so the driver's libcuda wins: put compat first", e, l.driverLink)
+		}
+		if compat && l.driverVersion != "" && (driverIdx < 0 || i < driverIdx) {
+			if dir, ok := expandOrigin(e, origin); ok {
+				if v := l.libcudaVersion(dir); v != "" && nvdriver.Compare(v, l.driverVersion) < 0 {
+					add(CompatTooOld, e, "cuda_compat directory %s holds libcuda %s, older than the driver %s the file is to run with: CUDA fails with error 803 (unsupported display driver / cuda driver combination); build it without cuda_compat for that driver, or with a cuda_compat of %s or newer", e, v, l.driverVersion, l.driverVersion)
+				}
+			}
 		}
 		dir, expanded := expandOrigin(e, origin)
 		if !expanded || l.isDriverLink(e) {

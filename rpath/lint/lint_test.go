@@ -29,13 +29,15 @@ func rulesByFile(rep *lint.Report) map[string][]string {
 	return out
 }
 
-// TestOneFaultPerRule lints the fixture tree with every rule on: each
-// planted file draws exactly its rule, each clean file nothing, and every
-// rule is exercised. A file without a resolution-cache note that could
-// have one also draws CP020, which is off by default.
+// TestOneFaultPerRule lints the fixture tree with every rule on, for a
+// driver of linttest.CompatVersion: each planted file draws exactly its
+// rule, each clean file nothing, and every rule is exercised. A file
+// without a resolution-cache note that could have one also draws CP020,
+// which is off by default.
 func TestOneFaultPerRule(t *testing.T) {
 	tr := linttest.Build(t)
-	rep, err := lint.Lint(context.Background(), []string{tr.Store}, lint.WithRoot(tr.Root), lint.WithEnable("all"))
+	rep, err := lint.Lint(context.Background(), []string{tr.Store}, lint.WithRoot(tr.Root), lint.WithEnable("all"),
+		lint.WithDriverVersion(linttest.CompatVersion))
 	require.NoError(t, err)
 	got := rulesByFile(rep)
 	covered := map[string]bool{}
@@ -73,10 +75,65 @@ func TestCleanTree(t *testing.T) {
 			clean = append(clean, c.Host)
 		}
 	}
-	rep, err := lint.Lint(context.Background(), clean, lint.WithRoot(tr.Root), lint.WithEnable("all"))
+	rep, err := lint.Lint(context.Background(), clean, lint.WithRoot(tr.Root), lint.WithEnable("all"),
+		lint.WithDriverVersion(linttest.CompatVersion))
 	require.NoError(t, err)
 	assert.Empty(t, rep.Findings)
 	assert.Len(t, rep.Files, len(clean))
+}
+
+// TestDriverVersion: CP021 compares the cuda_compat libcuda a file would
+// take with the driver it is to run with. The GPU machine's case: compat
+// 580.95.05 under the driver 580.159.04 fails with error 803; under
+// 580.95.05 or older it works. The version is what the library carries,
+// else its file name's. Without a version the rule is off, and turning it
+// on without one is an error.
+func TestDriverVersion(t *testing.T) {
+	tr := linttest.Build(t)
+	ctx := context.Background()
+	compat := caseHost(t, tr, "clean-compat")
+	old := caseHost(t, tr, "compat-older-than-driver")
+	for _, tc := range []struct {
+		version   string
+		compat    bool // clean-compat (580.95.05) draws CP021
+		oldCompat bool // compat-older-than-driver (575.57.08) draws CP021
+	}{
+		{"580.159.04", true, true},
+		{"580.95.05", false, true},
+		{"575.57.08", false, false},
+		{"570.86.10", false, false},
+	} {
+		rep, err := lint.Lint(ctx, []string{compat, old}, lint.WithRoot(tr.Root), lint.WithDriverVersion(tc.version))
+		require.NoError(t, err)
+		var got []string
+		for _, f := range rep.Findings {
+			if f.Rule == lint.CompatTooOld {
+				got = append(got, f.Path)
+				assert.Equal(t, lint.Error, f.Severity)
+			}
+		}
+		var want []string
+		if tc.compat {
+			want = append(want, compat)
+		}
+		if tc.oldCompat {
+			want = append(want, old)
+		}
+		assert.Equal(t, want, got, "driver %s", tc.version)
+		if tc.compat {
+			assert.Equal(t, "cuda_compat directory "+linttest.Compat+" holds libcuda 580.95.05, older than the driver 580.159.04 the file is to run with: CUDA fails with error 803 (unsupported display driver / cuda driver combination); build it without cuda_compat for that driver, or with a cuda_compat of 580.159.04 or newer", rep.Findings[0].Message)
+		}
+	}
+	rep, err := lint.Lint(ctx, []string{compat, old}, lint.WithRoot(tr.Root), lint.WithEnable("all"))
+	require.NoError(t, err)
+	assert.NotContains(t, rulesByFile(rep)[old], lint.CompatTooOld, "no version, nothing to compare")
+	_, err = lint.Lint(ctx, []string{compat}, lint.WithRoot(tr.Root), lint.WithEnable("compat-older-than-driver"))
+	assert.ErrorContains(t, err, "CP021 compat-older-than-driver needs the target driver version")
+	_, err = lint.Lint(ctx, []string{compat}, lint.WithRoot(tr.Root), lint.WithDriverVersion("580"))
+	assert.ErrorContains(t, err, `driver version "580": want an NVIDIA driver version like 580.159.04`)
+	rep, err = lint.Lint(ctx, []string{old}, lint.WithRoot(tr.Root), lint.WithDriverVersion("580.159.04"), lint.WithDisable("CP021"))
+	require.NoError(t, err)
+	assert.Empty(t, rep.Findings, "disabled wins over the version's enabling")
 }
 
 func caseHost(t *testing.T, tr *linttest.Tree, name string) string {

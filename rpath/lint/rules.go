@@ -92,6 +92,7 @@ const (
 	NoteMalformed      = "CP018"
 	NoteUnloaded       = "CP019"
 	NoteMissing        = "CP020"
+	CompatTooOld       = "CP021"
 )
 
 // rules is the table of every rule, in ID order. It is never modified.
@@ -116,6 +117,7 @@ var rules = []Rule{
 	{NoteMalformed, "ldcache-malformed", "the resolution-cache note is malformed, or the loader ignores it", Error, true},
 	{NoteUnloaded, "ldcache-unloaded", "the resolution-cache note is in no PT_NOTE segment: the loader never reads it", Warning, true},
 	{NoteMissing, "ldcache-missing", "a dynamic file with dependencies and a DT_RUNPATH has no resolution-cache note", Info, false},
+	{CompatTooOld, "compat-older-than-driver", "a cuda_compat libcuda the loader takes is older than the target driver (--driver-version): CUDA error 803", Error, false},
 }
 
 // Rules returns every rule, in ID order.

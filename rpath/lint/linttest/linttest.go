@@ -36,7 +36,11 @@ const (
 	// 580.159.04, compat 580.95.05).
 	DriverVersion = "580.159.04"
 	CompatVersion = "580.95.05"
-	casePrefx     = "/nix/store/99999999999999999999999999999999-"
+	// OldCompat holds a cuda_compat libcuda older than CompatVersion,
+	// behind its versioned file name.
+	OldCompat        = "/nix/store/77777777777777777777777777777777-cuda_compat-575/compat"
+	OldCompatVersion = "575.57.08"
+	casePrefx        = "/nix/store/99999999999999999999999999999999-"
 )
 
 // Case is one file of the tree.
@@ -101,9 +105,13 @@ func (b *builder) library(p, soname string, extra ...string) string {
 
 // libcuda builds a libcuda.so.1 at logical path p that carries the strings
 // a real driver of the version has: the bare version, a device node, a
-// library named after the version.
+// library named after the version; with version "", the device node only.
 func (b *builder) libcuda(p, version string) string {
-	src := b.source("libcuda-"+version+".c", `const char *const strs[] = {"`+version+`", "/dev/nvidia%d", "libnvidia-pkcs11.so.`+version+`", 0};
+	strs := `"/dev/nvidia%d"`
+	if version != "" {
+		strs += `, "` + version + `", "libnvidia-pkcs11.so.` + version + `"`
+	}
+	src := b.source("libcuda-"+version+".c", `const char *const strs[] = {`+strs+`, 0};
 int lib(int i) { return strs[i] != 0; }
 `)
 	h := b.tr.Host(p)
@@ -241,6 +249,10 @@ int plugin(void) { return 0; }
 	cuda := b.libcuda(Driver+"/libcuda.so.1", DriverVersion)
 	b.libcuda(DriverCp+"/libcuda.so.1", DriverVersion)
 	b.libcuda(Compat+"/libcuda.so.1", CompatVersion)
+	b.libcuda(OldCompat+"/libcuda.so."+OldCompatVersion, "") // known by its name only
+	if err := os.Symlink("libcuda.so."+OldCompatVersion, b.tr.Host(OldCompat+"/libcuda.so.1")); err != nil {
+		tb.Fatal(err)
+	}
 	b.library(Stubs+"/libcuda.so", "libcuda.so.1")
 	foo := b.library(LibFoo+"/libfoo.so", "libfoo.so")
 	b.library(LibFoo2+"/libfoo.so", "libfoo.so")
@@ -295,6 +307,9 @@ int plugin(void) { return 0; }
 	b.tr.Cases = append(b.tr.Cases, Case{"dlopen-note-driver-link-missing", "CP001", plugin, h, false})
 	b.exe("driver-shadowed", "CP002", "cuda", str(DriverCp+":"+Driver+":"+LibFoo), rp, Interp)
 	b.exe("compat-after-driver", "CP003", "cuda", str(Driver+":"+Compat+":"+LibFoo), rp, Interp)
+	// Under a driver of CompatVersion (the tests' WithDriverVersion),
+	// OldCompat's libcuda fails with error 803; Compat's, equal, does not.
+	b.exe("compat-older-than-driver", "CP021", "cuda", str(OldCompat+":"+Driver+":"+LibFoo), rp, Interp)
 	b.exe("stub-dir", "CP004", "cuda", str(Driver+":"+LibFoo+":"+Stubs), rp, Interp)
 	b.exe("build-dir-leak", "CP005", "foo", str("/build/source/lib:"+LibFoo), rp, Interp)
 	b.exe("relative-entry", "CP006", "foo", str("lib:"+LibFoo), rp, Interp)
