@@ -705,17 +705,19 @@ func (d *doctor) program(file string) error {
 			break
 		}
 	}
+	var callers []string
+	dlopeners := 0
 	if where == "" {
 		// The known dlopeners are the ones that open libcuda; the file
 		// itself only when it loads none (a program that links the CUDA
 		// runtime statically).
-		var callers []string
 		for _, n := range tr.Needs {
 			if n.Found() && !n.AlreadyLoaded && matchAny(lint.KnownDlopeners, n.Path) {
 				callers = append(callers, path.Clean(n.Path))
 			}
 		}
-		if len(callers) == 0 {
+		dlopeners = len(callers)
+		if dlopeners == 0 {
 			callers = []string{file}
 		}
 		for _, c := range callers {
@@ -726,7 +728,16 @@ func (d *doctor) program(file string) error {
 		}
 	}
 	if where == "" {
-		d.add("program-libcuda", StatusInfo, nil, "%s neither needs libcuda.so.1 nor loads a known dlopener that would find it", file)
+		if dlopeners > 0 {
+			fix := []string{"cudapatch " + callers[0] + "   # puts the driver link in its RUNPATH"}
+			if d.rep.LinkBroken {
+				fix = d.linkFix()
+			}
+			d.add("program-libcuda", StatusProblem, fix,
+				"%s loads %s, which dlopens libcuda.so.1, and the loader would find none (LD_LIBRARY_PATH, its RUNPATH, ld.so.cache, the default directories): CUDA fails with \"no CUDA-capable device is detected\"", file, callers[0])
+			return nil
+		}
+		d.add("program-libcuda", StatusInfo, nil, "%s neither needs libcuda.so.1 nor loads a known dlopener", file)
 		return nil
 	}
 	requester = path.Clean(requester)

@@ -223,6 +223,16 @@ func TestProgramLibcuda(t *testing.T) {
 	assert.Equal(t, doctor.StatusProblem, c.Status)
 	assert.Contains(t, c.Message, "dlopen from /opt/cudart/lib/libcudart.so.12")
 
+	// A dlopener that finds no libcuda at all.
+	m.lib("/opt/cudart3/lib/libcudart.so.12", "libcudart.so.12")
+	m.SetRunPath("/opt/cudart3/lib/libcudart.so.12", "/run/opengl-driver-missing/lib")
+	c = check(t, m.diagnose(m.program("/opt/cudart3/lib", "libcudart.so.12")), "program-libcuda")
+	assert.Equal(t, doctor.StatusProblem, c.Status)
+	assert.Equal(t, "/opt/app/bin/app loads /opt/cudart3/lib/libcudart.so.12, which dlopens libcuda.so.1, and the loader would find none (LD_LIBRARY_PATH, its RUNPATH, ld.so.cache, the default directories): CUDA fails with \"no CUDA-capable device is detected\"", c.Message)
+	// Neither needed nor dlopened.
+	c = check(t, m.diagnose(m.program("/opt/nothing")), "program-libcuda")
+	assert.Equal(t, doctor.StatusInfo, c.Status)
+
 	// The stub is known by its contents too, wherever it lies.
 	m.lib("/opt/cudart2/lib/libcudart.so.12", "libcudart.so.12")
 	m.stub("/opt/copied")
