@@ -172,6 +172,16 @@ cudaPatchelf() {
     if [[ -n ${autoPatchelfRelativeRpaths-} ]]; then
         args+=(--relative-rpaths)
     fi
+    # A derivation opts out of resolution notes with dontGenerateLDCache,
+    # generate-ld-cache's own variable. The take-over sets that variable to
+    # keep generate-ld-cache from running after cudapatch, so the value the
+    # derivation gave is the one recorded before.
+    if [[ -n ${_cudaPatchelfDontGenerateLDCache-${dontGenerateLDCache-}} ]]; then
+        args+=(--no-resolution-cache)
+    fi
+    if [[ -n ${_cudaPatchelfShrinkKept-} ]]; then
+        args+=(--shrink-kept)
+    fi
     if ((${#patchelfFlagsArray[@]} > 0)); then
         _cudaPatchelfLog "ignoring patchelfFlags (${patchelfFlagsArray[*]}): cudapatch does not run patchelf"
     fi
@@ -200,6 +210,25 @@ _cudaPatchelfDisabled() {
     [[ -n ${dontCudaPatchelf-} || -n ${dontAutoPatchelf-} ]]
 }
 
+# _cudaPatchelfOutputs: the outputs cudaPatchelfPostFixup patches, one a line.
+_cudaPatchelfOutputs() {
+    local output
+    for output in $(getAllOutputNames); do
+        [[ $output == debug ]] && continue
+        [[ -e ${!output} ]] || continue
+        printf '%s\n' "${!output}"
+    done
+}
+
+# _cudaPatchelfPatchesOutput DIR: whether cudaPatchelfPostFixup patches DIR.
+_cudaPatchelfPatchesOutput() {
+    local dir
+    while IFS= read -r dir; do
+        [[ $dir == "$1" ]] && return 0
+    done < <(_cudaPatchelfOutputs)
+    return 1
+}
+
 cudaPatchelfPostFixup() {
     if _cudaPatchelfDisabled; then
         _cudaPatchelfLog "skipped: dontCudaPatchelf or dontAutoPatchelf is set"
@@ -207,11 +236,9 @@ cudaPatchelfPostFixup() {
     fi
     local -a paths=()
     local output
-    for output in $(getAllOutputNames); do
-        [[ $output == debug ]] && continue
-        [[ -e ${!output} ]] || continue
-        paths+=("${!output}")
-    done
+    while IFS= read -r output; do
+        paths+=("$output")
+    done < <(_cudaPatchelfOutputs)
     ((${#paths[@]} > 0)) || return 0
     cudaPatchelf -- "${paths[@]}"
 }
@@ -233,6 +260,9 @@ _cudaPatchelfTakeOverWhat() {
         echo autoAddCudaCompatRunpath
         ;;
     "autoFixElfFiles removeStubsFromRunpath") echo removeStubsFromRunpathHook ;;
+    # generate-ld-cache since it moved to postFixup (registered from
+    # preFixup, after autoPatchelfHook's entry).
+    _generateLDCacheAllOutputs) echo generate-ld-cache ;;
     *) return 1 ;;
     esac
 }
@@ -274,6 +304,64 @@ _cudaPatchelfTakeOver() {
         fi
     done
     postFixupHooks=("${kept[@]}")
+    _cudaPatchelfTakeOverLDCache
+    _cudaPatchelfTakeOverShrink
+}
+
+# patchelf's setup hook runs `patchelf --shrink-rpath` over every ELF file
+# of every output in fixupOutput, a whole-file rewrite each, before
+# cudapatch rewrites the RUNPATH anyway. For the outputs cudapatch patches,
+# it shrinks the RUNPATHs it keeps itself (--shrink-kept) in the same
+# write, so the pass is dropped there; other outputs (debug) keep it.
+# shellcheck disable=SC2016 # The entries are code, expanded when they run.
+_cudaPatchelfTakeOverShrink() {
+    [[ -z ${dontPatchELF-} ]] || return 0
+    local -a kept=()
+    local entry took=
+    for entry in ${fixupOutputHooks+"${fixupOutputHooks[@]}"}; do
+        if [[ $entry == *'patchELF "$prefix"'* && $entry != *_cudaPatchelfPatchesOutput* ]]; then
+            _cudaPatchelfLog "taking over fixupOutputHooks entry '$entry' of patchelf's setup hook" \
+                "for the outputs cudapatch patches: cudapatch shrinks the RUNPATHs it keeps in the same write"
+            entry='if [ -z "${dontPatchELF-}" ] && ! _cudaPatchelfPatchesOutput "$prefix"; then patchELF "$prefix"; fi'
+            took=1
+        fi
+        kept+=("$entry")
+    done
+    fixupOutputHooks=(${kept+"${kept[@]}"})
+    if [[ -n $took ]]; then
+        declare -g _cudaPatchelfShrinkKept=1
+    fi
+}
+
+# generate-ld-cache writes each ELF file's resolution note
+# (.note.nixos.ldcache) with `patchelf --build-resolution-cache`: from the
+# vendor's RUNPATH when it runs in fixupOutput, before cudapatch (the note
+# then disagrees with the RUNPATH cudapatch writes), or by rewriting every
+# file once more after cudapatch in postFixup. cudapatch writes the note in
+# the same edit as the RUNPATH, so the hook's entries are dropped, and,
+# because its postFixup variant registers itself from preFixup, possibly
+# after this function has run, its own opt-out is set too. The
+# derivation's dontGenerateLDCache is recorded first: it still turns the
+# notes off (cudapatch --no-resolution-cache).
+_cudaPatchelfTakeOverLDCache() {
+    declare -F generateLDCache >/dev/null || declare -F _registerGenerateLDCache >/dev/null || return 0
+    declare -g _cudaPatchelfDontGenerateLDCache=${dontGenerateLDCache-}
+    local -a kept=()
+    local entry
+    for entry in ${fixupOutputHooks+"${fixupOutputHooks[@]}"}; do
+        if [[ $entry == *generateLDCache* ]]; then
+            _cudaPatchelfLog "taking over fixupOutputHooks entry '$entry' of generate-ld-cache:" \
+                "cudapatch writes each file's resolution note with its RUNPATH"
+            continue
+        fi
+        kept+=("$entry")
+    done
+    fixupOutputHooks=(${kept+"${kept[@]}"})
+    if [[ -z ${dontGenerateLDCache-} ]]; then
+        _cudaPatchelfLog "setting dontGenerateLDCache: cudapatch writes each file's" \
+            "resolution note with its RUNPATH, generate-ld-cache must not rewrite them afterwards"
+    fi
+    declare -g dontGenerateLDCache=1
 }
 
 preFixupHooks+=(_cudaPatchelfTakeOver)

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
 )
 
 // DriverLibraries are fnmatch patterns of the libraries that come with the
@@ -73,4 +74,18 @@ func IsStubDir(dir string) bool {
 	}
 	base := filepath.Base(dir)
 	return (base == "lib" || base == "lib64") && strings.HasSuffix(filepath.Base(filepath.Dir(dir)), "-stubs")
+}
+
+// ResolutionRules are the rules every resolution note cudapatch writes
+// follows (see ldcache.Rules), given the driver link directories: they are
+// run-time-only directories, never probed at build time; the driver's
+// libraries (DriverLibraries) get no "=" element after them; stub
+// directories give no element at all. Lint checks notes with the same
+// rules.
+func ResolutionRules(driverLinks ...string) ldcache.Rules {
+	return newDriverMatcher(DriverLibraries).rules(driverLinks)
+}
+
+func (m driverMatcher) rules(driverLinks []string) ldcache.Rules {
+	return ldcache.Rules{RunTimeOnly: driverLinks, Restricted: m.match, Excluded: IsStubDir}
 }

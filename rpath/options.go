@@ -16,6 +16,9 @@ import (
 // libraries.
 const DefaultDriverLink = "/run/opengl-driver/lib"
 
+// DefaultDriverLink32 is the driver link of 32-bit x86 programs.
+const DefaultDriverLink32 = "/run/opengl-driver-32/lib"
+
 // DriverLinkPolicy says which files get the driver link in their RUNPATH.
 type DriverLinkPolicy string
 
@@ -52,6 +55,8 @@ type config struct {
 	ignoreMissing   []*fnmatch.Pattern
 	driverLibs      driverMatcher
 	buildDirs       []string
+	noteCache       bool
+	shrinkKept      bool
 	dryRun          bool
 	sync            bool
 	jobs            int
@@ -74,6 +79,7 @@ func newConfig(opts []Option) (*config, error) {
 		driverLinkFor: DriverLinkAll,
 		driverLibs:    newDriverMatcher(DriverLibraries),
 		buildDirs:     []string{"/build"},
+		noteCache:     true,
 		jobs:          runtime.NumCPU(),
 		log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 		newIndex: func(ctx context.Context, c *config, roots []string) (resolver, error) {
@@ -267,6 +273,25 @@ func WithDriverLibraries(patterns ...string) Option {
 // $NIX_BUILD_TOP and $TMPDIR inside a Nix build).
 func WithBuildDirs(dirs ...string) Option {
 	return func(c *config) error { c.buildDirs = dirs; return nil }
+}
+
+// WithResolutionCache writes, in the same edit as the RUNPATH, the
+// resolution note nixpkgs' loader reads before DT_RUNPATH (the default), or
+// not: a note is then only removed where it no longer agrees with the
+// file's RUNPATH and DT_NEEDED.
+func WithResolutionCache(on bool) Option {
+	return func(c *config) error { c.noteCache = on; return nil }
+}
+
+// WithShrinkKept shrinks the search path of every file whose RUNPATH
+// cudapatch does not set (nothing to resolve: auto-patchelf leaves such a
+// file as it is) the way patchelf --shrink-rpath does: entries that hold
+// no needed library of the file's machine go, entries that are not
+// absolute stay, DT_RPATH becomes DT_RUNPATH. With it, cudapatch does the
+// work of the --shrink-rpath pass nixpkgs' fixupPhase makes over every ELF
+// file, in the same write.
+func WithShrinkKept(on bool) Option {
+	return func(c *config) error { c.shrinkKept = on; return nil }
 }
 
 // WithDryRun decides and verifies everything but writes nothing.

@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
 )
 
 // Errors Patch returns, wrapped; the CLI maps them to exit codes.
@@ -54,20 +55,24 @@ type Dep struct {
 
 // File is the decision about one file.
 type File struct {
-	Path           string           `json:"path"`
-	Root           string           `json:"root,omitempty"` // the path to patch it was found under
-	Kind           elfedit.Kind     `json:"kind,omitempty"`
-	Skipped        string           `json:"skipped,omitempty"`
-	OldInterpreter string           `json:"old_interpreter,omitempty"`
-	Interpreter    string           `json:"interpreter,omitempty"`
-	OldRunPath     *string          `json:"old_runpath,omitempty"`
-	OldRPath       *string          `json:"old_rpath,omitempty"`
-	RunPath        string           `json:"runpath,omitempty"`
-	Deps           []Dep            `json:"deps,omitempty"`
-	Changed        bool             `json:"changed"`
-	Strategy       elfedit.Strategy `json:"strategy,omitempty"`
-	Written        int64            `json:"bytes_written,omitempty"`
-	Errors         []string         `json:"errors,omitempty"`
+	Path           string       `json:"path"`
+	Root           string       `json:"root,omitempty"` // the path to patch it was found under
+	Kind           elfedit.Kind `json:"kind,omitempty"`
+	Skipped        string       `json:"skipped,omitempty"`
+	OldInterpreter string       `json:"old_interpreter,omitempty"`
+	Interpreter    string       `json:"interpreter,omitempty"`
+	OldRunPath     *string      `json:"old_runpath,omitempty"`
+	OldRPath       *string      `json:"old_rpath,omitempty"`
+	RunPath        string       `json:"runpath,omitempty"`
+	Deps           []Dep        `json:"deps,omitempty"`
+	// ResolutionCache is the note written for the file's final RUNPATH
+	// (see rpath/ldcache), Note what happened to it.
+	ResolutionCache ldcache.Cache    `json:"resolution_cache,omitempty"`
+	Note            string           `json:"note,omitempty"`
+	Changed         bool             `json:"changed"`
+	Strategy        elfedit.Strategy `json:"strategy,omitempty"`
+	Written         int64            `json:"bytes_written,omitempty"`
+	Errors          []string         `json:"errors,omitempty"`
 
 	edit    elfedit.Edit
 	strSize int // dynamic string table size when decided, for the write phase's gate
@@ -490,11 +495,21 @@ func (c *config) decide(fd found, ix resolver, t target) *File {
 	if out.RunPath != "" {
 		rp := out.RunPath
 		e.SetPath = &rp
+	} else if c.shrinkKept {
+		shrinkKept(info, &e)
+		if e.SetPath != nil {
+			out.RunPath = *e.SetPath
+		}
 	}
 	if info.Interpreter != "" && c.interpreter != "" {
 		ip := c.interpreter
 		e.Interpreter = &ip
 		out.Interpreter = ip
+	}
+	out.ResolutionCache, out.Note, err = c.resolutionNote(f, info.Needed, finalPath(info, &e), &e)
+	if err != nil {
+		out.Errors = append(out.Errors, err.Error())
+		return out
 	}
 	plan, err := f.Plan(e)
 	if err != nil {

@@ -41,6 +41,8 @@ func patchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "relativize-rpath", Usage: "make entries under the PATH a file was found under relative to the file"},
 		&cli.BoolFlag{Name: "ignore-existing", Usage: "do not index the libraries of the PATHs being patched, only the search directories"},
 		&cli.StringSliceFlag{Name: "ignore-missing", Usage: "ignore missing libraries whose name matches `PATTERN` (Python fnmatch; repeatable)"},
+		&cli.BoolFlag{Name: "no-resolution-cache", Usage: "write no resolution note (.note.nixos.ldcache); stale ones are still removed"},
+		&cli.BoolFlag{Name: "shrink-kept", Usage: "shrink the RUNPATH of files cudapatch gives none, as patchelf --shrink-rpath (the hook's take-over of fixupPhase's shrink pass)"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "decide and verify, write nothing"},
 		&cli.BoolFlag{Name: "json", Usage: "print the report of every decision as JSON"},
 		&cli.BoolFlag{Name: "structured-logs", Usage: "print auto-patchelf's JSON-lines events instead of one line per changed file"},
@@ -159,6 +161,8 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
 		rpath.WithRelativizeRpath(cmd.Bool("relativize-rpath")),
 		rpath.WithIgnoreExisting(cmd.Bool("ignore-existing")),
 		rpath.WithIgnoreMissing(cmd.StringSlice("ignore-missing")...),
+		rpath.WithResolutionCache(!cmd.Bool("no-resolution-cache")),
+		rpath.WithShrinkKept(cmd.Bool("shrink-kept")),
 		rpath.WithDryRun(cmd.Bool("dry-run")),
 		rpath.WithJobs(jobs),
 		rpath.WithSync(cmd.Bool("sync")),
@@ -223,8 +227,17 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 				old = *f.OldRPath + " (RPATH)"
 			}
 			line := fmt.Sprintf("%s: RUNPATH %s -> %s", f.Path, old, f.RunPath)
+			if f.RunPath == "" {
+				line = fmt.Sprintf("%s: RUNPATH %s kept", f.Path, old)
+			}
 			if f.Interpreter != "" && f.Interpreter != f.OldInterpreter {
 				line += fmt.Sprintf("; interpreter %s -> %s", f.OldInterpreter, f.Interpreter)
+			}
+			switch f.Note {
+			case rpath.NoteWritten:
+				line += fmt.Sprintf("; resolution note for %d names", len(f.ResolutionCache))
+			case rpath.NoteRemoved:
+				line += "; resolution note removed"
 			}
 			fmt.Fprintln(g.stdout, line)
 		}

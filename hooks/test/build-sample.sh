@@ -6,6 +6,7 @@
 #   OUTDIR/prebuilt/out/bin/app       NEEDED libfoo.so libdep.so; prints "sample 42"
 #   OUTDIR/prebuilt/out/lib/libfoo.so NEEDED libdep.so
 #   OUTDIR/prebuilt/out/lib/libgpu.so NEEDED libcuda.so.1 (driver only)
+#   OUTDIR/prebuilt/out/lib/libplain.so NEEDED libc.so.6 only: nothing to resolve
 #   OUTDIR/prebuilt/out/share/README  not an ELF file
 #   OUTDIR/prebuilt/debug/lib/libfoo.so  a copy in the debug output
 #   OUTDIR/toolchain.env              interp= and libc= of the host toolchain
@@ -41,6 +42,8 @@ lib=$out/prebuilt/out/lib
 "$cc" -shared -fPIC -o "$lib/libgpu.so" -Wl,-soname,libgpu.so \
 	-Wl,--enable-new-dtags,-rpath,$old "$src/gpu.c" \
 	"$tmp/libcuda.so.1"
+"$cc" -shared -fPIC -o "$lib/libplain.so" -Wl,-soname,libplain.so \
+	-Wl,--enable-new-dtags,-rpath,$old "$src/dep.c"
 "$cc" -o "$out/prebuilt/out/bin/app" "$src/app.c" \
 	-Wl,--enable-new-dtags,-rpath,$old -Wl,--dynamic-linker=/nonexistent/ld.so \
 	-Wl,--no-as-needed -L"$lib" -lfoo -L"$out/deps/dep/lib" -ldep

@@ -74,6 +74,11 @@ want
 $want"
 }
 
+# has_note FILE: whether FILE carries the resolution note in a PT_NOTE.
+has_note() {
+	readelf -nW "$1" | grep -q 'NixOS.*0x63a86cb6'
+}
+
 expect_runs() {
 	local got
 	got=$(env -u LD_LIBRARY_PATH "$1" 2>&1) || true
@@ -142,6 +147,23 @@ prePhases+=(removeStubsFromRunpathHookRegistration)
 removeStubsFromRunpathHookRegistration() {
   postFixupHooks+=("autoFixElfFiles removeStubsFromRunpath")
 }')
+# patchelf's setup hook (its shrink pass) and generate-ld-cache, in both the
+# shapes nixpkgs has had: a fixupOutputHooks entry, and a postFixupHooks
+# entry registered from preFixup (after autoPatchelfHook's).
+fake_shrink=$(fakehook patchelf '
+fixupOutputHooks+=('"'"'if [ -z "${dontPatchELF-}" ]; then patchELF "$prefix"; fi'"'"')
+patchELF() { echo "ran patchELF ${1##*/}" >>"$HOOKLOG"; }')
+fake_ldcache_fixup=$(fakehook generate-ld-cache-fixup '
+fixupOutputHooks+=('"'"'if [ -z "${dontGenerateLDCache-}" ]; then generateLDCache "$prefix"; fi'"'"')
+generateLDCache() { echo "ran generateLDCache ${1##*/}" >>"$HOOKLOG"; }')
+fake_ldcache_post=$(fakehook generate-ld-cache-post '
+preFixupHooks+=(_registerGenerateLDCache)
+_registerGenerateLDCache() { postFixupHooks+=(_generateLDCacheAllOutputs); }
+_generateLDCacheAllOutputs() {
+  if [ -n "${dontGenerateLDCache-}" ]; then return 0; fi
+  echo "ran _generateLDCacheAllOutputs" >>"$HOOKLOG"
+}
+generateLDCache() { echo "ran generateLDCache ${1##*/}" >>"$HOOKLOG"; }')
 # Registered between others: sees the hook list and app's RUNPATH when it runs.
 bystander=$(fakehook bystander '
 bystanderPostFixup() {
@@ -347,6 +369,59 @@ if ((status == 0)) || [[ -e $dir/done ]]; then
 fi
 expect_log "$dir/build.log" "could not satisfy dependency libfoo.so wanted by $out/bin/app"
 expect_no_log "$dir/build.log" "ignoring autoPatchelfFlags"
+
+# --- 8: generate-ld-cache (postFixup shape, registered after this hook) and
+# patchelf's shrink pass are taken over: every patched file gets its note
+# from cudapatch, the debug output (not patched) still gets the shrink pass,
+# and generate-ld-cache runs on nothing.
+build ldcache-post \
+	nativeBuildInputs="$fake_shrink $hook_nocompat $fake_ldcache_post" buildInputs="$dep" \
+	cudaPatchelfFlags="--driver-link-for needed"
+if expect_success; then
+	expect_runpath "$out/bin/app" "$out/lib:$dep/lib"
+	expect_runpath "$out/lib/libgpu.so" "$driver"
+	# Nothing to resolve: kept, and shrunk as patchelf --shrink-rpath would.
+	expect_runpath "$out/lib/libplain.so" ""
+	expect_runpath "$debug/lib/libfoo.so" /opt/vendor/lib
+	for f in "$out/bin/app" "$out/lib/libfoo.so" "$out/lib/libgpu.so"; do
+		has_note "$f" || fail "${f#"$WORK"/}: no resolution note"
+	done
+	if has_note "$out/lib/libplain.so"; then fail "libplain.so: a note without a search path"; fi
+	expect_runs "$out/bin/app"
+	expect_hooklog "ran patchELF debug" "autoPatchelf is cudaPatchelf"
+	log=$dir/build.log
+	expect_log "$log" "taking over fixupOutputHooks entry 'if [ -z \"\${dontPatchELF-}\" ]; then patchELF \"\$prefix\"; fi' of patchelf's setup hook"
+	expect_log "$log" "setting dontGenerateLDCache"
+fi
+
+# --- 9: the fixupOutput shape of generate-ld-cache, and dontGenerateLDCache:
+# no note is written, none is generated, dontPatchELF keeps the shrink pass
+# out of it.
+build ldcache-fixup-off \
+	nativeBuildInputs="$fake_ldcache_fixup $fake_shrink $hook_nocompat" buildInputs="$dep" \
+	dontGenerateLDCache=1 dontPatchELF=1
+if expect_success; then
+	expect_runpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
+	for f in "$out/bin/app" "$out/lib/libfoo.so" "$out/lib/libgpu.so"; do
+		if has_note "$f"; then fail "${f#"$WORK"/}: a note despite dontGenerateLDCache"; fi
+	done
+	expect_runs "$out/bin/app"
+	expect_hooklog "autoPatchelf is cudaPatchelf"
+	log=$dir/build.log
+	expect_log "$log" "taking over fixupOutputHooks entry 'if [ -z \"\${dontGenerateLDCache-}\" ]; then generateLDCache \"\$prefix\"; fi' of generate-ld-cache"
+	expect_no_log "$log" "of patchelf's setup hook"
+fi
+
+# --- 10: the fixupOutput shape of generate-ld-cache, notes on.
+build ldcache-fixup \
+	nativeBuildInputs="$fake_ldcache_fixup $hook_compat" buildInputs="$dep"
+if expect_success; then
+	has_note "$out/bin/app" || fail "app: no resolution note"
+	readelf -p .note.nixos.ldcache "$out/bin/app" | grep -qF "=$compat/libcuda.so.1" &&
+		fail "app: a compat libcuda that does not exist is in the note"
+	expect_runs "$out/bin/app"
+	expect_hooklog "autoPatchelf is cudaPatchelf"
+fi
 
 if ((failures > 0)); then
 	echo "$failures assertion(s) failed; scratch tree kept in $WORK"

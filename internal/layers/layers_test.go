@@ -41,10 +41,11 @@ func TestLayers(t *testing.T) {
 		// and resolution-cache notes through ldcache.
 		{"rpath/ldso", []string{module + "/rpath/elfedit", module + "/rpath/ldcache"}},
 		// Policy: the engine, fnmatch; no CLI, no terminal, no progress bars.
-		{"rpath", []string{module + "/rpath/elfedit", module + "/rpath/fnmatch"}},
+		{"rpath", []string{module + "/rpath/elfedit", module + "/rpath/fnmatch", module + "/rpath/ldcache"}},
 		// The drop-in patchelf: its command line and messages, edits through
-		// elfedit (and resolution caches through ldcache).
-		{"rpath/patchelf", []string{module + "/rpath/elfedit", module + "/rpath/ldcache"}},
+		// elfedit, and what it shares with the main job (shrink-rpath, the
+		// resolution-cache rules) through rpath.
+		{"rpath/patchelf", []string{module + "/rpath"}},
 		// Lint builds on the policy and the loader simulation.
 		{"rpath/lint", []string{module + "/rpath", "github.com/bmatcuk/doublestar/v4"}},
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
 )
 
 // The note's identity, as nixpkgs' glibc patch and patchelf know it.
@@ -17,6 +19,10 @@ const (
 	// Type is the note's n_type.
 	Type uint32 = 0x63a86cb6
 )
+
+// NoteID names the note for rpath/elfedit, which reads and writes notes
+// without knowing what they mean.
+var NoteID = elfedit.NoteID{Owner: Owner, Type: Type}
 
 // Element is one element of a path list.
 type Element struct {

@@ -8,6 +8,7 @@
 package patchelf
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -19,7 +20,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
 )
 
 // Version is the patchelf release whose command line this one
@@ -43,6 +46,7 @@ const patchelfUsage = `syntax: patchelf
   [--remove-needed LIBRARY]
   [--replace-needed LIBRARY NEW_LIBRARY]
   [--print-needed]
+  [--build-resolution-cache]		Records resolved DT_NEEDED paths in a .note.nixos.ldcache note (cudapatch's rules: the driver link is a run-time hint, never a stub)
   [--output FILE]
   [--debug]		Also prints the layout cudapatch chose for each file
   [--version]
@@ -61,6 +65,7 @@ type patchelfOpts struct {
 	addRPath  *string
 
 	removeRPath, shrinkRPath, forceRPath bool
+	buildCache                           bool
 	allowedPrefixes                      []string
 
 	addNeeded     []string // sorted and unique, the order patchelf adds them in
@@ -150,6 +155,8 @@ func parsePatchelfArgs(args []string) (*patchelfOpts, error) {
 			}
 		case "--print-rpath":
 			o.printRPath = true
+		case "--build-resolution-cache":
+			o.buildCache = true
 		case "--force-rpath":
 			o.forceRPath = true
 		case "--print-needed":
@@ -201,6 +208,8 @@ func parsePatchelfArgs(args []string) (*patchelfOpts, error) {
 	switch {
 	case len(o.files) == 0:
 		return nil, pfErr("missing filename")
+	case o.forceRPath && o.buildCache:
+		return nil, pfErr("--build-resolution-cache cannot be combined with --force-rpath")
 	case o.output != "" && len(o.files) != 1:
 		return nil, pfErr("--output option only allowed with single input file")
 	case o.setRPath != nil && o.addRPath != nil:
@@ -343,7 +352,7 @@ func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error 
 		var newPath string
 		switch {
 		case o.shrinkRPath:
-			kept, removed := shrinkRPath(old, f.Needed(), o.allowedPrefixes, f.Header.Machine, probeMachine)
+			kept, removed := rpath.ShrinkPath(old, f.Needed(), o.allowedPrefixes, f.Header.Machine, rpath.ProbeMachine)
 			for _, r := range removed {
 				debugf("%s", r)
 			}
@@ -377,6 +386,9 @@ func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error 
 	e.RemoveNeeded = o.removeNeeded
 	e.ReplaceNeeded = o.replaceNeeded
 	e.AddNeeded = o.addNeeded
+	if err := resolutionCache(f, o, &e, stderr, debugf); err != nil {
+		return err
+	}
 	fd.Close()
 
 	target := path
@@ -560,73 +572,145 @@ func dropEmptyEntries(p string) string {
 	return strings.Join(slices.DeleteFunc(strings.Split(p, ":"), func(s string) bool { return s == "" }), ":")
 }
 
-// shrinkRPath is patchelf --shrink-rpath on one search path. It keeps
-//
-//   - entries that are not absolute ($ORIGIN/../lib, relative ones): they
-//     cannot be checked here and the prefix filter does not apply to them;
-//   - absolute entries that start with one of the allowed prefixes (any
-//     entry when there are none) and hold, under the name of a DT_NEEDED
-//     entry not found in an earlier entry, an ELF file for the same machine.
-//
-// Empty entries are dropped. probe reports the machine of the ELF file at a
-// path, or an error when there is none. removed lists patchelf's debug
-// lines for the entries dropped.
-func shrinkRPath(rpath string, needed, allowed []string, machine elf.Machine,
-	probe func(path string) (elf.Machine, error)) (kept string, removed []string) {
-	allowed = slices.DeleteFunc(slices.Clone(allowed), func(s string) bool { return s == "" })
-	found := make([]bool, len(needed))
-	var out []string
-	for _, dir := range strings.Split(rpath, ":") {
-		if dir != "" && dir[0] != '/' {
-			out = append(out, dir)
-			continue
-		}
-		if len(allowed) > 0 && !slices.ContainsFunc(allowed, func(p string) bool { return strings.HasPrefix(dir, p) }) {
-			removed = append(removed, fmt.Sprintf("removing directory '%s' from RPATH because of non-allowed prefix", dir))
-			continue
-		}
-		use := false
-		for i, n := range needed {
-			if found[i] || dir == "" {
-				continue
-			}
-			lib := dir + "/" + n
-			m, err := probe(lib)
-			switch {
-			case err != nil:
-			case m != machine:
-				removed = append(removed, fmt.Sprintf("ignoring library '%s' because its machine type differs", lib))
-			default:
-				found[i], use = true, true
-			}
-		}
-		if !use {
-			removed = append(removed, fmt.Sprintf("removing directory '%s' from RPATH", dir))
-			continue
-		}
-		out = append(out, dir)
+// resolutionCache does what patchelf does to the resolution note
+// (.note.nixos.ldcache) of a file whose other changes are in e: an edit of
+// the search path or of DT_NEEDED drops a note that no longer holds
+// (--remove-rpath, and --shrink-rpath of a file without one, always do),
+// and --build-resolution-cache writes one for the file as it will be, with
+// patchelf's messages and its rule that a note already there is either up
+// to date or an error. The note is computed by rpath/ldcache with
+// cudapatch's rules for the driver link and stub directories.
+func resolutionCache(f *elfedit.File, o *patchelfOpts, e *elfedit.Edit, stderr io.Writer, debugf func(string, ...any)) error {
+	e.Derived = append(e.Derived, ldcache.NoteID)
+	_, hasOld := f.RunPath()
+	if !hasOld {
+		_, hasOld = f.RPath()
 	}
-	return strings.Join(out, ":"), removed
+	if o.removeRPath || o.shrinkRPath && !hasOld {
+		e.RemoveNotes = append(e.RemoveNotes, ldcache.NoteID)
+	}
+	if !o.buildCache {
+		return nil
+	}
+	warn := func(why string) {
+		fmt.Fprintf(stderr, "warning: --build-resolution-cache: %s; no cache written\n", why)
+	}
+	errPresent := pfErr("--build-resolution-cache: a resolution cache note is already present; rebuild from an unpatched binary")
+	old, present := existingCache(f)
+	// The note goes when this invocation changes what it describes; then a
+	// fresh one is built as if there had been none.
+	if present && (len(e.RemoveNotes) > 0 || derivedChanges(f, e)) {
+		present = false
+	}
+	if !f.IsDynamic() {
+		if present {
+			return errPresent
+		}
+		warn("no dynamic section (statically linked?)")
+		return nil
+	}
+	cache, outcome := ldcache.Build(neededAfter(f.Needed(), e), searchPathAfter(f, e), ldcache.OS{},
+		rpath.ResolutionRules(rpath.DefaultDriverLink, rpath.DefaultDriverLink32))
+	switch outcome {
+	case ldcache.NothingToResolve:
+		if present {
+			return errPresent
+		}
+		warn("no DT_NEEDED entries or run path to resolve")
+		return nil
+	case ldcache.NothingResolved:
+		if present {
+			return errPresent
+		}
+		warn("no libraries resolved against the run path")
+		return nil
+	}
+	for _, en := range cache {
+		debugf("resolved %s to %s", en.Name, en.PathList())
+	}
+	desc := cache.Encode()
+	if present {
+		if !bytes.Equal(old, desc) {
+			return errPresent
+		}
+		debugf("resolution cache already up to date")
+		return nil
+	}
+	e.SetNote = &elfedit.Note{NoteID: ldcache.NoteID, Section: ldcache.Section, Desc: desc}
+	return nil
 }
 
-// probeMachine reads e_machine of the ELF file at path. A path that is
-// missing, a directory, unreadable or not ELF is an error: the loader would
-// not load it either.
-func probeMachine(path string) (elf.Machine, error) {
-	fd, err := os.Open(path)
-	if err != nil {
-		return 0, err
+// existingCache finds a resolution note the way patchelf does, by its
+// section's name (a section objcopy added counts, whatever it holds), or
+// by a note with the note's owner and type. desc is nil when the section
+// holds no well-formed note.
+func existingCache(f *elfedit.File) (desc []byte, present bool) {
+	notes, _ := f.Notes()
+	for _, n := range notes {
+		if n.NoteID == ldcache.NoteID {
+			return n.Desc, true
+		}
 	}
-	defer fd.Close()
-	var h [20]byte
-	if _, err := io.ReadFull(fd, h[:]); err != nil {
-		return 0, err
+	for _, s := range f.Sections {
+		if s.Name == ldcache.Section {
+			return nil, true
+		}
 	}
-	if string(h[:4]) != elf.ELFMAG {
-		return 0, errors.New("not ELF")
+	return nil, false
+}
+
+// derivedChanges reports whether the edit changes the search path or
+// DT_NEEDED, after which patchelf drops the note.
+func derivedChanges(f *elfedit.File, e *elfedit.Edit) bool {
+	if e.RemovePath {
+		_, run := f.RunPath()
+		_, rp := f.RPath()
+		return run || rp
 	}
-	if elf.Data(h[elf.EI_DATA]) == elf.ELFDATA2MSB {
-		return elf.Machine(binary.BigEndian.Uint16(h[18:])), nil
+	if e.SetPath != nil {
+		old, ok := f.RunPath()
+		if !ok {
+			old, ok = f.RPath()
+		}
+		if !ok || old != *e.SetPath {
+			return true
+		}
 	}
-	return elf.Machine(binary.LittleEndian.Uint16(h[18:])), nil
+	return !slices.Equal(f.Needed(), neededAfter(f.Needed(), e))
+}
+
+// neededAfter is DT_NEEDED as the edit leaves it (elfedit's order: added
+// names first, in the order given, names already needed not added again).
+func neededAfter(needed []string, e *elfedit.Edit) []string {
+	out := slices.DeleteFunc(slices.Clone(needed), func(n string) bool { return slices.Contains(e.RemoveNeeded, n) })
+	for _, r := range e.ReplaceNeeded {
+		for i := range out {
+			if out[i] == r.Old {
+				out[i] = r.New
+			}
+		}
+	}
+	var add []string
+	for _, n := range e.AddNeeded {
+		if !slices.Contains(out, n) && !slices.Contains(add, n) {
+			add = append(add, n)
+		}
+	}
+	return append(add, out...)
+}
+
+// searchPathAfter is the search path the loader reads after the edit:
+// DT_RUNPATH, else DT_RPATH.
+func searchPathAfter(f *elfedit.File, e *elfedit.Edit) string {
+	switch {
+	case e.RemovePath:
+		return ""
+	case e.SetPath != nil:
+		return *e.SetPath
+	}
+	if p, ok := f.RunPath(); ok {
+		return p
+	}
+	p, _ := f.RPath()
+	return p
 }
