@@ -729,8 +729,13 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 	}
 	var sht []byte
 	moves := map[int]sectionMove{}
+	var secMap []int
+	if ne != nil && ne.count {
+		secMap = ne.secMap
+	}
+	renumbered := secMap != nil
 	if len(secs) > 0 {
-		sht = make([]byte, len(secs)*int(f.shdrSize()))
+		final := make([]Section, len(secs))
 		dynstrSec := f.dynstrSection()
 		for j, s := range secs {
 			oi := orig[j]
@@ -759,15 +764,32 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			if oi >= 0 && (before.Flags&elf.SHF_ALLOC != 0 || isArea) && s.Addr != before.Addr {
 				moves[oi] = sectionMove{before.Addr, before.Size, s.Addr}
 			}
+			final[j] = s
+		}
+		if sorted, pos, ok := f.sortSections(final); ok {
+			final, shstrndx = sorted, pos[shstrndx]
+			if secMap == nil {
+				secMap = make([]int, len(f.Sections))
+				for i := range secMap {
+					secMap[i] = i
+				}
+			}
+			composed := make([]int, len(secMap))
+			for i, j := range secMap {
+				composed[i] = -1
+				if j >= 0 {
+					composed[i] = pos[j]
+				}
+			}
+			secMap, renumbered = composed, true
+		}
+		sht = make([]byte, len(final)*int(f.shdrSize()))
+		for j, s := range final {
 			copy(sht[j*int(f.shdrSize()):], f.encodeSection(s))
 		}
 		if L.moveSht {
 			copy(buf[L.shRel:], sht)
 		}
-	}
-	var secMap []int
-	if ne != nil && ne.count {
-		secMap = ne.secMap
 	}
 	symSteps, dynsymEdits := f.fixSymbols(moves, secMap)
 	for _, st := range dynsymEdits {
@@ -789,7 +811,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 	b.steps = append(b.steps, symSteps...)
 	ehdr := slices.Clone(f.rawEhdr)
 	setShnum := func(hdr []byte) {
-		if ne != nil && ne.count {
+		if renumbered {
 			f.putShnum(hdr, len(secs), shstrndx)
 		}
 	}
