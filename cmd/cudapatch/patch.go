@@ -235,7 +235,7 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 			}
 			switch f.Note {
 			case rpath.NoteWritten:
-				line += fmt.Sprintf("; resolution note for %d names", len(f.ResolutionCache))
+				line += "; resolution note for " + plural(len(f.ResolutionCache), "name")
 			case rpath.NoteRemoved:
 				line += "; resolution note removed"
 			}

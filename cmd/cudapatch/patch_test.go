@@ -180,8 +180,8 @@ func TestPatchText(t *testing.T) {
 			t.Fatalf("exit %d\n%s", code, stderr)
 		}
 		c.wantLines("stdout", stdout,
-			"{root}/out/bin/app: RUNPATH /old/lib -> /run/opengl-driver/lib:{root}/deps; interpreter "+sysLoader+" -> /nix/store/aaa-glibc/lib/ld-linux-x86-64.so.2",
-			"{root}/out/lib/libl.so: RUNPATH (none) -> /run/opengl-driver/lib:{root}/deps",
+			"{root}/out/bin/app: RUNPATH /old/lib -> /run/opengl-driver/lib:{root}/deps; interpreter "+sysLoader+" -> /nix/store/aaa-glibc/lib/ld-linux-x86-64.so.2; resolution note for 1 name",
+			"{root}/out/lib/libl.so: RUNPATH (none) -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name",
 			"{root}/out/lib/librp.so: RUNPATH /opt/x (RPATH) -> /run/opengl-driver/lib",
 		)
 		c.wantLines("stderr", stderr, "cudapatch: patched 3 files, 0 unchanged, 1 skipped, 0 failed, 0 missing dependencies")

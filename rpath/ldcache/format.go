@@ -43,6 +43,19 @@ func (e Element) String() string {
 // MarshalText writes the element as it appears in the note.
 func (e Element) MarshalText() ([]byte, error) { return []byte(e.String()), nil }
 
+// UnmarshalText reads an element as it appears in the note.
+func (e *Element) UnmarshalText(b []byte) error {
+	switch {
+	case len(b) > 0 && b[0] == '=':
+		*e = Element{Exact: true, Path: string(b[1:])}
+	case len(b) > 0 && b[0] == '?':
+		*e = Element{Path: string(b[1:])}
+	default:
+		return fmt.Errorf("%w: element %q is neither \"=FILE\" nor \"?DIR\"", ErrMalformed, b)
+	}
+	return nil
+}
+
 // Entry is the path list of one needed name.
 type Entry struct {
 	Name     string    `json:"name"`

@@ -84,4 +84,8 @@ func TestLookupAndJSON(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, `[{"name":"liba.so","elements":["=/x/liba.so"]},{"name":"libb.so","elements":["?$ORIGIN"]}]`, string(b))
 	require.Equal(t, "liba.so =/x/liba.so\nlibb.so ?$ORIGIN\n", c.String())
+	var back ldcache.Cache
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Equal(t, c, back)
+	require.ErrorIs(t, json.Unmarshal([]byte(`[{"name":"a","elements":["/x"]}]`), &back), ldcache.ErrMalformed)
 }

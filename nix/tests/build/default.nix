@@ -53,7 +53,7 @@ let
       || baseNameOf path == "sample"
       || baseNameOf (dirOf path) == "sample";
   };
-  # deps/dep/lib/libdep.so; prebuilt/out/{bin/app,lib/libfoo.so,lib/libgpu.so,share/README}.
+  # deps/dep/lib/libdep.so; prebuilt/out/{bin/app,lib/libfoo.so,lib/libgpu.so,lib/libplain.so,share/README}.
   sample = runCommand "cudapatch-sample" {
     inherit hookTest;
     CC = hostCC;
@@ -332,6 +332,7 @@ let
       runpaths = {
         "lib/libfoo.so" = "${D}:${dep}/lib";
         "lib/libgpu.so" = D;
+        "lib/libplain.so" = D;
       };
     };
   };
