@@ -170,6 +170,8 @@ else:
 maps = {l.split()[-1] for l in open("/proc/self/maps") if ".so" in l.split()[-1]}
 print("mapped libraries: %d from the store copy, %d from the original site-packages" % (
     sum(m.startswith(os.environ["STORE"]) for m in maps), sum(m.startswith(os.environ["SITE"]) for m in maps)))
+for m in sorted(m for m in maps if m.startswith(os.environ["SITE"])):
+    print("  from the original site-packages:", m)
 EOF
 rm -f "$W"/lddebug.*
 out=$(STORE=$S SITE=$SITE LD_DEBUG=libs LD_DEBUG_OUTPUT=$W/lddebug py "$W/check.py" 2>&1)
