@@ -168,17 +168,20 @@ if torch.cuda.is_available():
 else:
     print("cuda available: False")
 maps = {l.split()[-1] for l in open("/proc/self/maps") if ".so" in l.split()[-1]}
-print("mapped libraries: %d from the store copy, %d from the original site-packages" % (
-    sum(m.startswith(os.environ["STORE"]) for m in maps), sum(m.startswith(os.environ["SITE"]) for m in maps)))
+copied = tuple(os.path.join(os.environ["SITE"], d) + "/" for d in os.environ["SITE_DIRS"].split())
+print("mapped libraries: %d from the store copy, %d of the copied packages from the original site-packages" % (
+    sum(m.startswith(os.environ["STORE"]) for m in maps), sum(m.startswith(copied) for m in maps)))
+# Packages the tree does not copy (numpy) come from the venv, as they would
+# from their own store paths.
 for m in sorted(m for m in maps if m.startswith(os.environ["SITE"])):
     print("  from the original site-packages:", m)
 EOF
 rm -f "$W"/lddebug.*
-out=$(STORE=$S SITE=$SITE LD_DEBUG=libs LD_DEBUG_OUTPUT=$W/lddebug py "$W/check.py" 2>&1)
+out=$(STORE=$S SITE=$SITE SITE_DIRS=$SITE_DIRS LD_DEBUG=libs LD_DEBUG_OUTPUT=$W/lddebug py "$W/check.py" 2>&1)
 # shellcheck disable=SC2001
 sed 's/^/    /' <<<"$out"
 echo "    libcuda loaded from: $(loaded libcuda.so)"
-if grep -q "^libc: $GL/libc.so.6" <<<"$out" && grep -q ', 0 from the original' <<<"$out" &&
+if grep -q "^libc: $GL/libc.so.6" <<<"$out" && grep -q ', 0 of the copied packages from the original' <<<"$out" &&
 	{ grep -q '^device:' <<<"$out" || [ "${CHECK_CUDA:-1}" = 0 ]; }; then
 	pass "torch from the patched tree runs under our glibc, notes on"
 else
