@@ -3,15 +3,17 @@
 # prebuilt package, the nixpkgs way against cudaPatchelfHook, under the
 # stdenv re-creation of the hook tests (hooks/test/stdenv.sh).
 #
-# Usage: bench/fixup-bytes.sh CUDAPATCH PATCHELF_MASTER [LIBDIR] [WORKDIR]
+# Usage: WORK=DIR bench/fixup-bytes.sh CUDAPATCH PATCHELF_MASTER [LIBDIR [INPUT...]]
 #
 #   CUDAPATCH        the cudapatch binary
 #   PATCHELF_MASTER  patchelf built from NixOS/patchelf master (it has
 #                    --build-resolution-cache; Debian's 0.14.3 does not)
 #   LIBDIR           a directory of prebuilt libraries to add to the package
-#                    (e.g. the CUDA corpus' cuda_cudart/lib, libcublas/lib);
+#                    (e.g. the CUDA corpus' libcublas store path's lib/);
 #                    every *.so* file in it is copied into the output's lib/
-#   WORKDIR          scratch directory (default: a new temporary one)
+#   INPUT            store-path-like directories whose lib/ the package's
+#                    libraries need (buildInputs), e.g. cuda_cudart, gcc-lib
+#   WORK             scratch directory (default: a new temporary one)
 #
 # The package is hooks/test/build-sample.sh's prebuilt tree plus LIBDIR's
 # libraries. The nixpkgs way runs, as nixpkgs registers them, with real
@@ -34,7 +36,8 @@ unset LD_LIBRARY_PATH
 CUDAPATCH=$(readlink -f "${1:?usage: fixup-bytes.sh CUDAPATCH PATCHELF_MASTER [LIBDIR] [WORKDIR]}")
 PATCHELF=$(readlink -f "${2:?usage: fixup-bytes.sh CUDAPATCH PATCHELF_MASTER [LIBDIR] [WORKDIR]}")
 LIBDIR=${3:-}
-WORK=${4:-$(mktemp -d)}
+INPUTS=("${@:4}")
+WORK=${WORK:-$(mktemp -d)}
 here=$(cd "$(dirname "$0")" && pwd)
 hooks=$here/../hooks
 command -v strace >/dev/null || { echo "fixup-bytes.sh needs strace (apt-get install strace)" >&2; exit 2; }
@@ -49,7 +52,7 @@ sample=$WORK/sample
 source "$sample/toolchain.env"
 : "${interp:?}" "${libc:?}"
 if [[ -n $LIBDIR ]]; then
-	find "$LIBDIR" -maxdepth 1 -name '*.so*' -type f -exec cp {} "$sample/prebuilt/out/lib/" \;
+	cp -P "$LIBDIR"/*.so* "$sample/prebuilt/out/lib/"
 fi
 
 mkpkg() { mkdir -p "$WORK/store/$1/nix-support"; echo "$WORK/store/$1"; }
@@ -57,6 +60,9 @@ glibc=$(mkpkg glibc)
 mkdir -p "$glibc/lib"
 ln -sf "$interp" "$glibc/lib/${interp##*/}"
 ln -sf "$libc" "$glibc/lib/libc.so.6"
+for l in libm.so.6 libdl.so.2 librt.so.1 libpthread.so.0 libutil.so.1 libresolv.so.2; do
+	[[ -e ${libc%/*}/$l ]] && ln -sf "${libc%/*}/$l" "$glibc/lib/$l"
+done
 bintools=$(mkpkg bintools)
 echo "$glibc/lib/${interp##*/}" >"$bintools/nix-support/dynamic-linker"
 echo "$glibc" >"$bintools/nix-support/orig-libc"
@@ -96,7 +102,9 @@ autopatchelf=$(fakehook auto-patchelf '
 autoPatchelfPostFixup() {
   local o paths=()
   for o in $(getAllOutputNames); do [[ $o == debug ]] || paths+=("${!o}"); done
-  cudapatch --dry-run --json --driver-link-for none --search "$SAMPLE/deps/dep/lib" \
+  local search=() i
+  for i in $buildInputs; do search+=(--search "$i/lib"); done
+  cudapatch --dry-run --json --driver-link-for none "${search[@]}" \
     --ignore-missing "libcuda.so*" --no-resolution-cache "${paths[@]}" >"$TMPDIR/plan.json"
   python3 -c "
 import json, sys
@@ -136,7 +144,7 @@ run() {
 	local out=$dir/store/out debug=$dir/store/debug
 	(cd "$dir/build" && env -i PATH="$tools/bin:$PATH" HOME="$dir" TMPDIR="$dir/tmp" \
 		NIX_BINTOOLS="$bintools" SAMPLE="$sample" outputs="out debug" out="$out" debug="$debug" \
-		nativeBuildInputs="$2" buildInputs="$sample/deps/dep" installPhase="$installPhase" \
+		nativeBuildInputs="$2" buildInputs="$sample/deps/dep ${INPUTS[*]}" installPhase="$installPhase" \
 		strace -f -qq -y -e trace=write,pwrite64,pwritev,pwritev2,writev,ftruncate -o "$dir/strace.log" \
 		bash -c 'source "$1"; genericBuild' builder "$hooks/test/stdenv.sh") >"$dir/build.log" 2>&1 ||
 		{ echo "$name: build failed, see $dir/build.log" >&2; exit 1; }
@@ -157,20 +165,17 @@ print(f"{total} {calls} {len(files)}")
 EOF
 }
 
-# The installed tree is copied in by cp: its writes are the same both ways
-# and are counted separately.
-base=$(run install "")
+# installPhase's copy is not counted (cp copies with copy_file_range), the
+# same both ways.
 nixpkgs=$(run nixpkgs "$shrink $autopatchelf $driverhook $ldcache")
 ours=$(run cudapatch "$shrink $hook $ldcache")
-read -r b_bytes b_calls _ <<<"$base"
 read -r n_bytes n_calls n_files <<<"$nixpkgs"
 read -r c_bytes c_calls c_files <<<"$ours"
 elf_bytes=$(find "$sample/prebuilt/out" "$sample/prebuilt/debug" -type f -exec sh -c 'head -c4 "$1" | grep -q ELF && stat -c %s "$1"' _ {} \; | awk '{s+=$1} END {print s}')
-printf 'package: %s ELF bytes in the outputs (%s)\n' "$elf_bytes" "${LIBDIR:-hooks sample only}"
+printf 'package: %s bytes of ELF files in the outputs (%s)\n' "$elf_bytes" "${LIBDIR:-hooks sample only}"
 printf '%-28s %14s %10s %8s\n' "fixupPhase" "bytes written" "calls" "files"
-printf '%-28s %14s %10s %8s\n' "install (cp, both ways)" "$b_bytes" "$b_calls" "-"
-printf '%-28s %14s %10s %8s\n' "nixpkgs hooks" "$((n_bytes - b_bytes))" "$((n_calls - b_calls))" "$n_files"
-printf '%-28s %14s %10s %8s\n' "cudaPatchelfHook" "$((c_bytes - b_bytes))" "$((c_calls - b_calls))" "$c_files"
+printf '%-28s %14s %10s %8s\n' "nixpkgs hooks" "$n_bytes" "$n_calls" "$n_files"
+printf '%-28s %14s %10s %8s\n' "cudaPatchelfHook" "$c_bytes" "$c_calls" "$c_files"
 for f in "$WORK/nixpkgs/store/out/bin/app" "$WORK/cudapatch/store/out/bin/app"; do
 	printf '%s: RUNPATH %s\n' "${f#"$WORK"/}" "$(readelf -d "$f" | sed -n 's/.*runpath: \[\(.*\)\]$/\1/p')"
 	readelf -p .note.nixos.ldcache "$f" 2>/dev/null | sed -n 's/^ *\[ *[0-9a-f]*\] */  note: /p'
