@@ -21,7 +21,7 @@ while read -r f; do
 	rel=${f#"$W"/store/}
 	before_v=$($LD --verify "$C/pristine/store/$rel" >/dev/null 2>&1; echo $?)
 	before_l=$(env -u LD_LIBRARY_PATH $LD --list "$C/pristine/store/$rel" >/dev/null 2>&1; echo $?)
-	args=(--set-rpath "$long")
+	args=(--set-rpath "$long" --build-resolution-cache)
 	if [ -n "$("$W/cudapatch" patchelf --print-interpreter "$f" 2>/dev/null)" ]; then args+=(--set-interpreter $LD); fi
 	if ! "$W/cudapatch" patchelf "${args[@]}" "$f"; then echo "FAIL edit $rel"; bad=$((bad + 1)); continue; fi
 	v=$($LD --verify "$f" >/dev/null 2>&1; echo $?)
