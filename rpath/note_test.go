@@ -12,6 +12,7 @@ import (
 	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
+	"github.com/cudapatch/cudapatch/rpath/ldso"
 )
 
 // noteOf reads the resolution note of a file with the standard library, not
@@ -137,7 +138,12 @@ func TestStaleNoteReplaced(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, bytes.Contains(data, []byte(tr.p("toolkit/lib/stubs"))), "setup: the stale note names the stubs")
 
+	require.Equal(t, "ldcache {root}/toolkit/lib/stubs/libcuda.so.1", tr.nixosLoads(app, "libcuda.so.1"),
+		"setup: nixpkgs' loader follows the stale note to the stub")
+
 	tr.mustPatch([]string{"pkg"}, cudaOptions(tr)...)
+	require.Equal(t, "ldcache {root}/driver/libcuda.so.1", tr.nixosLoads(app, "libcuda.so.1"),
+		"after cudapatch nixpkgs' loader finds the driver's libcuda through the note's driver-link hint")
 	desc, ok := noteOf(t, app)
 	require.True(t, ok)
 	require.NotContains(t, tr.render(desc), "stubs")
@@ -197,4 +203,47 @@ func TestNoteNotWrittenForAFaultyKeptPath(t *testing.T) {
 	}
 	require.Empty(t, tr.file(rep, "pkg/lib/libplain.so").Note)
 	require.Equal(t, rpath.NoteRemoved, tr.file(rep, "pkg/lib/libnoted.so").Note)
+}
+
+// TestNoteRelocatable: with relative RUNPATHs the note holds no absolute
+// "=" file of the store: every element of a relativized entry is a "?"
+// hint in its RUNPATH position, so the note moves with the store. Checked
+// with rpath/ldso's model of nixpkgs' loader (which reads the note) after
+// the store moved: libfoo and libbar come from the note's $ORIGIN hints.
+func TestNoteRelocatable(t *testing.T) {
+	tr := relocatableStore(t)
+	tr.mustPatch([]string{"store/jjj-app"},
+		rpath.WithSearch(tr.ps("store/hhh-foo/lib", "store/iii-bar/lib")...),
+		rpath.WithInterpreter(hostLoader), rpath.WithLibc(hostLibcDir),
+		rpath.WithRelativeRpaths(tr.p("store")))
+	desc, ok := noteOf(t, tr.p("store/jjj-app/libexec/lib-check"))
+	require.True(t, ok)
+	require.Equal(t, ""+
+		"libbar.so ?/run/opengl-driver/lib:?$ORIGIN/../../hhh-foo/lib:?$ORIGIN/../../iii-bar/lib\n"+
+		"libc.so.6 ?/run/opengl-driver/lib:?$ORIGIN/../../hhh-foo/lib:?$ORIGIN/../../iii-bar/lib\n"+
+		"libfoo.so ?/run/opengl-driver/lib:?$ORIGIN/../../hhh-foo/lib:?$ORIGIN/../../iii-bar/lib\n", tr.render(desc))
+
+	tr.mkdir("moved/x")
+	require.NoError(t, os.Rename(tr.p("store"), tr.p("moved/x/store")))
+	exe := tr.p("moved/x/store/jjj-app/libexec/lib-check")
+	require.Equal(t, "ldcache {root}/moved/x/store/jjj-app/libexec/../../hhh-foo/lib/libfoo.so", tr.nixosLoads(exe, "libfoo.so"))
+	require.Equal(t, "ldcache {root}/moved/x/store/jjj-app/libexec/../../iii-bar/lib/libbar.so", tr.nixosLoads(exe, "libbar.so"))
+}
+
+// nixosLoads says where rpath/ldso's model of nixpkgs' loader (which reads
+// the note) finds a direct dependency of exe: "STEP PATH", {root} for the
+// tree.
+func (tr *tree) nixosLoads(exe, name string) string {
+	tr.t.Helper()
+	cfg, err := ldso.DefaultConfig("", elf.ELFCLASS64, elf.EM_X86_64)
+	require.NoError(tr.t, err)
+	cfg.Loader = ldso.LoaderNixOS
+	got, err := ldso.Resolve(cfg, ldso.ElfReader(), exe)
+	require.NoError(tr.t, err)
+	for _, n := range got.Needs {
+		if n.Depth == 1 && n.Name == name {
+			return string(n.Step) + " " + strings.ReplaceAll(n.Path, tr.root, "{root}")
+		}
+	}
+	return "not needed"
 }
