@@ -340,6 +340,10 @@ let
     "taking over postFixupHooks entry 'autoPatchelfPostFixup' of autoPatchelfHook"
     "taking over postFixupHooks entry 'autoFixElfFiles addDriverRunpath' of autoAddDriverRunpath"
     "taking over postFixupHooks entry 'autoFixElfFiles removeStubsFromRunpath' of removeStubsFromRunpathHook"
+    # The stdenv defaults: patchelf's shrink pass and generate-ld-cache,
+    # whose note cudapatch writes with each RUNPATH.
+    "of patchelf's setup hook for the outputs cudapatch patches"
+    "setting dontGenerateLDCache"
   ];
 
   cases = {
@@ -398,6 +402,7 @@ let
         "taking over postFixupHooks entry 'autoFixElfFiles addCudaCompatRunpath' of autoAddCudaCompatRunpath"
       ];
       logCount."taking over postFixupHooks entry" = 4;
+      logCount."taking over fixupOutputHooks entry" = 1;
       sameClosureAs = "gpuapp-compat";
     };
     gpuapp-takeover-own-compat = {
@@ -407,6 +412,7 @@ let
         "leaving 'autoFixElfFiles addCudaCompatRunpath' in place"
       ];
       logCount."taking over postFixupHooks entry" = 3;
+      logCount."taking over fixupOutputHooks entry" = 1;
       sameClosureAs = "gpuapp-compat";
     };
     structured = {
