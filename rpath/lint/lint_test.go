@@ -3,6 +3,7 @@ package lint_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -12,6 +13,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
+	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/lint"
 	"github.com/cudapatch/cudapatch/rpath/lint/linttest"
 )
@@ -234,4 +239,81 @@ func TestTextColor(t *testing.T) {
 	assert.NotContains(t, plain.String(), "\x1b[")
 	assert.Contains(t, color.String(), "\x1b[33;1mwarning\x1b[0m CP007")
 	assert.Equal(t, "a\n  warning CP007 duplicate-entry: m\n\n1 ELF files checked, 1 with findings: 0 errors, 1 warnings, 0 info\n", plain.String())
+}
+
+// TestIssueStaleStubNote is issue 11's failure end to end, on real files:
+// a program linked against the toolkit's stubs carries the note patchelf
+// master writes from that link-time RUNPATH (CP016), and a later RUNPATH
+// rewrite leaves it: lint reports it stale (CP014) and the simulated
+// nixpkgs loader opens the stub libcuda although the RUNPATH is right.
+// After cudapatch (rpath.Patch) rewrote the RUNPATH and the note in one
+// edit, lint finds nothing wrong with the note and the loader takes the
+// driver's libcuda through the note's driver-link hint.
+func TestIssueStaleStubNote(t *testing.T) {
+	dir := t.TempDir()
+	p := func(s string) string { return filepath.Join(dir, s) }
+	src := filepath.Join(dir, "lib.c")
+	require.NoError(t, os.WriteFile(src, []byte("int lib(void) { return 1; }\n"), 0o644))
+	gcc := func(out string, args ...string) {
+		require.NoError(t, os.MkdirAll(filepath.Dir(out), 0o755))
+		o, err := exec.Command("gcc", append([]string{"-fPIC", "-nostdlib", "-o", out}, args...)...).CombinedOutput()
+		require.NoError(t, err, "%s", o)
+	}
+	gcc(p("toolkit/lib/stubs/libcuda.so.1"), "-shared", "-Wl,-soname,libcuda.so.1", src)
+	gcc(p("driver/libcuda.so.1"), "-shared", "-Wl,-soname,libcuda.so.1", src)
+	gcc(p("pkg/lib/libfoo.so"), "-shared", "-Wl,-soname,libfoo.so", src)
+	linkPath := p("toolkit/lib/stubs") + ":" + p("pkg/lib")
+	app := p("pkg/bin/app")
+	gcc(app, "-nostartfiles", "-Wl,-e,lib", "-Wl,--no-as-needed", "-Wl,--enable-new-dtags", "-Wl,-rpath,"+linkPath,
+		src, p("toolkit/lib/stubs/libcuda.so.1"), p("pkg/lib/libfoo.so"))
+	// patchelf master's rule (no rules) on the link-time RUNPATH.
+	old, outcome := ldcache.Build([]string{"libcuda.so.1", "libfoo.so"}, linkPath, ldcache.OS{}, ldcache.Rules{})
+	require.Equal(t, ldcache.Built, outcome)
+	_, err := elfedit.EditFile(app, elfedit.Edit{SetNote: &elfedit.Note{NoteID: ldcache.NoteID, Section: ldcache.Section, Desc: old.Encode()}}, elfedit.Options{})
+	require.NoError(t, err)
+
+	noteRules := func() map[string]bool {
+		// The tree lies under the temporary directory, a build directory
+		// for lint: CP017 would report every element.
+		rep, err := lint.Lint(context.Background(), []string{p("pkg")}, lint.WithDriverLink(p("driver")), lint.WithEnable("all"), lint.WithDisable(lint.NoteOutsideStore))
+		require.NoError(t, err)
+		out := map[string]bool{}
+		for _, f := range rep.Findings {
+			if f.Path == app && f.Rule >= lint.NoteStale && f.Rule <= lint.NoteMissing {
+				out[f.Rule] = true
+			}
+		}
+		return out
+	}
+	libcuda := func() (string, ldso.Step) {
+		tr, err := ldso.Resolve(ldso.Config{DefaultDirs: []string{p("none")}}, ldso.ElfReader(), app)
+		require.NoError(t, err)
+		for _, n := range tr.Needs {
+			if n.Name == "libcuda.so.1" {
+				return n.Path, n.Step
+			}
+		}
+		t.Fatal("libcuda.so.1 not needed")
+		return "", ""
+	}
+
+	// At link time the note agrees with the RUNPATH, stubs aside.
+	assert.Equal(t, map[string]bool{lint.NoteStub: true}, noteRules())
+	// A RUNPATH rewrite that leaves the note (cudapatch before issue 11,
+	// autoPatchelf's --set-rpath after generate-ld-cache with a writer that
+	// keeps notes) makes it stale: the loader still opens the stub.
+	fixed := p("driver") + ":" + p("pkg/lib")
+	_, err = elfedit.EditFile(app, elfedit.Edit{SetPath: &fixed}, elfedit.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]bool{lint.NoteStale: true, lint.NoteStub: true}, noteRules())
+	path, step := libcuda()
+	assert.Equal(t, p("toolkit/lib/stubs/libcuda.so.1"), path)
+	assert.Equal(t, ldso.StepNote, step)
+
+	_, err = rpath.Patch(context.Background(), []string{p("pkg")}, rpath.WithDriverLink(p("driver")))
+	require.NoError(t, err)
+	assert.Empty(t, noteRules())
+	path, step = libcuda()
+	assert.Equal(t, p("driver/libcuda.so.1"), path)
+	assert.Equal(t, ldso.StepNote, step)
 }

@@ -19,16 +19,9 @@ type rootProber struct{ l *linter }
 func (p rootProber) Readable(f string) bool { return syscall.Access(p.l.host(f), 4) == nil }
 func (p rootProber) Exists(f string) bool   { return syscall.Access(p.l.host(f), 0) == nil }
 
-// noteRules are the rules cudapatch writes notes with (rpath's resolution
-// rules for this linter's driver links): what a note should say is what
-// ldcache.Build says with them.
-func (l *linter) noteRules() ldcache.Rules {
-	return ldcache.Rules{
-		RunTimeOnly: l.driverLinks,
-		Restricted:  func(n string) bool { return matchAny(l.driver, n) },
-		Excluded:    rpath.IsStubDir,
-	}
-}
+// noteRules are the rules cudapatch writes notes with, for this linter's
+// driver links: what a note should say is what ldcache.Build says with them.
+func (l *linter) noteRules() ldcache.Rules { return rpath.ResolutionRules(l.driverLinks...) }
 
 var noteRuleIDs = []string{NoteStale, NoteNeeded, NoteStub, NoteOutsideStore, NoteMalformed, NoteUnloaded, NoteMissing}
 
@@ -86,8 +79,9 @@ func (l *linter) checkNote(j job, in elfedit.Info, nt *ldso.Note, add addFunc) {
 	}
 
 	// own is what the specific rules (stub, outside the store, build
-	// directory) have not already reported; only that is compared with
-	// what the search path gives, on both sides.
+	// directory), where they are on, have not already reported; only that
+	// is compared with what the search path gives, on both sides.
+	on := func(id string) bool { return j.rules.on[id] && !j.rules.ignored(id, j.rel) }
 	own := func(name string, els []ldcache.Element, report bool) []ldcache.Element {
 		var kept []ldcache.Element
 		for _, el := range els {
@@ -96,15 +90,15 @@ func (l *linter) checkNote(j job, in elfedit.Info, nt *ldso.Note, add addFunc) {
 				dir = path.Dir(el.Path)
 			}
 			switch {
-			case rpath.IsStubDir(dir):
+			case rpath.IsStubDir(dir) && on(NoteStub):
 				if report {
 					add(NoteStub, name, "%s: note element %s is in the stub directory %s; a stub libcuda reached at run time fails with \"CUDA driver is a stub library\", and the stubs stay in the closure", name, el, dir)
 				}
-			case l.underBuildDir(el.Path) != "":
+			case l.underBuildDir(el.Path) != "" && on(NoteOutsideStore):
 				if report {
 					add(NoteOutsideStore, name, "%s: note element %s is under the build directory %s, which is gone at run time (or, worse, writable by others)", name, el, l.underBuildDir(el.Path))
 				}
-			case el.Exact && inStore && !strings.HasPrefix(el.Path, store):
+			case el.Exact && inStore && !strings.HasPrefix(el.Path, store) && on(NoteOutsideStore):
 				if report {
 					add(NoteOutsideStore, name, "%s: note element %s is outside %s: the loader opens that host file before searching %s", name, el, l.storeDir, tag)
 				}
