@@ -30,9 +30,12 @@ import (
 var updateSeeds = flag.Bool("update-fuzz-seeds", false, "rewrite testdata/fuzz seed files from the fixtures")
 
 // seedFiles are the small real files the fuzz corpora start from: three
-// linkers, both classes, both byte orders, and one file edited before
-// (with a region).
+// linkers, both classes, both byte orders, one file edited before (with a
+// region), one with a resolution-cache note in its region and one with
+// patchelf master's.
 var seedFiles = []struct{ name, variant, file string }{
+	{"bfd-main-note", "bfd-pie", "main-note"},
+	{"patchelf-hello-pie", "", "patchelf-master/hello-pie"},
 	{"lld-libbar", "lld-pie", "libbar"},
 	{"lld-main", "lld-pie", "main"},
 	{"mold-libfoo", "mold-pie", "libfoo"},
@@ -42,6 +45,9 @@ var seedFiles = []struct{ name, variant, file string }{
 }
 
 func seedBytes(t testing.TB, variant, file string) []byte {
+	if variant == "" {
+		return readFile(t, filepath.Join("testdata", file))
+	}
 	fx := fixtures.ByName(t, variant)
 	switch file {
 	case "main":
@@ -50,6 +56,11 @@ func seedBytes(t testing.TB, variant, file string) []byte {
 		return readFile(t, fx.Libs[0])
 	case "libbar":
 		return readFile(t, fx.Libs[1])
+	case "main-note":
+		fx = fx.Copy(t)
+		_, err := elfedit.EditFile(fx.Exe, elfedit.Edit{SetNote: cacheNote("seed", 120)}, elfedit.Options{})
+		require.NoError(t, err)
+		return readFile(t, fx.Exe)
 	case "main-edited":
 		fx = fx.Copy(t)
 		_, err := elfedit.EditFile(fx.Exe, elfedit.Edit{SetPath: str(pad(300, "/x")), Interpreter: str("/lib64/../lib64/ld-linux-x86-64.so.2")}, elfedit.Options{})
@@ -87,6 +98,11 @@ var editSeeds = []struct {
 	{"$ORIGIN", "", "libfoo.so", "libbar.so", 2, 1 | 4 | 32},
 	{"/a:/b", "/x", "", "libc.so.6", 1, 1 | 2 | 16},
 	{"", "", "", "", 1, 64 | 128},
+	// Note operations (the high bits of tag).
+	{"libfoo.so\x00=/nix/store/x-foo/lib/libfoo.so\x00\x00", "", "", "", 0x10 | 0x40, 0},
+	{strings.Repeat("/long", 100), "", "", "", 0x10 | 0x40, 1},
+	{"", "", "", "", 0x20 | 0x80, 0},
+	{"/a:/b", "", "", "", 0x40 | 0x80, 1 | 8},
 }
 
 // TestFuzzSeeds keeps the committed seeds meaningful: each must still be an
@@ -203,6 +219,21 @@ func fuzzEdit(in elfedit.Info, path, interp, soname, needed string, tag, flags u
 		e.RemovePath = true
 	}
 	e.Retag = flags&128 != 0
+	// The high bits of tag (tag%3 is the PathTag) pick note operations:
+	// write a resolution cache whose descriptor is the path, remove it,
+	// name it derived, remove the linker's build-id note.
+	if tag&0x10 != 0 {
+		e.SetNote = &elfedit.Note{NoteID: cacheID, Desc: []byte(path), Section: cacheSection}
+	}
+	if tag&0x20 != 0 {
+		e.RemoveNotes = append(e.RemoveNotes, cacheID)
+	}
+	if tag&0x40 != 0 {
+		e.Derived = []elfedit.NoteID{cacheID}
+	}
+	if tag&0x80 != 0 {
+		e.RemoveNotes = append(e.RemoveNotes, elfedit.NoteID{Owner: "GNU", Type: 3})
+	}
 	return e
 }
 
@@ -238,6 +269,9 @@ func FuzzEdit(f *testing.F) {
 		res, err := p.Result()
 		require.NoError(t, err, "planned result does not read back: %s", planString(p))
 		assert.Equal(t, expect(in, e), wantOf(res.Info()), "planned result: %s", planString(p))
+		// EditFile's own check: the requested values, and the notes (set,
+		// removed, stale derived ones gone, the others as they were).
+		assert.NoError(t, elfedit.CheckResult(ef, res, &e), "planned result: %s", planString(p))
 		had := map[string]bool{}
 		for _, pr := range ef.Verify() {
 			had[pr.Rule] = true

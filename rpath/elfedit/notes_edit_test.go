@@ -166,6 +166,43 @@ func checkNotesModel(t testing.TB, path string, m *noteModel, sections bool) {
 	}
 }
 
+// checkNotesLight is checkNotesModel through elfedit only (no readelf, no
+// debug/elf): cheap enough for every step of the property test.
+func checkNotesLight(t testing.TB, path string, m *noteModel) {
+	t.Helper()
+	ns, _ := ourNotes(t, path)
+	var others []string
+	var caches []elfedit.Note
+	for _, n := range ns {
+		if n.NoteID == cacheID {
+			caches = append(caches, n)
+		} else {
+			others = append(others, fmt.Sprintf("%s %s/%#x %v %x", n.Section, n.Owner, n.Type, n.Loaded, n.Desc))
+		}
+	}
+	var want []string
+	for _, n := range m.others {
+		want = append(want, fmt.Sprintf("%s %s/%#x %v %x", n.Section, n.Owner, n.Type, n.Loaded, n.Desc))
+	}
+	slices.Sort(want)
+	slices.Sort(others)
+	assert.Equal(t, want, others, "the linker's notes")
+	if m.cache == nil {
+		assert.Empty(t, caches, "cache note")
+	} else if assert.Len(t, caches, 1, "cache notes") {
+		assert.True(t, caches[0].Loaded)
+		assert.Equal(t, m.cache, caches[0].Desc)
+	}
+	if len(m.dead) > 0 {
+		b := readFile(t, path)
+		for _, d := range m.dead {
+			if i := bytes.Index(b, deadMarker(d)); i >= 0 && (m.cache == nil || !bytes.Contains(m.cache, deadMarker(d))) {
+				t.Errorf("a removed note's %q is still in the file at 0x%x", deadMarker(d), i)
+			}
+		}
+	}
+}
+
 // noteCase is one row of TestNoteMatrix.
 type noteCase struct {
 	name string

@@ -65,6 +65,9 @@ type propFile struct {
 	role string // "main", "libfoo" or "libbar"
 	path string
 	w    want
+	// notes models the file's notes: the linker's, and the resolution
+	// cache the steps write, replace, remove or make stale.
+	notes *noteModel
 	// need is the DT_NEEDED name the file's loader asks for: the file name
 	// of this file (main has none).
 	need string
@@ -125,8 +128,12 @@ type propVariant struct {
 // shorter names of the same loader; set a SONAME; add and remove DT_NEEDED
 // entries naming copies of libbar, and replace the NEEDED entry of libfoo
 // or libbar with a copy of that library under another name (the old file is
-// deleted, so the program runs only if the rename took). One Edit may
-// combine up to three of these. Static variants must refuse dynamic edits
+// deleted, so the program runs only if the rename took); write a
+// resolution-cache note of up to 4 KiB or remove it. One Edit may combine
+// up to three of these, and three in four name the cache Derived: the
+// notes must then read back as a model says (written, replaced, removed,
+// dropped when stale, the linker's untouched), and no removed descriptor's
+// bytes may remain. Static variants must refuse dynamic edits
 // with ErrNotDynamic, ErrSelfRelocating or ErrNoInterpreter and stay byte-identical, or give a
 // correct result that still runs.
 func TestProperty(t *testing.T) {
@@ -176,6 +183,7 @@ func (v *propVariant) setup() {
 	}
 	for _, f := range v.files {
 		f.w = wantOf(info(t, f.path))
+		f.notes = modelOf(t, f.path)
 		f.probs = problems(t, f.path)
 		st, err := os.Stat(f.path)
 		require.NoError(t, err)
@@ -410,6 +418,22 @@ func ops() []op {
 			e.RemoveNeeded = []string{n}
 			return "remove-needed " + n, nil, func() { f.extras = slices.Delete(f.extras, i, i+1) }
 		}},
+		{name: "set-note", gen: func(v *propVariant, f *propFile, e *elfedit.Edit) (string, func(), func()) {
+			if e.SetNote != nil || len(e.RemoveNotes) > 0 {
+				return "", nil, nil
+			}
+			// Up to 4 KiB, the size of a cache for tens of libraries.
+			v.serial++
+			e.SetNote = cacheNote(fmt.Sprintf("p%03d", v.serial%1000), 3+v.rng.IntN(4096))
+			return fmt.Sprintf("set-note %d bytes", len(e.SetNote.Desc)), nil, nil
+		}},
+		{name: "remove-note", gen: func(v *propVariant, f *propFile, e *elfedit.Edit) (string, func(), func()) {
+			if e.SetNote != nil || len(e.RemoveNotes) > 0 {
+				return "", nil, nil
+			}
+			e.RemoveNotes = []elfedit.NoteID{cacheID}
+			return "remove-note", nil, nil
+		}},
 		{name: "replace-needed", gen: func(v *propVariant, f *propFile, e *elfedit.Edit) (string, func(), func()) {
 			dep := map[string]string{"main": "libfoo", "libfoo": "libbar"}[f.role]
 			if dep == "" || len(e.ReplaceNeeded) > 0 {
@@ -456,6 +480,9 @@ func (v *propVariant) step(i int, last bool) {
 		if len(f.w.Needed) > 0 {
 			e.AddNeeded = []string{f.w.Needed[v.rng.IntN(len(f.w.Needed))]}
 		}
+		if f.notes.cache != nil {
+			e.SetNote = &elfedit.Note{NoteID: cacheID, Desc: f.notes.cache, Section: cacheSection}
+		}
 		descs = append(descs, "same values")
 	}
 	for n := 1 + v.rng.IntN(3); !same && len(descs) < n; {
@@ -478,6 +505,11 @@ func (v *propVariant) step(i int, last bool) {
 		if post != nil {
 			posts = append(posts, post)
 		}
+	}
+	// Most edits name the cache as derived, as the patch job does.
+	if v.rng.IntN(4) != 0 {
+		e.Derived = []elfedit.NoteID{cacheID}
+		descs = append(descs, "derived")
 	}
 	v.history = append(v.history, fmt.Sprintf("step %d: %s: %s", i, f.role, strings.Join(descs, "; ")))
 	for _, p := range pres {
@@ -515,8 +547,11 @@ func (v *propVariant) step(i int, last bool) {
 		v.largest = max(v.largest, n)
 	}
 
+	f.notes.dead = nil
+	f.notes.apply(e, isDerivedChange(before, e))
 	f.w = expect(infoOf(f.w), e)
 	checkWant(t, f.path, f.w)
+	checkNotesLight(t, f.path, f.notes)
 	noStale(t, f.path, wantOf(before), f.w)
 	noNewProblems(t, f.probs, f.path)
 	st, err := os.Stat(f.path)
@@ -552,6 +587,7 @@ func (v *propVariant) finish() {
 	use := map[string]func(string) error{"main": runs(t, v.fx), "libfoo": loads(t, v.fx), "libbar": loads(t, v.fx)}
 	for _, role := range []string{"main", "libfoo", "libbar"} {
 		f := v.files[role]
+		checkNotesModel(t, f.path, f.notes, f.notes.others[0].Section != "")
 		toolsAccept(t, v.fx, f.path, f.readelfErr, use[role])
 	}
 }

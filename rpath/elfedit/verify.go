@@ -263,7 +263,10 @@ func checkResult(before, after *File, e *Edit) error {
 		}
 	}
 	for _, n := range e.RemoveNeeded {
-		if slices.Contains(needed, n) {
+		// A name removed and then added back (AddNeeded, or as the new
+		// name of a ReplaceNeeded) is rightly there.
+		back := slices.Contains(e.AddNeeded, n) || slices.ContainsFunc(e.ReplaceNeeded, func(r Replace) bool { return r.New == n })
+		if slices.Contains(needed, n) && !back {
 			bad = append(bad, fmt.Sprintf("DT_NEEDED %q still present", n))
 		}
 	}
