@@ -11,12 +11,14 @@ import (
 )
 
 // This file is the drop-in patchelf: `cudapatch patchelf ARGS…`, or the
-// binary installed under the name "patchelf". It takes patchelf 0.14's
-// command line (the options every release from 0.14 to 0.18 has) and copies
-// its observable behaviour: what is printed, in which order, the error
-// messages and the exit codes, so that build scripts written against
-// patchelf (nixpkgs' fixup phase, auditwheel, conda-build) run unchanged.
-// Everything that touches bytes is one elfedit.Edit per file.
+// binary installed under the name "patchelf" (rpath/patchelf does the
+// work). It takes patchelf master's command line and copies its observable
+// behaviour: what is printed, in which order, the error messages and the
+// exit codes, so that build scripts written against patchelf (nixpkgs'
+// fixup phase, auditwheel, conda-build) run unchanged; patchelf's own test
+// suite checks it (scripts/patchelf-suite.sh, docs/patchelf-suite.md).
+// Everything that touches bytes is an elfedit.Edit: crash-safe, verified,
+// only the bytes that must change.
 //
 // Where it deliberately differs from patchelf:
 //
@@ -39,15 +41,26 @@ import (
 //     path, so the other links keep their content; patchelf rewrites the
 //     shared inode.
 //   - Files without section headers are edited (the loaders do not need
-//     them); patchelf refuses them. Corrupt files past the ELF header get
-//     cudapatch's message, which names the offset, not patchelf's.
+//     them); patchelf refuses them. Files patchelf refuses for their ELF
+//     header or section headers get patchelf's message; corruption past
+//     that gets cudapatch's message, which names the offset.
 //   - --page-size is validated as patchelf does (C's atoi, > 0) and then
 //     ignored: elfedit aligns a segment it adds to the largest page size
 //     the file's machine may run with (64 KiB on aarch64 and ppc64), which
 //     is safe on every kernel; elfedit offers no way to choose another.
-//   - Options of patchelf >= 0.15 that are not listed in the usage, and
-//     --no-default-lib and --clear-symbol-version, are refused with an error
-//     instead of being ignored or taken for file names.
+//   - --no-sort is accepted and changes nothing: cudapatch never reorders
+//     program or section headers. --no-clobber-old-sections leaves every
+//     byte that moved data used to hold as it was (no hygiene steps).
+//   - --set-execstack/--clear-execstack on a file without PT_GNU_STACK are
+//     refused (patchelf adds the header; elfedit does not grow the program
+//     header table for it), and --print-execstack prints nothing for it.
+//   - A string that a replaced search path shared with a symbol name is
+//     left in the old string table only where the name uses it; the old
+//     table is zeroed when it moves (patchelf clobbers a moved section).
+//   - The OS ABI, the stack flag and symbol versions are written after the
+//     other changes of the same run, each as its own commit.
+//   - --rename-dynamic-symbols and --build-resolution-cache are not
+//     implemented yet (the latter's place is in rpath/patchelf/file.go).
 
 func patchelfCommand(g *globals) *cli.Command {
 	return &cli.Command{

@@ -151,6 +151,10 @@ type Options struct {
 	// write through a link that replaced it since (it may point out of the
 	// tree).
 	NoFollow bool
+	// KeepOldSections leaves the bytes that moved data used to occupy as
+	// they were (no hygiene steps): for programs that read their own
+	// headers at the old offsets (patchelf --no-clobber-old-sections).
+	KeepOldSections bool
 }
 
 // Result of EditFile.
@@ -204,6 +208,9 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	plan, err := f.Plan(e)
 	if err != nil {
 		return nil, err
+	}
+	if opt.KeepOldSections {
+		plan.dropHygiene()
 	}
 	res := &Result{Plan: plan, Before: f.Info(), After: f.Info()}
 	if plan.IsNoOp() {

@@ -125,6 +125,24 @@ func layoutCrashCases() []crashCase {
 		{name: "region-lib-aarch64", variant: "aarch64-bfd-pie", lib: true, edit: setPathEdit(70000), strategy: elfedit.Region},
 		{name: "region-i686", variant: "i686-bfd-pie", edit: both, strategy: elfedit.Region},
 		{name: "region-s390x", variant: "s390x-bfd-pie", edit: both, strategy: elfedit.Region},
+		// patchelf's other options: fields changed where they are (one
+		// write, the commit), and entries added to .dynamic.
+		{name: "osabi", variant: "bfd-pie", edit: func(*testing.T, fixtures.Fixture) elfedit.Edit {
+			abi := elf.ELFOSABI_LINUX
+			return elfedit.Edit{OSABI: &abi}
+		}, strategy: elfedit.InPlace},
+		{name: "execstack-lib", variant: "gold-pie", lib: true, edit: func(*testing.T, fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{ExecStack: ptr(true)}
+		}, strategy: elfedit.InPlace},
+		{name: "clear-symbol-version", variant: "bfd-pie", edit: func(*testing.T, fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{ClearSymbolVersion: []string{"printf", "puts", "__libc_start_main"}}
+		}, strategy: elfedit.InPlace},
+		{name: "add-debug-lib", variant: "bfd-pie", lib: true, edit: func(*testing.T, fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{AddDebug: true}
+		}, strategy: elfedit.InPlace},
+		{name: "no-default-lib-region", variant: "bfd-pie", lib: true, prep: editWith(setPathEdit(4096)), edit: func(_ *testing.T, fx fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{NoDefaultLib: true, AddDebug: true, SetPath: str(pad(5000, fx.LibDir))}
+		}, strategy: elfedit.Region},
 		{name: "phdr-in-region-ppc64", variant: "ppc64-bfd-pie", lib: true, prep: dropSections, edit: setPathEdit(70000), strategy: elfedit.Region, phdrMoves: true},
 	}
 }

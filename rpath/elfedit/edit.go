@@ -1,6 +1,7 @@
 package elfedit
 
 import (
+	"debug/elf"
 	"errors"
 	"fmt"
 	"slices"
@@ -79,13 +80,41 @@ type Edit struct {
 	// changes any of those, unless SetNote writes a fresh one in the same
 	// edit. An edit that changes none of them leaves them alone.
 	Derived []NoteID `json:"derived,omitempty"`
+
+	// AddDebug adds a DT_DEBUG entry when there is none (patchelf
+	// --add-debug-tag): debuggers find the loader's link map through it,
+	// and linkers give it to executables only.
+	AddDebug bool `json:"add_debug,omitempty"`
+	// NoDefaultLib sets DF_1_NODEFLIB in DT_FLAGS_1, adding the entry when
+	// there is none (patchelf --no-default-lib): the loader then skips the
+	// default directories for this object's dependencies.
+	NoDefaultLib bool `json:"no_default_lib,omitempty"`
+
+	// The edits below change fixed-size fields in place, each with one
+	// write (header.go); an Edit holding one of them holds nothing else.
+
+	// OSABI sets EI_OSABI of the ELF header (patchelf --set-os-abi).
+	OSABI *elf.OSABI `json:"osabi,omitempty"`
+	// ExecStack sets (true) or clears (false) PF_X of PT_GNU_STACK
+	// (patchelf --set-execstack, --clear-execstack).
+	ExecStack *bool `json:"exec_stack,omitempty"`
+	// ClearSymbolVersion sets the .gnu.version entry of every dynamic
+	// symbol with one of these names to 1, unversioned global (patchelf
+	// --clear-symbol-version).
+	ClearSymbolVersion []string `json:"clear_symbol_version,omitempty"`
+}
+
+// fieldEdit reports whether the edit asks for one of the in-place field
+// changes of header.go.
+func (e *Edit) fieldEdit() bool {
+	return e.OSABI != nil || e.ExecStack != nil || len(e.ClearSymbolVersion) > 0
 }
 
 // IsZero reports whether the edit asks for nothing.
 func (e *Edit) IsZero() bool {
 	return e.SetPath == nil && !e.RemovePath && !e.Retag && e.Interpreter == nil &&
 		e.Soname == nil && len(e.AddNeeded) == 0 && len(e.RemoveNeeded) == 0 && len(e.ReplaceNeeded) == 0 &&
-		e.SetNote == nil && len(e.RemoveNotes) == 0
+		e.SetNote == nil && len(e.RemoveNotes) == 0 && !e.AddDebug && !e.NoDefaultLib && !e.fieldEdit()
 }
 
 // Validate rejects edits no loader could use: strings with NUL bytes, empty
@@ -140,6 +169,19 @@ func (e *Edit) Validate() error {
 	}
 	for _, id := range e.RemoveNotes {
 		str("note owner", id.Owner, true)
+	}
+	if e.fieldEdit() {
+		n := 0
+		for _, on := range []bool{e.OSABI != nil, e.ExecStack != nil, len(e.ClearSymbolVersion) > 0} {
+			if on {
+				n++
+			}
+		}
+		rest := *e
+		rest.OSABI, rest.ExecStack, rest.ClearSymbolVersion = nil, nil, nil
+		if n > 1 || !rest.IsZero() {
+			errs = append(errs, errors.New("OSABI, ExecStack and ClearSymbolVersion each go in an edit of their own"))
+		}
 	}
 	if e.Tag < TagRunPath || e.Tag > TagRPath {
 		errs = append(errs, fmt.Errorf("unknown path tag %d", e.Tag))

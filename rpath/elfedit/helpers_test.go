@@ -93,6 +93,8 @@ func dotdotInterp(t testing.TB, fx fixtures.Fixture) string {
 // str returns a pointer to s, for the optional fields of Edit.
 func str(s string) *string { return &s }
 
+func ptr[T any](v T) *T { return &v }
+
 // pad makes a search path of about n bytes whose last entry is dir: the
 // first entries name directories that do not exist.
 func pad(n int, dir string) string {
@@ -116,16 +118,30 @@ type want struct {
 	Needed  []string
 	RunPath *string
 	RPath   *string
+	// The fields patchelf's other options change.
+	OSABI     string
+	ExecStack string
+	Debug     bool
+	NoDefLib  bool
 }
 
 func wantOf(in elfedit.Info) want {
-	return want{Interp: in.Interpreter, Soname: in.Soname, Needed: slices.Clone(in.Needed), RunPath: in.RunPath, RPath: in.RPath}
+	return want{Interp: in.Interpreter, Soname: in.Soname, Needed: slices.Clone(in.Needed), RunPath: in.RunPath, RPath: in.RPath,
+		OSABI: in.OSABI, ExecStack: in.ExecStack, Debug: in.Debug, NoDefLib: in.Flags1&uint64(elf.DF_1_NODEFLIB) != 0}
 }
 
 // expect is an independent model of what an edit means: it applies e to
 // the values of the original file, the way the Edit documentation says.
 func expect(orig elfedit.Info, e elfedit.Edit) want {
 	w := wantOf(orig)
+	if e.OSABI != nil {
+		w.OSABI = e.OSABI.String()
+	}
+	if e.ExecStack != nil && w.ExecStack != "" {
+		w.ExecStack = map[bool]string{true: "X", false: "-"}[*e.ExecStack]
+	}
+	w.Debug = w.Debug || e.AddDebug
+	w.NoDefLib = w.NoDefLib || e.NoDefaultLib
 	if e.Interpreter != nil {
 		w.Interp = *e.Interpreter
 	}
@@ -213,6 +229,10 @@ func checkWantElfedit(t testing.TB, path string, w want) {
 	assert.Equal(t, w.Needed, in.Needed, "elfedit: needed")
 	assert.Equal(t, deref(w.RunPath), deref(in.RunPath), "elfedit: runpath")
 	assert.Equal(t, deref(w.RPath), deref(in.RPath), "elfedit: rpath")
+	assert.Equal(t, w.OSABI, in.OSABI, "elfedit: OS ABI")
+	assert.Equal(t, w.ExecStack, in.ExecStack, "elfedit: stack flag")
+	assert.Equal(t, w.Debug, in.Debug, "elfedit: DT_DEBUG")
+	assert.Equal(t, w.NoDefLib, in.Flags1&uint64(elf.DF_1_NODEFLIB) != 0, "elfedit: DF_1_NODEFLIB")
 }
 
 // checkWantDebugElf reads path back with debug/elf, which goes through the

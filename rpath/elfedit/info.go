@@ -50,6 +50,11 @@ type Info struct {
 	RunPath     *string      `json:"runpath,omitempty"`
 	Flags1      uint64       `json:"flags_1,omitempty"`
 	Dlopen      []DlopenNote `json:"dlopen,omitempty"`
+	// ExecStack is the stack flag of PT_GNU_STACK: "X" (executable) or
+	// "-"; "" when there is no PT_GNU_STACK.
+	ExecStack string `json:"exec_stack,omitempty"`
+	// Debug says whether .dynamic has a DT_DEBUG entry.
+	Debug bool `json:"dt_debug,omitempty"`
 	// Spare is the number of unused DT_NULL slots after the terminator: how
 	// many entries can be added without moving .dynamic.
 	Spare int `json:"spare_dynamic_slots"`
@@ -144,6 +149,15 @@ func (f *File) Info() Info {
 		in.RunPath = &s
 	}
 	in.Flags1, _ = f.dynVal(elf.DT_FLAGS_1)
+	_, in.Debug = f.dynVal(elf.DT_DEBUG)
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_GNU_STACK {
+			in.ExecStack = "-"
+			if p.Flags&elf.PF_X != 0 {
+				in.ExecStack = "X"
+			}
+		}
+	}
 	if f.dynLen >= 0 && len(f.Dynamic) > 0 {
 		in.Spare = len(f.Dynamic) - f.dynLen - 1
 	}

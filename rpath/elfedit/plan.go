@@ -128,6 +128,7 @@ func (f *File) desiredDyn(e *Edit) []dent {
 			ents = slices.Insert(ents, at, newStr(elf.DT_SONAME, *e.Soname))
 		}
 	}
+	ents = addFlagEntries(ents, e)
 	// DT_RUNPATH / DT_RPATH
 	find := func(tag elf.DynTag) int { return slices.IndexFunc(ents, func(d dent) bool { return d.tag == tag }) }
 	drop := func(tag elf.DynTag) {
@@ -185,7 +186,10 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 	if f.debugOnly {
 		return nil, fmt.Errorf("separate debug object: nothing to edit")
 	}
-	needDyn := e.SetPath != nil || e.RemovePath || e.Retag || e.Soname != nil ||
+	if e.fieldEdit() {
+		return f.planField(&e)
+	}
+	needDyn := e.SetPath != nil || e.RemovePath || e.Retag || e.Soname != nil || e.AddDebug || e.NoDefaultLib ||
 		len(e.AddNeeded)+len(e.RemoveNeeded)+len(e.ReplaceNeeded) > 0
 	if needDyn && !f.IsDynamic() {
 		return nil, ErrNotDynamic
@@ -446,13 +450,28 @@ func (b *builder) slack() (*Plan, bool) {
 	return b.finish(Slack, f.size), true
 }
 
-// scrubOld overwrites, in the old string table that nothing references after
-// the commit, every string that was replaced or removed, and the search
-// paths it still holds even where they did not change: the new copy has
-// them, and once a later edit replaces them there, this copy would be the
-// one stale store path left in the file.
+// scrubOld tidies the old string table, which nothing references after the
+// commit. When a section header describes exactly that table and no other
+// section shares its bytes, the table is zeroed, so no copy of a symbol name
+// or a path stays behind (patchelf clobbers a section it moved). Then every
+// string that was replaced or removed, and every search path it still holds
+// even where it did not change (the new copy has them, and once a later
+// edit replaces them there this copy would be the one stale store path left
+// in the file), is overwritten with 'X', as patchelf marks a replaced
+// string, except the bytes a symbol or version name shares: patchelf leaves
+// those (tests/shared-rpath.sh).
 func (b *builder) scrubOld() {
 	f := b.f
+	if i := f.dynstrSection(); i >= 0 {
+		s := f.Sections[i]
+		alone := s.Offset == f.strOff && s.Size == uint64(len(f.strtab)) && s.Type != elf.SHT_NOBITS &&
+			!slices.ContainsFunc(f.usedRanges(), func(r rng) bool {
+				return r.overlaps(rng{s.Offset, s.Offset + s.Size}) && r != (rng{s.Offset, s.Offset + s.Size})
+			})
+		if alone && s.Size > 0 {
+			b.add(StepHygiene, "zero the old .dynstr", s.Offset, make([]byte, s.Size))
+		}
+	}
 	dead := slices.Clone(b.sl.dead)
 	for _, d := range f.Dynamic[:f.dynLen] {
 		if d.Tag == elf.DT_RUNPATH || d.Tag == elf.DT_RPATH {
@@ -462,9 +481,11 @@ func (b *builder) scrubOld() {
 			}
 		}
 	}
-	for _, r := range dead {
-		if r.hi > r.lo {
-			b.add(StepHygiene, "scrub replaced string in the old .dynstr", f.strOff+r.lo, bytes.Repeat([]byte{'X'}, int(r.hi-r.lo)))
+	for _, d := range dead {
+		for _, r := range b.sl.unkept(d) {
+			if r.hi > r.lo {
+				b.add(StepHygiene, "scrub replaced string in the old .dynstr", f.strOff+r.lo, bytes.Repeat([]byte{'X'}, int(r.hi-r.lo)))
+			}
 		}
 	}
 }

@@ -385,6 +385,13 @@ func ops() []op {
 			e.Interpreter = &p
 			return fmt.Sprintf("interp %d bytes %q", len(p), p), nil, nil
 		}},
+		{name: "add-debug", gen: func(v *propVariant, f *propFile, e *elfedit.Edit) (string, func(), func()) {
+			if v.rng.IntN(3) != 0 {
+				return "", nil, nil
+			}
+			e.AddDebug = true
+			return "add-debug", nil, nil
+		}},
 		{name: "soname", gen: func(v *propVariant, f *propFile, e *elfedit.Edit) (string, func(), func()) {
 			if e.Soname != nil {
 				return "", nil, nil
@@ -565,7 +572,12 @@ func (v *propVariant) step(i int, last bool) {
 
 // infoOf turns a model back into the Info that expect folds an Edit over.
 func infoOf(w want) elfedit.Info {
-	return elfedit.Info{Interpreter: w.Interp, Soname: w.Soname, Needed: slices.Clone(w.Needed), RunPath: w.RunPath, RPath: w.RPath}
+	in := elfedit.Info{Interpreter: w.Interp, Soname: w.Soname, Needed: slices.Clone(w.Needed), RunPath: w.RunPath, RPath: w.RPath,
+		OSABI: w.OSABI, ExecStack: w.ExecStack, Debug: w.Debug}
+	if w.NoDefLib {
+		in.Flags1 = uint64(elf.DF_1_NODEFLIB)
+	}
+	return in
 }
 
 // finish puts a working RUNPATH back where the random walk left none, and

@@ -239,6 +239,35 @@ type strLayout struct {
 	overwrites []rng  // old-table ranges rewritten with a replacing string (in place)
 	scrub      []rng  // old-table ranges of strings nothing references any more: 'X'
 	dead       []rng  // every old string that was replaced or removed (scrubbed in a dead copy)
+	// kept are the old-table spans of the symbol and version names, NUL
+	// included; nil when they are unknown.
+	kept []rng
+}
+
+// unkept returns the parts of r that no kept string covers: what a scrub
+// of a dead copy may overwrite. patchelf leaves a replaced string alone when
+// a symbol name shares its bytes (tests/shared-rpath.sh); a dead copy is
+// referenced by nothing, so this only decides how much of it keeps its text,
+// and a store path that merely ends in a symbol name still loses the rest.
+func (sl *strLayout) unkept(r rng) []rng {
+	out := []rng{r}
+	for _, k := range sl.kept {
+		var next []rng
+		for _, o := range out {
+			if !o.overlaps(k) {
+				next = append(next, o)
+				continue
+			}
+			if o.lo < k.lo {
+				next = append(next, rng{o.lo, k.lo})
+			}
+			if k.hi < o.hi {
+				next = append(next, rng{k.hi, o.hi})
+			}
+		}
+		out = next
+	}
+	return out
 }
 
 // layoutStrings gives every string entry of ents an offset in the final
@@ -276,6 +305,7 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 	if err != nil && !errors.Is(err, errUnknownRefs) {
 		return nil, err
 	}
+	nameRefs := len(refs)
 	for o := range keep {
 		refs = append(refs, o)
 	}
@@ -289,6 +319,13 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 			if n := bytes.IndexByte(f.strtab[x:], 0); n >= 0 {
 				ends[i] = x + uint64(n)
 			}
+		}
+	}
+	if refsOK {
+		// Symbol and version names only: in a dead copy the dynamic
+		// entries point elsewhere, and their strings are scrubbed.
+		for i, x := range refs[:nameRefs] {
+			sl.kept = append(sl.kept, rng{x, ends[i] + 1})
 		}
 	}
 	shared := func(r rng) bool {

@@ -275,6 +275,7 @@ func checkResult(before, after *File, e *Edit) error {
 	if sb, sa := before.Info(), after.Info(); e.Soname == nil && sb.Soname != sa.Soname {
 		bad = append(bad, fmt.Sprintf("soname changed from %q to %q", sb.Soname, sa.Soname))
 	}
+	bad = append(bad, checkFields(after, e)...)
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: %s", ErrVerify, strings.Join(bad, "; "))
 	}

@@ -8,31 +8,26 @@
 package patchelf
 
 import (
-	"bytes"
-	"debug/elf"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"slices"
 	"strings"
-	"syscall"
 
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
-	"github.com/cudapatch/cudapatch/rpath/ldcache"
 )
 
 // Version is the patchelf release whose command line this one
-// implements. Scripts compare it (auditwheel wants >= 0.14).
-const Version = "0.14.3"
+// implements (its options are those of patchelf master after it).
+// Scripts compare it (auditwheel wants >= 0.14).
+const Version = "0.18.0"
 
 const patchelfUsage = `syntax: patchelf
   [--set-interpreter FILENAME]
   [--page-size SIZE]		Checked (> 0) and ignored: cudapatch aligns added segments to the largest page size of the file's machine
   [--print-interpreter]
+  [--print-os-abi]		Prints 'EI_OSABI' field of ELF header
+  [--set-os-abi ABI]		Sets 'EI_OSABI' field of ELF header to ABI.
   [--print-soname]		Prints 'DT_SONAME' entry of .dynamic section (nothing if there is none)
   [--set-soname SONAME]		Sets 'DT_SONAME' entry to SONAME.
   [--set-rpath RPATH]		Writes DT_RUNPATH (DT_RPATH with --force-rpath); empty entries are dropped
@@ -46,7 +41,16 @@ const patchelfUsage = `syntax: patchelf
   [--remove-needed LIBRARY]
   [--replace-needed LIBRARY NEW_LIBRARY]
   [--print-needed]
+  [--no-default-lib]
+  [--no-sort]		Accepted: cudapatch never reorders program or section headers
+  [--clear-symbol-version SYMBOL]
+  [--add-debug-tag]
   [--build-resolution-cache]		Records resolved DT_NEEDED paths in a .note.nixos.ldcache note (cudapatch's rules: the driver link is a run-time hint, never a stub)
+  [--print-execstack]		Prints whether the object requests an executable stack
+  [--clear-execstack]
+  [--set-execstack]
+  [--rename-dynamic-symbols NAME_MAP_FILE]	Renames dynamic symbols. The map file should contain two symbols (old_name new_name) per line
+  [--no-clobber-old-sections]		Leave moved sections' old bytes as they were instead of zeroing them
   [--output FILE]
   [--debug]		Also prints the layout cudapatch chose for each file
   [--version]
@@ -58,19 +62,27 @@ const patchelfUsage = `syntax: patchelf
 // file names does not matter.
 type patchelfOpts struct {
 	printInterp, printSoname, printRPath, printNeeded bool
+	printOSABI, printExecstack                        bool
 
 	setInterp string // "" leaves the interpreter alone, as in patchelf
 	setSoname *string
 	setRPath  *string
 	addRPath  *string
+	setOSABI  *string // checked per file: "unrecognized OS ABI"
 
 	removeRPath, shrinkRPath, forceRPath bool
-	buildCache                           bool
 	allowedPrefixes                      []string
 
 	addNeeded     []string // sorted and unique, the order patchelf adds them in
 	removeNeeded  []string
 	replaceNeeded []elfedit.Replace // one per old name, the last given wins
+
+	addDebugTag, noDefaultLib    bool
+	clearExecstack, setExecstack bool
+	clearSymbolVersion           []string
+	renameSymbols                string // the map file of --rename-dynamic-symbols
+	noClobberOld                 bool
+	buildCache                   bool
 
 	pageSize int64 // checked, then ignored (see the top of the file)
 	output   string
@@ -92,13 +104,25 @@ var (
 	errVersion = errors.New("version")
 )
 
-// unsupportedPatchelfOptions are patchelf options that this front end does
-// not implement. patchelf itself would take an unknown option for a file
-// name; naming it is more useful.
-var unsupportedPatchelfOptions = []string{
-	"--no-default-lib", "--clear-symbol-version", "--add-debug-tag",
-	"--print-os-abi", "--set-os-abi", "--print-execstack", "--clear-execstack",
-	"--set-execstack", "--rename-dynamic-symbols", "--no-sort", "--no-clobber-old-sections",
+// fromFile resolves patchelf's "@FILE" arguments: the option's value is
+// the whole content of FILE (a trailing newline included), for values too
+// long for a command line. patchelf does this for the options that take a
+// name or a search path.
+func fromFile(v string) (string, error) {
+	name, ok := strings.CutPrefix(v, "@")
+	if !ok {
+		return v, nil
+	}
+	fd, _, err := openForPatchelf(name)
+	if err != nil {
+		return "", err
+	}
+	defer fd.Close()
+	b, err := io.ReadAll(fd)
+	if err != nil {
+		return "", pfErr("reading '%s': %s", name, strerror(err))
+	}
+	return string(b), nil
 }
 
 func parsePatchelfArgs(args []string) (*patchelfOpts, error) {
@@ -118,11 +142,49 @@ func parsePatchelfArgs(args []string) (*patchelfOpts, error) {
 			v   string
 			err error
 		)
+		// nextFile is next with "@FILE" resolved.
+		nextFile := func(i *int) (string, error) {
+			v, err := next(i)
+			if err != nil {
+				return "", err
+			}
+			return fromFile(v)
+		}
 		switch a := args[i]; a {
 		case "--set-interpreter", "--interpreter":
-			if v, err = next(&i); err == nil {
+			if v, err = nextFile(&i); err == nil {
 				o.setInterp = v
 			}
+		case "--print-os-abi":
+			o.printOSABI = true
+		case "--set-os-abi":
+			if v, err = next(&i); err == nil {
+				o.setOSABI = &v
+			}
+		case "--print-execstack":
+			o.printExecstack = true
+		case "--clear-execstack":
+			o.clearExecstack = true
+		case "--set-execstack":
+			o.setExecstack = true
+		case "--add-debug-tag":
+			o.addDebugTag = true
+		case "--no-default-lib":
+			o.noDefaultLib = true
+		case "--clear-symbol-version":
+			if v, err = next(&i); err == nil && !slices.Contains(o.clearSymbolVersion, v) {
+				o.clearSymbolVersion = append(o.clearSymbolVersion, v)
+			}
+		case "--rename-dynamic-symbols":
+			if v, err = next(&i); err == nil {
+				o.renameSymbols = v
+			}
+		case "--no-sort":
+			// cudapatch never sorts program or section headers.
+		case "--no-clobber-old-sections":
+			o.noClobberOld = true
+		case "--build-resolution-cache":
+			o.buildCache = true
 		case "--page-size":
 			if v, err = next(&i); err == nil {
 				if o.pageSize = cAtoi(v); o.pageSize <= 0 {
@@ -134,7 +196,7 @@ func parsePatchelfArgs(args []string) (*patchelfOpts, error) {
 		case "--print-soname":
 			o.printSoname = true
 		case "--set-soname":
-			if v, err = next(&i); err == nil {
+			if v, err = nextFile(&i); err == nil {
 				o.setSoname = &v
 			}
 		case "--remove-rpath":
@@ -146,27 +208,25 @@ func parsePatchelfArgs(args []string) (*patchelfOpts, error) {
 				o.allowedPrefixes = strings.Split(v, ":")
 			}
 		case "--set-rpath":
-			if v, err = next(&i); err == nil {
+			if v, err = nextFile(&i); err == nil {
 				o.setRPath = &v
 			}
 		case "--add-rpath":
-			if v, err = next(&i); err == nil {
+			if v, err = nextFile(&i); err == nil {
 				o.addRPath = &v
 			}
 		case "--print-rpath":
 			o.printRPath = true
-		case "--build-resolution-cache":
-			o.buildCache = true
 		case "--force-rpath":
 			o.forceRPath = true
 		case "--print-needed":
 			o.printNeeded = true
 		case "--add-needed":
-			if v, err = next(&i); err == nil {
+			if v, err = nextFile(&i); err == nil {
 				add[v] = true
 			}
 		case "--remove-needed":
-			if v, err = next(&i); err == nil && !slices.Contains(o.removeNeeded, v) {
+			if v, err = nextFile(&i); err == nil && !slices.Contains(o.removeNeeded, v) {
 				o.removeNeeded = append(o.removeNeeded, v)
 			}
 		case "--replace-needed":
@@ -179,7 +239,7 @@ func parsePatchelfArgs(args []string) (*patchelfOpts, error) {
 			replace[args[i+1]] = args[i+2]
 			i += 2
 		case "--output":
-			if v, err = next(&i); err == nil {
+			if v, err = nextFile(&i); err == nil {
 				o.output = v
 			}
 		case "--debug":
@@ -189,9 +249,6 @@ func parsePatchelfArgs(args []string) (*patchelfOpts, error) {
 		case "--version":
 			return nil, errVersion
 		default:
-			if slices.Contains(unsupportedPatchelfOptions, a) {
-				return nil, pfErr("option %s is not supported by cudapatch's patchelf", a)
-			}
 			o.files = append(o.files, a)
 		}
 		if err != nil {
@@ -268,449 +325,4 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return 0
-}
-
-// patchelfFile does everything the options ask of one file, in patchelf's
-// order: print the interpreter, print and set the soname, set the
-// interpreter, print the search path, change it, print DT_NEEDED, change
-// DT_NEEDED. Every print shows the file as it was; every change goes into
-// one Edit, written at the end.
-func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error {
-	debugf := func(format string, args ...any) {
-		if o.debug {
-			fmt.Fprintf(stderr, format+"\n", args...)
-		}
-	}
-	fd, size, err := openForPatchelf(path)
-	if err != nil {
-		return err
-	}
-	defer fd.Close()
-	if err := checkPatchelfHeader(fd, size); err != nil {
-		return err
-	}
-	f, err := elfedit.NewFile(fd, size)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err) // cudapatch's message, not patchelf's
-	}
-	if !o.printInterp && !o.printRPath && !o.printSoname && !o.printNeeded {
-		debugf("patching ELF file '%s'", path)
-	}
-	if o.pageSize > 0 {
-		debugf("cudapatch: --page-size %d ignored: added segments are aligned to the largest page size of %v", o.pageSize, f.Header.Machine)
-	}
-	hasInterp := slices.ContainsFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_INTERP })
-	errNoInterp := pfErr("cannot find section '.interp'. The input file is most likely statically linked")
-	errNoDyn := pfErr("cannot find section '.dynamic'. The input file is most likely statically linked")
-	isLib := f.Header.Type == elf.ET_DYN
-
-	var e elfedit.Edit
-	if o.printInterp {
-		if !hasInterp {
-			return errNoInterp
-		}
-		fmt.Fprintln(stdout, f.Interp)
-	}
-	if o.printSoname || o.setSoname != nil {
-		if !isLib {
-			debugf("this is not a dynamic library")
-		} else if !f.IsDynamic() {
-			return errNoDyn
-		}
-	}
-	if o.printSoname && isLib {
-		if s := f.Soname(); s != "" {
-			fmt.Fprintln(stdout, s)
-		}
-	}
-	if o.setSoname != nil && isLib {
-		e.Soname = o.setSoname
-	}
-	if o.setInterp != "" {
-		if !hasInterp {
-			return errNoInterp
-		}
-		e.Interpreter = &o.setInterp
-	}
-	rpathOp := o.shrinkRPath || o.removeRPath || o.setRPath != nil || o.addRPath != nil
-	if (o.printRPath || rpathOp || o.printNeeded ||
-		len(o.addNeeded)+len(o.removeNeeded)+len(o.replaceNeeded) > 0) && !f.IsDynamic() {
-		return errNoDyn
-	}
-	// DT_RUNPATH wins over DT_RPATH, as in the loader and in patchelf.
-	old, hasOld := f.RunPath()
-	if !hasOld {
-		old, hasOld = f.RPath()
-	}
-	if o.printRPath {
-		fmt.Fprintln(stdout, old)
-	}
-	if o.shrinkRPath && !hasOld {
-		debugf("no RPATH to shrink")
-	} else if rpathOp {
-		// One search path operation per file; patchelf's precedence.
-		var newPath string
-		switch {
-		case o.shrinkRPath:
-			kept, removed := rpath.ShrinkPath(old, f.Needed(), o.allowedPrefixes, f.Header.Machine, rpath.ProbeMachine)
-			for _, r := range removed {
-				debugf("%s", r)
-			}
-			newPath = kept
-		case o.removeRPath:
-		case o.setRPath != nil:
-			newPath = *o.setRPath
-		case o.addRPath != nil:
-			newPath = old + ":" + *o.addRPath
-		}
-		newPath = dropEmptyEntries(newPath)
-		if newPath == "" {
-			// Also for --remove-rpath, which --shrink-rpath outranks.
-			e.RemovePath = true
-		} else {
-			e.SetPath = &newPath
-			e.Tag = elfedit.TagRunPath
-			if o.forceRPath {
-				e.Tag = elfedit.TagRPath
-			}
-		}
-		if newPath != old && (hasOld || newPath != "") {
-			debugf("new rpath is '%s'", newPath)
-		}
-	}
-	if o.printNeeded {
-		for _, n := range f.Needed() {
-			fmt.Fprintln(stdout, n)
-		}
-	}
-	e.RemoveNeeded = o.removeNeeded
-	e.ReplaceNeeded = o.replaceNeeded
-	e.AddNeeded = o.addNeeded
-	if err := resolutionCache(f, o, &e, stderr, debugf); err != nil {
-		return err
-	}
-	fd.Close()
-
-	target := path
-	if o.output != "" {
-		target = o.output
-		if err := copyForPatchelf(path, o.output); err != nil {
-			return err
-		}
-	}
-	if e.IsZero() {
-		return nil
-	}
-	res, err := elfedit.EditFile(target, e, elfedit.Options{BreakHardLinks: true})
-	if err != nil {
-		return err
-	}
-	if res.Changed {
-		debugf("writing %s", target)
-		debugf("cudapatch: layout %s, %d bytes written, size 0x%x -> 0x%x",
-			res.Plan.Strategy, res.Plan.Written, res.Plan.OldSize, res.Plan.NewSize)
-		for _, st := range res.Plan.Steps {
-			debugf("cudapatch:   %-8s 0x%x+0x%x %s", st.Kind, st.Off, st.Len, st.What)
-		}
-	}
-	return nil
-}
-
-// openForPatchelf opens a file to read it, with patchelf's messages.
-func openForPatchelf(path string) (*os.File, int64, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, 0, pfErr("getting info about '%s': %s", path, strerror(err))
-	}
-	if st.IsDir() {
-		return nil, 0, pfErr("reading '%s': %s", path, strerror(syscall.EISDIR))
-	}
-	fd, err := os.Open(path)
-	if err != nil {
-		return nil, 0, pfErr("opening '%s': %s", path, strerror(err))
-	}
-	return fd, st.Size(), nil
-}
-
-// copyForPatchelf writes the input to --output before the edit, so the
-// input stays untouched; like patchelf, the output is written even when
-// nothing changes, with the input's permission bits.
-func copyForPatchelf(src, dst string) error {
-	if same(src, dst) {
-		return nil
-	}
-	in, err := os.Open(src)
-	if err != nil {
-		return pfErr("opening '%s': %s", src, strerror(err))
-	}
-	defer in.Close()
-	st, err := in.Stat()
-	if err != nil {
-		return pfErr("getting info about '%s': %s", src, strerror(err))
-	}
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, st.Mode().Perm())
-	if err != nil {
-		return pfErr("open: %s", strerror(err))
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return pfErr("write: %s", strerror(err))
-	}
-	if err := out.Chmod(st.Mode().Perm()); err != nil {
-		out.Close()
-		return pfErr("fchmod: %s", strerror(err))
-	}
-	if err := out.Close(); err != nil {
-		return pfErr("close: %s", strerror(err))
-	}
-	return nil
-}
-
-func same(a, b string) bool {
-	sa, err := os.Stat(a)
-	if err != nil {
-		return false
-	}
-	sb, err := os.Stat(b)
-	return err == nil && os.SameFile(sa, sb)
-}
-
-// strerror renders an error the way C's strerror does ("No such file or
-// directory"): Go's errno texts are the same words with a lower-case first
-// letter.
-func strerror(err error) string {
-	var errno syscall.Errno
-	if !errors.As(err, &errno) {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return err.Error()
-	}
-	s := errno.Error()
-	if s != "" && s[0] >= 'a' && s[0] <= 'z' {
-		s = string(s[0]-'a'+'A') + s[1:]
-	}
-	return s
-}
-
-// checkPatchelfHeader gives patchelf's messages for the files patchelf
-// rejects by their ELF header, in the order patchelf checks. Anything it
-// accepts goes to elfedit, whose own checks are stricter and say more.
-func checkPatchelfHeader(r io.ReaderAt, size int64) error {
-	const ehdr32, ehdr64 = 52, 64
-	if size < ehdr32 {
-		return pfErr("missing ELF header")
-	}
-	var h [ehdr64]byte
-	n, _ := r.ReadAt(h[:min(size, ehdr64)], 0)
-	if n < ehdr32 {
-		return pfErr("missing ELF header")
-	}
-	if string(h[:4]) != elf.ELFMAG {
-		return pfErr("not an ELF executable")
-	}
-	if elf.Version(h[elf.EI_VERSION]) != elf.EV_CURRENT {
-		return pfErr("unsupported ELF version")
-	}
-	class := elf.Class(h[elf.EI_CLASS])
-	if class != elf.ELFCLASS32 && class != elf.ELFCLASS64 {
-		return pfErr("ELF executable is not 32 or 64 bit")
-	}
-	var bo binary.ByteOrder
-	switch elf.Data(h[elf.EI_DATA]) {
-	case elf.ELFDATA2LSB:
-		bo = binary.LittleEndian
-	case elf.ELFDATA2MSB:
-		bo = binary.BigEndian
-	default:
-		return pfErr("wrong ELF type")
-	}
-	if class == elf.ELFCLASS64 && n < ehdr64 {
-		return pfErr("missing ELF header")
-	}
-	if t := elf.Type(bo.Uint16(h[16:])); t != elf.ET_EXEC && t != elf.ET_DYN {
-		return pfErr("wrong ELF type")
-	}
-	var phoff, shoff uint64
-	var phentsize, phnum, shentsize, shnum, shstrndx uint64
-	if class == elf.ELFCLASS64 {
-		phoff, shoff = bo.Uint64(h[32:]), bo.Uint64(h[40:])
-		phentsize, phnum = uint64(bo.Uint16(h[54:])), uint64(bo.Uint16(h[56:]))
-		shentsize, shnum = uint64(bo.Uint16(h[58:])), uint64(bo.Uint16(h[60:]))
-		shstrndx = uint64(bo.Uint16(h[62:]))
-	} else {
-		phoff, shoff = uint64(bo.Uint32(h[28:])), uint64(bo.Uint32(h[32:]))
-		phentsize, phnum = uint64(bo.Uint16(h[42:])), uint64(bo.Uint16(h[44:]))
-		shentsize, shnum = uint64(bo.Uint16(h[46:])), uint64(bo.Uint16(h[48:]))
-		shstrndx = uint64(bo.Uint16(h[50:]))
-	}
-	if phoff > uint64(size) || phnum*phentsize > uint64(size)-phoff {
-		return pfErr("program header table out of bounds")
-	}
-	// patchelf also refuses files without section headers; elfedit does
-	// not need them, so neither do we.
-	if shnum > 0 && (shoff > uint64(size) || shnum*shentsize > uint64(size)-shoff) {
-		return pfErr("section header table out of bounds")
-	}
-	if shnum > 0 && shstrndx >= shnum && shstrndx != uint64(elf.SHN_XINDEX) {
-		return pfErr("string table index out of bounds")
-	}
-	want := uint64(56)
-	if class == elf.ELFCLASS32 {
-		want = 32
-	}
-	if phentsize != want {
-		return pfErr("program headers have wrong size")
-	}
-	return nil
-}
-
-// dropEmptyEntries removes the empty entries of a search path, which glibc
-// would take for the current directory.
-func dropEmptyEntries(p string) string {
-	return strings.Join(slices.DeleteFunc(strings.Split(p, ":"), func(s string) bool { return s == "" }), ":")
-}
-
-// resolutionCache does what patchelf does to the resolution note
-// (.note.nixos.ldcache) of a file whose other changes are in e: an edit of
-// the search path or of DT_NEEDED drops a note that no longer holds
-// (--remove-rpath, and --shrink-rpath of a file without one, always do),
-// and --build-resolution-cache writes one for the file as it will be, with
-// patchelf's messages and its rule that a note already there is either up
-// to date or an error. The note is computed by rpath/ldcache with
-// cudapatch's rules for the driver link and stub directories.
-func resolutionCache(f *elfedit.File, o *patchelfOpts, e *elfedit.Edit, stderr io.Writer, debugf func(string, ...any)) error {
-	e.Derived = append(e.Derived, ldcache.NoteID)
-	_, hasOld := f.RunPath()
-	if !hasOld {
-		_, hasOld = f.RPath()
-	}
-	if o.removeRPath || o.shrinkRPath && !hasOld {
-		e.RemoveNotes = append(e.RemoveNotes, ldcache.NoteID)
-	}
-	if !o.buildCache {
-		return nil
-	}
-	warn := func(why string) {
-		fmt.Fprintf(stderr, "warning: --build-resolution-cache: %s; no cache written\n", why)
-	}
-	errPresent := pfErr("--build-resolution-cache: a resolution cache note is already present; rebuild from an unpatched binary")
-	old, present := existingCache(f)
-	// The note goes when this invocation changes what it describes; then a
-	// fresh one is built as if there had been none.
-	if present && (len(e.RemoveNotes) > 0 || derivedChanges(f, e)) {
-		present = false
-	}
-	if !f.IsDynamic() {
-		if present {
-			return errPresent
-		}
-		warn("no dynamic section (statically linked?)")
-		return nil
-	}
-	cache, outcome := ldcache.Build(neededAfter(f.Needed(), e), searchPathAfter(f, e), ldcache.OS{},
-		rpath.ResolutionRules(rpath.DefaultDriverLink, rpath.DefaultDriverLink32))
-	switch outcome {
-	case ldcache.NothingToResolve:
-		if present {
-			return errPresent
-		}
-		warn("no DT_NEEDED entries or run path to resolve")
-		return nil
-	case ldcache.NothingResolved:
-		if present {
-			return errPresent
-		}
-		warn("no libraries resolved against the run path")
-		return nil
-	}
-	for _, en := range cache {
-		debugf("resolved %s to %s", en.Name, en.PathList())
-	}
-	desc := cache.Encode()
-	if present {
-		if !bytes.Equal(old, desc) {
-			return errPresent
-		}
-		debugf("resolution cache already up to date")
-		return nil
-	}
-	e.SetNote = &elfedit.Note{NoteID: ldcache.NoteID, Section: ldcache.Section, Desc: desc}
-	return nil
-}
-
-// existingCache finds a resolution note the way patchelf does, by its
-// section's name (a section objcopy added counts, whatever it holds), or
-// by a note with the note's owner and type. desc is nil when the section
-// holds no well-formed note.
-func existingCache(f *elfedit.File) (desc []byte, present bool) {
-	notes, _ := f.Notes()
-	for _, n := range notes {
-		if n.NoteID == ldcache.NoteID {
-			return n.Desc, true
-		}
-	}
-	for _, s := range f.Sections {
-		if s.Name == ldcache.Section {
-			return nil, true
-		}
-	}
-	return nil, false
-}
-
-// derivedChanges reports whether the edit changes the search path or
-// DT_NEEDED, after which patchelf drops the note.
-func derivedChanges(f *elfedit.File, e *elfedit.Edit) bool {
-	if e.RemovePath {
-		_, run := f.RunPath()
-		_, rp := f.RPath()
-		return run || rp
-	}
-	if e.SetPath != nil {
-		old, ok := f.RunPath()
-		if !ok {
-			old, ok = f.RPath()
-		}
-		if !ok || old != *e.SetPath {
-			return true
-		}
-	}
-	return !slices.Equal(f.Needed(), neededAfter(f.Needed(), e))
-}
-
-// neededAfter is DT_NEEDED as the edit leaves it (elfedit's order: added
-// names first, in the order given, names already needed not added again).
-func neededAfter(needed []string, e *elfedit.Edit) []string {
-	out := slices.DeleteFunc(slices.Clone(needed), func(n string) bool { return slices.Contains(e.RemoveNeeded, n) })
-	for _, r := range e.ReplaceNeeded {
-		for i := range out {
-			if out[i] == r.Old {
-				out[i] = r.New
-			}
-		}
-	}
-	var add []string
-	for _, n := range e.AddNeeded {
-		if !slices.Contains(out, n) && !slices.Contains(add, n) {
-			add = append(add, n)
-		}
-	}
-	return append(add, out...)
-}
-
-// searchPathAfter is the search path the loader reads after the edit:
-// DT_RUNPATH, else DT_RPATH.
-func searchPathAfter(f *elfedit.File, e *elfedit.Edit) string {
-	switch {
-	case e.RemovePath:
-		return ""
-	case e.SetPath != nil:
-		return *e.SetPath
-	}
-	if p, ok := f.RunPath(); ok {
-		return p
-	}
-	p, _ := f.RPath()
-	return p
 }

@@ -16,7 +16,7 @@ func TestParsePatchelfArgs(t *testing.T) {
 		{[]string{"--interpreter", "/l", "f"}, "interp /l", false},
 		{[]string{"--page-size", " +12x", "f"}, "", false},
 		{[]string{"--page-size", "-1", "f"}, "invalid argument to --page-size", true},
-		{[]string{"--no-default-lib", "f"}, "option --no-default-lib is not supported by cudapatch's patchelf", true},
+		{[]string{"--no-default-lib", "--clear-symbol-version", "puts", "f"}, "", false},
 		{[]string{"--output", "o"}, "missing filename", true},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,185 @@
+package elfedit
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// ErrNoGnuStack means the stack flag of a file without PT_GNU_STACK was to
+// change. The loaders then take an architecture default (executable on
+// x86); adding the header would grow the program header table, which this
+// edit does not do.
+var ErrNoGnuStack = errors.New("no PT_GNU_STACK program header")
+
+// addFlagEntries applies AddDebug and NoDefaultLib to the planned dynamic
+// entries: non-string entries, placed like any other added entry (a spare
+// DT_NULL slot, else a moved .dynamic).
+func addFlagEntries(ents []dent, e *Edit) []dent {
+	if e.AddDebug && !slices.ContainsFunc(ents, func(d dent) bool { return d.tag == elf.DT_DEBUG }) {
+		ents = append(ents, dent{tag: elf.DT_DEBUG, origOff: -1})
+	}
+	if e.NoDefaultLib {
+		if i := slices.IndexFunc(ents, func(d dent) bool { return d.tag == elf.DT_FLAGS_1 }); i >= 0 {
+			ents[i].val |= uint64(elf.DF_1_NODEFLIB)
+		} else {
+			ents = append(ents, dent{tag: elf.DT_FLAGS_1, val: uint64(elf.DF_1_NODEFLIB), origOff: -1})
+		}
+	}
+	return ents
+}
+
+// planField plans an edit of fixed-size fields that stay where they are:
+// EI_OSABI (one byte of the ELF header), the p_flags word of PT_GNU_STACK,
+// or entries of .gnu.version (two bytes each, written as the one span from
+// the first to the last that changes). The write is the commit: nothing
+// moves, nothing else refers to these bytes, and a crash leaves the old or
+// the new field.
+func (f *File) planField(e *Edit) (*Plan, error) {
+	noop := &Plan{Strategy: NoOp, OldSize: f.size, NewSize: f.size, f: f}
+	var off uint64
+	var data []byte
+	var what string
+	switch {
+	case e.OSABI != nil:
+		if f.Header.OSABI == *e.OSABI {
+			return noop, nil
+		}
+		off, data, what = uint64(elf.EI_OSABI), []byte{byte(*e.OSABI)}, "EI_OSABI"
+	case e.ExecStack != nil:
+		i := slices.IndexFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_GNU_STACK })
+		if i < 0 {
+			return nil, ErrNoGnuStack
+		}
+		flags := f.Progs[i].Flags &^ elf.PF_X
+		if *e.ExecStack {
+			flags |= elf.PF_X
+		}
+		if flags == f.Progs[i].Flags {
+			return noop, nil
+		}
+		field := uint64(4) // p_flags: second word of Elf64_Phdr, seventh of Elf32_Phdr
+		if f.Header.Class == elf.ELFCLASS32 {
+			field = 24
+		}
+		off = f.Header.Phoff + uint64(i)*uint64(f.Header.Phentsize) + field
+		data = make([]byte, 4)
+		f.order.PutUint32(data, uint32(flags))
+		what = "PT_GNU_STACK p_flags"
+	default:
+		var err error
+		if off, data, err = f.clearVersions(e.ClearSymbolVersion); err != nil {
+			return nil, err
+		}
+		if data == nil {
+			return noop, nil
+		}
+		what = ".gnu.version entries"
+	}
+	b := &builder{f: f}
+	b.add(StepCommit, what, off, data)
+	return b.finish(InPlace, f.size), nil
+}
+
+// clearVersions finds the .gnu.version entries (DT_VERSYM, one 16-bit
+// index per dynamic symbol) of the symbols named in names that are not 1
+// yet, and returns the span from the first to the last of them, with
+// those set to 1; nil when none changes. It reads the dynamic symbol table
+// and the version table, which clearing a version needs.
+func (f *File) clearVersions(names []string) (uint64, []byte, error) {
+	if !f.IsDynamic() {
+		return 0, nil, ErrNotDynamic
+	}
+	versym, ok := f.dynVal(elf.DT_VERSYM)
+	if !ok {
+		return 0, nil, nil // no versions: nothing to clear
+	}
+	symtab, ok := f.dynVal(elf.DT_SYMTAB)
+	if !ok {
+		return 0, nil, formatErr(-1, "DT_VERSYM without DT_SYMTAB")
+	}
+	es := uint64(sym64Size)
+	if f.Header.Class == elf.ELFCLASS32 {
+		es = sym32Size
+	}
+	n, err := f.symbolCount(symtab, es)
+	if err != nil {
+		return 0, nil, fmt.Errorf("counting dynamic symbols: %w", err)
+	}
+	if n == 0 {
+		return 0, nil, nil
+	}
+	soff, ok := f.vaddrToOff(symtab, n*es)
+	if !ok {
+		return 0, nil, formatErr(-1, "DT_SYMTAB 0x%x with %d symbols maps to no PT_LOAD", symtab, n)
+	}
+	voff, ok := f.vaddrToOff(versym, n*2)
+	if !ok {
+		return 0, nil, formatErr(-1, "DT_VERSYM 0x%x with %d entries maps to no PT_LOAD", versym, n)
+	}
+	syms, err := readAt(f.r, f.size, soff, n*es, "dynamic symbol table")
+	if err != nil {
+		return 0, nil, err
+	}
+	vers, err := readAt(f.r, f.size, voff, n*2, "symbol version table")
+	if err != nil {
+		return 0, nil, err
+	}
+	lo, hi := n, uint64(0)
+	for i := uint64(1); i < n; i++ {
+		name, _ := cstring(f.strtab, uint64(f.order.Uint32(syms[i*es:])))
+		if !slices.Contains(names, name) || f.order.Uint16(vers[i*2:]) == 1 {
+			continue
+		}
+		f.order.PutUint16(vers[i*2:], 1)
+		lo, hi = min(lo, i), max(hi, i+1)
+	}
+	if lo >= hi {
+		return 0, nil, nil
+	}
+	return voff + lo*2, vers[lo*2 : hi*2], nil
+}
+
+// checkFields reads back what the edit asked of the fields and entries of
+// this file, for checkResult.
+func checkFields(after *File, e *Edit) []string {
+	var bad []string
+	if e.OSABI != nil && after.Header.OSABI != *e.OSABI {
+		bad = append(bad, fmt.Sprintf("EI_OSABI reads back as %v, want %v", after.Header.OSABI, *e.OSABI))
+	}
+	if e.ExecStack != nil {
+		i := slices.IndexFunc(after.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_GNU_STACK })
+		if i < 0 || (after.Progs[i].Flags&elf.PF_X != 0) != *e.ExecStack {
+			bad = append(bad, "PT_GNU_STACK does not read back with the stack flag asked for")
+		}
+	}
+	if len(e.ClearSymbolVersion) > 0 {
+		if _, data, err := after.clearVersions(e.ClearSymbolVersion); err != nil || data != nil {
+			bad = append(bad, fmt.Sprintf("symbol versions of %q not cleared (%v)", e.ClearSymbolVersion, err))
+		}
+	}
+	if e.AddDebug {
+		if _, ok := after.dynVal(elf.DT_DEBUG); !ok {
+			bad = append(bad, "DT_DEBUG missing")
+		}
+	}
+	if e.NoDefaultLib {
+		if v, _ := after.dynVal(elf.DT_FLAGS_1); v&uint64(elf.DF_1_NODEFLIB) == 0 {
+			bad = append(bad, "DF_1_NODEFLIB not set")
+		}
+	}
+	return bad
+}
+
+// dropHygiene removes the steps that only tidy bytes nothing references any
+// more (Options.KeepOldSections).
+func (p *Plan) dropHygiene() {
+	p.Steps = slices.DeleteFunc(p.Steps, func(s Step) bool { return s.Kind == StepHygiene })
+	p.Written = 0
+	for _, st := range p.Steps {
+		if st.Kind != StepTruncate {
+			p.Written += st.Len
+		}
+	}
+}

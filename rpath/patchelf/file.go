@@ -1,0 +1,245 @@
+package patchelf
+
+import (
+	"debug/elf"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
+
+// patchelfFile does everything the options ask of one file, in patchelf's
+// order: print the interpreter, the OS ABI, the soname; set the soname and
+// the interpreter; print the search path, change it; print the stack flag;
+// print DT_NEEDED, change DT_NEEDED. Every print shows the file as it was.
+// The changes to .dynamic and the interpreter go into one Edit; the OS
+// ABI, the stack flag and symbol versions, fields changed where they are,
+// into one Edit each, written after it.
+func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error {
+	debugf := func(format string, args ...any) {
+		if o.debug {
+			fmt.Fprintf(stderr, format+"\n", args...)
+		}
+	}
+	fd, size, err := openForPatchelf(path)
+	if err != nil {
+		return err
+	}
+	defer fd.Close()
+	sh, err := checkPatchelfHeader(fd, size)
+	if err != nil {
+		return err
+	}
+	if err := sh.checkOps(o, stderr); err != nil {
+		return err
+	}
+	f, err := elfedit.NewFile(fd, size)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err) // cudapatch's message, not patchelf's
+	}
+	prints := o.printInterp || o.printRPath || o.printSoname || o.printNeeded || o.printOSABI || o.printExecstack
+	if !prints {
+		debugf("patching ELF file '%s'", path)
+	}
+	if o.pageSize > 0 {
+		debugf("cudapatch: --page-size %d ignored: added segments are aligned to the largest page size of %v", o.pageSize, f.Header.Machine)
+	}
+	hasInterp := slices.ContainsFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_INTERP })
+	errNoInterp := pfErr("cannot find section '.interp'. The input file is most likely statically linked")
+	errNoDyn := pfErr("cannot find section '.dynamic'. The input file is most likely statically linked")
+	isLib := f.Header.Type == elf.ET_DYN
+
+	var e elfedit.Edit
+	var fields []elfedit.Edit
+	if o.printInterp {
+		if !hasInterp {
+			return errNoInterp
+		}
+		fmt.Fprintln(stdout, f.Interp)
+	}
+	if o.printOSABI {
+		fmt.Fprintln(stdout, osabiName(f.Header.OSABI))
+	}
+	if o.setOSABI != nil {
+		abi, ok := parseOSABI(*o.setOSABI)
+		if !ok {
+			return pfErr("unrecognized OS ABI")
+		}
+		fields = append(fields, elfedit.Edit{OSABI: &abi})
+	}
+	if o.printSoname || o.setSoname != nil {
+		if !isLib {
+			debugf("this is not a dynamic library")
+		} else if !f.IsDynamic() {
+			return errNoDyn
+		}
+	}
+	if o.printSoname && isLib {
+		if s := f.Soname(); s != "" {
+			fmt.Fprintln(stdout, s)
+		}
+	}
+	if o.setSoname != nil && isLib {
+		e.Soname = o.setSoname
+	}
+	if o.setInterp != "" {
+		if !hasInterp {
+			return errNoInterp
+		}
+		e.Interpreter = &o.setInterp
+	}
+	// A separate debug object (objcopy --only-keep-debug) keeps the section
+	// headers of .dynamic with no contents: patchelf prints an empty
+	// search path for it and changes nothing.
+	debugOnly := f.Kind() == elfedit.KindDebugObject
+	rpathOp := o.shrinkRPath || o.removeRPath || o.setRPath != nil || o.addRPath != nil
+	dynOp := rpathOp || o.printNeeded || o.addDebugTag || o.noDefaultLib || len(o.clearSymbolVersion) > 0 ||
+		len(o.addNeeded)+len(o.removeNeeded)+len(o.replaceNeeded) > 0
+	switch {
+	case debugOnly && (o.printRPath || rpathOp):
+		debugf("no dynamic section")
+		if o.printRPath {
+			fmt.Fprintln(stdout)
+		}
+		rpathOp = false
+	case (o.printRPath || dynOp) && !f.IsDynamic():
+		return errNoDyn
+	}
+	if f.IsDynamic() {
+		if err := rpathEdit(f, o, &e, rpathOp, stdout, debugf); err != nil {
+			return err
+		}
+	}
+	if o.printExecstack {
+		// patchelf prints the flag and then leaves it alone, and
+		// --clear-execstack wins over --set-execstack.
+		if i := slices.IndexFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_GNU_STACK }); i >= 0 {
+			flag := "-"
+			if f.Progs[i].Flags&elf.PF_X != 0 {
+				flag = "X"
+			}
+			fmt.Fprintf(stdout, "execstack: %s\n", flag)
+		}
+	} else if o.clearExecstack || o.setExecstack {
+		on := !o.clearExecstack
+		fields = append(fields, elfedit.Edit{ExecStack: &on})
+	}
+	if o.printNeeded {
+		for _, n := range f.Needed() {
+			fmt.Fprintln(stdout, n)
+		}
+	}
+	e.RemoveNeeded = o.removeNeeded
+	e.ReplaceNeeded = o.replaceNeeded
+	e.AddNeeded = o.addNeeded
+	e.AddDebug = o.addDebugTag
+	e.NoDefaultLib = o.noDefaultLib
+	if len(o.clearSymbolVersion) > 0 {
+		for _, s := range o.clearSymbolVersion {
+			debugf("clearing symbol version for %s", s)
+		}
+		fields = append(fields, elfedit.Edit{ClearSymbolVersion: o.clearSymbolVersion})
+	}
+	if o.renameSymbols != "" {
+		return pfErr("--rename-dynamic-symbols is not supported by cudapatch's patchelf yet")
+	}
+	if err := resolutionCache(f, o, &e, stderr, debugf); err != nil {
+		return err
+	}
+	fd.Close()
+	return writePatchelf(path, o, append([]elfedit.Edit{e}, fields...), debugf)
+}
+
+// rpathEdit prints the search path and plans its change: one search path
+// operation per file, with patchelf's precedence (shrink, remove, set,
+// add).
+func rpathEdit(f *elfedit.File, o *patchelfOpts, e *elfedit.Edit, rpathOp bool, stdout io.Writer, debugf func(string, ...any)) error {
+	// DT_RUNPATH wins over DT_RPATH, as in the loader and in patchelf.
+	old, hasOld := f.RunPath()
+	if !hasOld {
+		old, hasOld = f.RPath()
+	}
+	if o.printRPath {
+		fmt.Fprintln(stdout, old)
+	}
+	if o.shrinkRPath && !hasOld {
+		debugf("no RPATH to shrink")
+		return nil
+	}
+	if !rpathOp {
+		return nil
+	}
+	var newPath string
+	switch {
+	case o.shrinkRPath:
+		kept, removed := rpath.ShrinkPath(old, f.Needed(), o.allowedPrefixes, f.Header.Machine, rpath.ProbeMachine)
+		for _, r := range removed {
+			debugf("%s", r)
+		}
+		newPath = kept
+	case o.removeRPath:
+	case o.setRPath != nil:
+		newPath = *o.setRPath
+	case o.addRPath != nil:
+		newPath = old + ":" + *o.addRPath
+	}
+	newPath = dropEmptyEntries(newPath)
+	if newPath == "" {
+		// Also for --remove-rpath, which --shrink-rpath outranks.
+		e.RemovePath = true
+	} else {
+		e.SetPath = &newPath
+		e.Tag = elfedit.TagRunPath
+		if o.forceRPath {
+			e.Tag = elfedit.TagRPath
+		}
+	}
+	if newPath != old && (hasOld || newPath != "") {
+		debugf("new rpath is '%s'", newPath)
+	}
+	return nil
+}
+
+// writePatchelf writes the edits, in order, to the file or to --output.
+// An --output that is not a regular file (/dev/null, a pipe) gets the
+// result through a temporary copy, which is edited and then copied there.
+func writePatchelf(path string, o *patchelfOpts, edits []elfedit.Edit, debugf func(string, ...any)) error {
+	target := path
+	if o.output != "" {
+		target = o.output
+		if st, err := os.Stat(o.output); err == nil && !st.Mode().IsRegular() {
+			tmp, err := os.MkdirTemp("", "cudapatch-patchelf-")
+			if err != nil {
+				return pfErr("creating a temporary directory: %s", strerror(err))
+			}
+			defer os.RemoveAll(tmp)
+			target = filepath.Join(tmp, filepath.Base(path))
+			defer func() { _ = copyForPatchelf(target, o.output) }()
+		}
+		if err := copyForPatchelf(path, target); err != nil {
+			return err
+		}
+	}
+	for _, e := range edits {
+		if e.IsZero() {
+			continue
+		}
+		res, err := elfedit.EditFile(target, e, elfedit.Options{BreakHardLinks: true, KeepOldSections: o.noClobberOld})
+		if err != nil {
+			return err
+		}
+		if res.Changed {
+			debugf("writing %s", target)
+			debugf("cudapatch: layout %s, %d bytes written, size 0x%x -> 0x%x",
+				res.Plan.Strategy, res.Plan.Written, res.Plan.OldSize, res.Plan.NewSize)
+			for _, st := range res.Plan.Steps {
+				debugf("cudapatch:   %-8s 0x%x+0x%x %s", st.Kind, st.Off, st.Len, st.What)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,300 @@
+package patchelf_test
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/internal/fixtures"
+	"github.com/cudapatch/cudapatch/rpath/patchelf"
+)
+
+// run runs the drop-in patchelf in-process.
+func run(args ...string) (stdout, stderr string, code int) {
+	var o, e bytes.Buffer
+	code = patchelf.Main(args, &o, &e)
+	return o.String(), e.String(), code
+}
+
+func mustRun(t *testing.T, args ...string) string {
+	t.Helper()
+	out, errOut, code := run(args...)
+	require.Equal(t, 0, code, "patchelf %q: %s", args, errOut)
+	return out
+}
+
+// working copies the fixture with a search path that finds its libraries
+// (the fixtures are built with a placeholder one).
+func working(t *testing.T, name string) fixtures.Fixture {
+	t.Helper()
+	c := fixtures.ByName(t, name).Copy(t)
+	mustRun(t, "--set-rpath", c.LibDir, c.Exe)
+	for _, l := range c.Libs {
+		mustRun(t, "--set-rpath", c.LibDir, l)
+	}
+	return c
+}
+
+// readelf runs binutils' readelf, the independent reader.
+func readelf(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("readelf", append([]string{"-W"}, args...)...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return string(out)
+}
+
+// TestOSABI: --print-os-abi names EI_OSABI as readelf does, --set-os-abi
+// takes patchelf's names (case and surrounding blanks ignored) and refuses
+// others with patchelf's message; the program runs again once set back.
+func TestOSABI(t *testing.T) {
+	c := working(t, "bfd-pie")
+	orig, err := os.ReadFile(c.Exe)
+	require.NoError(t, err)
+	assert.Equal(t, "System V\n", mustRun(t, "--print-os-abi", c.Exe))
+	for _, tc := range []struct{ arg, print, readelf string }{
+		{"linux", "Linux", "UNIX - GNU"}, {" FreeBSD\t", "FreeBSD", "UNIX - FreeBSD"}, {"gnu", "Linux", "UNIX - GNU"},
+		{"GNU Hurd", "GNU Hurd", "<unknown: 4>"}, {"hp-ux", "HP-UX", "UNIX - HP-UX"}, {"System-V", "System V", "UNIX - System V"},
+	} {
+		mustRun(t, "--set-os-abi", tc.arg, c.Exe)
+		assert.Equal(t, tc.print+"\n", mustRun(t, "--print-os-abi", c.Exe), tc.arg)
+		assert.Contains(t, readelf(t, "-h", c.Exe), "OS/ABI:                            "+tc.readelf, tc.arg)
+	}
+	_, errOut, code := run("--set-os-abi", "GNU/Linux", c.Exe)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "patchelf: unrecognized OS ABI\n", errOut)
+	// Printing shows the value before the change of the same run.
+	assert.Equal(t, "System V\n", mustRun(t, "--print-os-abi", "--set-os-abi", "linux", c.Exe))
+	mustRun(t, "--set-os-abi", "system v", c.Exe)
+	now, err := os.ReadFile(c.Exe)
+	require.NoError(t, err)
+	assert.Equal(t, orig, now, "set back, the file is byte-identical")
+	out, err := c.Run(t, c.Exe)
+	require.NoError(t, err)
+	assert.Equal(t, c.Want+"\n", out)
+}
+
+// TestExecstack: the stack flag of PT_GNU_STACK, printed, set and cleared
+// in one four-byte write; set then cleared gives the original bytes; a
+// print in the same run leaves it alone, and clear wins over set, as in
+// patchelf.
+func TestExecstack(t *testing.T) {
+	c := working(t, "bfd-pie")
+	lib := c.Libs[0]
+	orig, err := os.ReadFile(lib)
+	require.NoError(t, err)
+	assert.Equal(t, "execstack: -\n", mustRun(t, "--print-execstack", lib))
+	assert.Equal(t, "execstack: -\n", mustRun(t, "--print-execstack", "--set-execstack", lib))
+	assert.Equal(t, "execstack: -\n", mustRun(t, "--print-execstack", lib), "a print leaves the flag alone")
+	mustRun(t, "--set-execstack", "--clear-execstack", lib)
+	assert.Equal(t, "execstack: -\n", mustRun(t, "--print-execstack", lib), "clear wins")
+	mustRun(t, "--set-execstack", lib)
+	assert.Equal(t, "execstack: X\n", mustRun(t, "--print-execstack", lib))
+	assert.Regexp(t, `GNU_STACK +0x0+ 0x0+ 0x0+ 0x0+ 0x0+ RWE`, readelf(t, "-l", lib))
+	now, err := os.ReadFile(lib)
+	require.NoError(t, err)
+	assert.LessOrEqual(t, diffBytes(orig, now), 4, "one p_flags word")
+	require.NoError(t, c.Load(t, lib))
+	mustRun(t, "--clear-execstack", lib)
+	now, err = os.ReadFile(lib)
+	require.NoError(t, err)
+	assert.Equal(t, orig, now, "set then cleared, the file is byte-identical")
+}
+
+func diffBytes(a, b []byte) int {
+	n := 0
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			n++
+		}
+	}
+	return n + max(len(a), len(b)) - min(len(a), len(b))
+}
+
+// TestDynamicFlags: --add-debug-tag adds DT_DEBUG (once), --no-default-lib
+// sets DF_1_NODEFLIB, as readelf reads them; with the flag the loader no
+// longer looks in the default directories for the executable's
+// dependencies, so libc is not found: the flag took effect.
+func TestDynamicFlags(t *testing.T) {
+	c := working(t, "bfd-pie")
+	lib := c.Libs[0]
+	require.NotContains(t, readelf(t, "-d", lib), "(DEBUG)")
+	mustRun(t, "--add-debug-tag", lib)
+	mustRun(t, "--add-debug-tag", lib)
+	assert.Equal(t, 1, strings.Count(readelf(t, "-d", lib), "(DEBUG)"))
+	require.NoError(t, c.Load(t, lib))
+
+	mustRun(t, "--no-default-lib", c.Exe)
+	assert.Regexp(t, `\(FLAGS_1\) +Flags: .*NODEFLIB`, readelf(t, "-d", c.Exe))
+	out, err := c.Run(t, c.Exe)
+	require.Error(t, err, "%s", out)
+	assert.Contains(t, out, "libc.so.6: cannot open shared object file")
+}
+
+// TestClearSymbolVersion: the .gnu.version entries of the named symbols
+// become 1 (global), as readelf shows, in one write; the program runs.
+func TestClearSymbolVersion(t *testing.T) {
+	c := working(t, "bfd-pie")
+	before := readelf(t, "--dyn-syms", c.Exe)
+	require.Regexp(t, `__libc_start_main@GLIBC_`, before)
+	mustRun(t, "--clear-symbol-version", "__libc_start_main", "--clear-symbol-version", "nosuchsymbol", c.Exe)
+	after := readelf(t, "--dyn-syms", c.Exe)
+	assert.NotRegexp(t, `__libc_start_main@`, after)
+	out, err := c.Run(t, c.Exe)
+	require.NoError(t, err)
+	assert.Equal(t, c.Want+"\n", out)
+}
+
+// TestArgsFromFile: "@FILE" stands for FILE's content; a missing FILE is
+// patchelf's "getting info about" error.
+func TestArgsFromFile(t *testing.T) {
+	c := working(t, "bfd-pie")
+	arg := filepath.Join(t.TempDir(), "rpath")
+	require.NoError(t, os.WriteFile(arg, []byte(c.LibDir+":/from/a/file"), 0o644))
+	mustRun(t, "--set-rpath", "@"+arg, c.Exe)
+	assert.Equal(t, c.LibDir+":/from/a/file\n", mustRun(t, "--print-rpath", c.Exe))
+	_, errOut, code := run("--add-rpath", "@/nonexistent/file", c.Exe)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "patchelf: getting info about '/nonexistent/file': No such file or directory\n", errOut)
+}
+
+// TestOutputDevNull: --output to something that is not a regular file gets
+// the result through a temporary copy, and keeps its own mode.
+func TestOutputDevNull(t *testing.T) {
+	c := working(t, "bfd-pie")
+	st, err := os.Stat("/dev/null")
+	require.NoError(t, err)
+	mustRun(t, "--set-rpath", "/x", "--output", "/dev/null", c.Exe)
+	st2, err := os.Stat("/dev/null")
+	require.NoError(t, err)
+	assert.Equal(t, st.Mode(), st2.Mode())
+	assert.NotEqual(t, "/x\n", mustRun(t, "--print-rpath", c.Exe), "the input is untouched")
+}
+
+// TestDebugObject: a separate debug object (objcopy --only-keep-debug) has
+// an empty .dynamic: --print-rpath prints an empty line and a search path
+// change does nothing, as in patchelf.
+func TestDebugObject(t *testing.T) {
+	c := working(t, "bfd-pie")
+	dbg := filepath.Join(t.TempDir(), "libfoo.so.debug")
+	out, err := exec.Command("objcopy", "--only-keep-debug", c.Libs[0], dbg).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	before, err := os.ReadFile(dbg)
+	require.NoError(t, err)
+	assert.Equal(t, "\n", mustRun(t, "--print-rpath", dbg))
+	mustRun(t, "--set-rpath", "/x", dbg)
+	after, err := os.ReadFile(dbg)
+	require.NoError(t, err)
+	assert.Equal(t, before, after)
+}
+
+// TestInvalidELF: files broken in one field each get patchelf's message
+// (tests/invalid-elf.sh), exit 1, and stay as they were.
+func TestInvalidELF(t *testing.T) {
+	c := working(t, "bfd-pie")
+	base, err := os.ReadFile(c.Exe)
+	require.NoError(t, err)
+	ef, err := elf.NewFile(bytes.NewReader(base))
+	require.NoError(t, err)
+	o := binary.LittleEndian
+	shoff := o.Uint64(base[40:])
+	shdr := func(i, field int) int { return int(shoff) + i*64 + field }
+	shstr := ef.Sections[o.Uint16(base[62:])]
+	dyn, dynstr := ef.Section(".dynamic"), ef.Section(".dynstr")
+	dynIdx := sectionIndex(ef, ".dynamic")
+	for _, tc := range []struct {
+		name string
+		poke func(b []byte)
+		args []string
+		msg  string
+	}{
+		{"shstrndx", func(b []byte) { o.PutUint16(b[62:], 0xffff) }, nil, "string table index out of bounds"},
+		{"shentsize", func(b []byte) { o.PutUint16(b[58:], 48) }, nil, "section headers have wrong size"},
+		{"shstrtab size", func(b []byte) { o.PutUint64(b[shdr(int(o.Uint16(b[62:])), 32):], 1<<62) }, nil, "data region extends past file end"},
+		{"shstrtab empty", func(b []byte) { o.PutUint64(b[shdr(int(o.Uint16(b[62:])), 32):], 0) }, nil, "string table size is zero"},
+		{"shstrtab not terminated", func(b []byte) { b[shstr.Offset+shstr.Size-1] = 'A' }, nil, "string table is not zero terminated"},
+		{"section name", func(b []byte) { o.PutUint32(b[shdr(1, 0):], 0x7fffffff) }, nil, "section name offset out of bounds"},
+		{"dynamic offset", func(b []byte) { o.PutUint64(b[shdr(dynIdx, 24):], 1<<62) }, []string{"--print-needed"}, "data offset extends past file end"},
+		{"dynamic unaligned", func(b []byte) { o.PutUint64(b[shdr(dynIdx, 24):], dyn.Offset+1) }, []string{"--print-needed"}, "section content is not naturally aligned"},
+		{"dynstr index", func(b []byte) { o.PutUint64(b[neededEntry(t, ef, dyn)+8:], 1<<40) }, []string{"--print-needed"}, "string table index out of bounds"},
+		{"dynstr not terminated", func(b []byte) { b[dynstr.Offset+dynstr.Size-1] = 'A' }, []string{"--print-needed"}, "string table is not NUL-terminated"},
+		{"dynamic not terminated", func(b []byte) {
+			for i := dyn.Offset; i < dyn.Offset+dyn.Size; i++ {
+				b[i] = 0xff
+			}
+		}, []string{"--add-debug-tag"}, "setSubstr: write extends past end of section"},
+		{"program headers", func(b []byte) { o.PutUint64(b[32:], 1<<62) }, nil, "program header table out of bounds"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := append([]byte(nil), base...)
+			tc.poke(b)
+			p := filepath.Join(t.TempDir(), "main")
+			require.NoError(t, os.WriteFile(p, b, 0o755))
+			args := append(append([]string{}, tc.args...), "--set-rpath", "/x", p)
+			if tc.args != nil {
+				args = append(append([]string{}, tc.args...), p)
+			}
+			_, errOut, code := run(args...)
+			assert.Equal(t, 1, code, errOut)
+			assert.Contains(t, errOut, tc.msg)
+			after, err := os.ReadFile(p)
+			require.NoError(t, err)
+			assert.Equal(t, b, after, "file changed")
+		})
+	}
+	t.Run("unnamed section", func(t *testing.T) {
+		// A section a dynamic symbol of the library is defined in loses
+		// its name.
+		base, err := os.ReadFile(c.Libs[0])
+		require.NoError(t, err)
+		ef, err := elf.NewFile(bytes.NewReader(base))
+		require.NoError(t, err)
+		shoff := o.Uint64(base[40:])
+		shdr := func(i, field int) int { return int(shoff) + i*64 + field }
+		syms, err := ef.DynamicSymbols()
+		require.NoError(t, err)
+		idx := -1
+		for _, s := range syms {
+			if s.Section > 0 && s.Section < elf.SHN_LORESERVE {
+				idx = int(s.Section)
+			}
+		}
+		require.Positive(t, idx, "no defined dynamic symbol")
+		b := append([]byte(nil), base...)
+		o.PutUint32(b[shdr(idx, 0):], 0)
+		p := filepath.Join(t.TempDir(), "main")
+		require.NoError(t, os.WriteFile(p, b, 0o755))
+		_, errOut, code := run("--set-rpath", "/x", p)
+		assert.Equal(t, 0, code, errOut)
+		assert.Regexp(t, `warning: .* refers to an unnamed section`, errOut)
+	})
+}
+
+func sectionIndex(ef *elf.File, name string) int {
+	for i, s := range ef.Sections {
+		if s.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// neededEntry is the file offset of the first DT_NEEDED entry.
+func neededEntry(t *testing.T, ef *elf.File, dyn *elf.Section) int {
+	d, err := dyn.Data()
+	require.NoError(t, err)
+	for off := 0; off+16 <= len(d); off += 16 {
+		if elf.DynTag(binary.LittleEndian.Uint64(d[off:])) == elf.DT_NEEDED {
+			return int(dyn.Offset) + off
+		}
+	}
+	t.Fatal("no DT_NEEDED")
+	return 0
+}
