@@ -49,7 +49,7 @@ const patchelfUsage = `syntax: patchelf
   [--print-execstack]		Prints whether the object requests an executable stack
   [--clear-execstack]
   [--set-execstack]
-  [--rename-dynamic-symbols NAME_MAP_FILE]	Renames dynamic symbols. The map file should contain two symbols (old_name new_name) per line
+  [--rename-dynamic-symbols NAME_MAP_FILE]		Renames dynamic symbols. The map file should contain two symbols (old_name new_name) per line
   [--no-clobber-old-sections]		Leave moved sections' old bytes as they were instead of zeroing them
   [--output FILE]
   [--debug]		Also prints the layout cudapatch chose for each file
