@@ -59,8 +59,11 @@ import (
 //     table is zeroed when it moves (patchelf clobbers a moved section).
 //   - The OS ABI, the stack flag and symbol versions are written after the
 //     other changes of the same run, each as its own commit.
-//   - --rename-dynamic-symbols and --build-resolution-cache are not
-//     implemented yet (the latter's place is in rpath/patchelf/file.go).
+//   - A file without PT_DYNAMIC is refused for a dynamic-section option
+//     even when its section headers name a .dynamic: patchelf edits that
+//     section, which no loader reads (its output still has no dynamic
+//     section for readelf -d), so the change would do nothing.
+//   - --rename-dynamic-symbols is not implemented yet.
 
 func patchelfCommand(g *globals) *cli.Command {
 	return &cli.Command{

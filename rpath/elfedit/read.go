@@ -506,6 +506,14 @@ func (f *File) readDynamic() error {
 	}
 	p := f.Progs[f.dynProg]
 	es := f.dynSize()
+	if p.Filesz == 0 && p.Memsz == 0 {
+		// An empty PT_DYNAMIC (a linker script that keeps the header but
+		// no .dynamic: patchelf's tests/empty-note, contiguous-note-
+		// sections) describes no dynamic linking; the loader finds no
+		// entries there either. The file is read as having none.
+		f.dynProg = -1
+		return nil
+	}
 	if p.Filesz < es {
 		return formatErr(int64(p.Off), "PT_DYNAMIC size 0x%x holds no entry", p.Filesz)
 	}

@@ -548,7 +548,14 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			maxEnd = max(maxEnd, sec.Addr+sec.Size)
 		}
 	}
-	if maxEnd > 1<<62 {
+	// The new segment goes above everything, and every sum after this
+	// must not overflow. ia64 puts data at 0x6000000000000000 (patchelf's
+	// tests/no-rpath-ia64): a 64-bit file may use addresses up to 2^63.
+	limit := uint64(1) << 62
+	if f.Header.Class == elf.ELFCLASS64 {
+		limit = 1 << 63
+	}
+	if maxEnd > limit {
 		return nil, false, formatErr(-1, "segments end at 0x%x: no address space left for a new segment", maxEnd)
 	}
 	memStart := alignUp(maxEnd, A)

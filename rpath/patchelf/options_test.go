@@ -298,3 +298,44 @@ func neededEntry(t *testing.T, ef *elf.File, dyn *elf.Section) int {
 	t.Fatal("no DT_NEEDED")
 	return 0
 }
+
+// TestHighAddresses: a library linked at 0x6000000000000000, where ia64
+// puts data (patchelf's tests/no-rpath-ia64), gets a search path that
+// needs a new segment above its own.
+func TestHighAddresses(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "f.c")
+	require.NoError(t, os.WriteFile(src, []byte("int f(void) { return 1; }\n"), 0o644))
+	lib := filepath.Join(dir, "libhigh.so")
+	out, err := exec.Command("gcc", "-shared", "-fPIC", "-nostdlib", "-Wl,-Ttext-segment=0x6000000000000000", "-o", lib, src).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	long := "/" + strings.Repeat("x", 20000)
+	mustRun(t, "--set-rpath", long, lib)
+	assert.Equal(t, long+"\n", mustRun(t, "--print-rpath", lib))
+	assert.Regexp(t, `LOAD +0x[0-9a-f]+ 0x60000000000[0-9a-f]{5} .* RW `, readelf(t, "-l", lib))
+}
+
+// TestEmptyDynamic: a PT_DYNAMIC of size 0 (patchelf's tests/empty-note)
+// describes no dynamic linking; the interpreter can still be set.
+func TestEmptyDynamic(t *testing.T) {
+	c := working(t, "bfd-pie")
+	b, err := os.ReadFile(c.Exe)
+	require.NoError(t, err)
+	o := binary.LittleEndian
+	phoff, phnum := o.Uint64(b[32:]), int(o.Uint16(b[56:]))
+	found := false
+	for i := range phnum {
+		ph := b[phoff+uint64(i)*56:]
+		if elf.ProgType(o.Uint32(ph)) == elf.PT_DYNAMIC {
+			clear(ph[8:48]) // p_offset, p_vaddr, p_paddr, p_filesz, p_memsz
+			found = true
+		}
+	}
+	require.True(t, found)
+	require.NoError(t, os.WriteFile(c.Exe, b, 0o755))
+	mustRun(t, "--set-interpreter", "/lib64/ld.so", c.Exe)
+	assert.Equal(t, "/lib64/ld.so\n", mustRun(t, "--print-interpreter", c.Exe))
+	_, errOut, code := run("--print-needed", c.Exe)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "cannot find section '.dynamic'")
+}
