@@ -183,3 +183,63 @@ func (p *Plan) dropHygiene() {
 		}
 	}
 }
+
+// verneedFiles returns the file names of the DT_VERNEED records
+// (Elf_Verneed.vn_file): the libraries this file needs symbol versions
+// from. The walk is bounded by DT_VERNEEDNUM and by the file.
+func (f *File) verneedFiles() ([]string, error) {
+	addr, ok := f.dynVal(elf.DT_VERNEED)
+	if !ok {
+		return nil, nil
+	}
+	num, _ := f.dynVal(elf.DT_VERNEEDNUM)
+	num = min(num, uint64(f.size)/16)
+	var out []string
+	for i := uint64(0); i < num; i++ {
+		off, ok := f.vaddrToOff(addr, 16)
+		if !ok {
+			return out, formatErr(-1, "DT_VERNEED record 0x%x maps to no PT_LOAD", addr)
+		}
+		b, err := readAt(f.r, f.size, off, 16, "DT_VERNEED record")
+		if err != nil {
+			return out, err
+		}
+		name, _ := cstring(f.strtab, uint64(f.order.Uint32(b[4:])))
+		out = append(out, name)
+		next := uint64(f.order.Uint32(b[12:]))
+		if next == 0 {
+			break
+		}
+		addr += next
+	}
+	return out, nil
+}
+
+// ErrVersionedNeeded means a DT_NEEDED rename was asked of a library that
+// symbol versions are needed from.
+var ErrVersionedNeeded = errors.New("symbol versions are needed from this library")
+
+// checkVersionedRename refuses a DT_NEEDED rename under a symbol version
+// requirement: .gnu.version_r would still name the old file, no object of
+// that name would be loaded, and glibc's _dl_check_map_versions asserts at
+// start-up (patchelf's tests/property-rewrite.sh). Renaming the version
+// requirement too needs .gnu.version_r rewritten in the same commit, which
+// this engine does not do yet. (A DT_NEEDED removed is allowed: the
+// library may still be loaded through another dependency, which glibc
+// accepts.)
+func (f *File) checkVersionedRename(e *Edit) error {
+	if len(e.ReplaceNeeded) == 0 || !f.IsDynamic() {
+		return nil
+	}
+	files, err := f.verneedFiles()
+	if err != nil {
+		return err
+	}
+	needed := f.Needed()
+	for _, r := range e.ReplaceNeeded {
+		if r.Old != r.New && slices.Contains(files, r.Old) && slices.Contains(needed, r.Old) {
+			return fmt.Errorf("replacing DT_NEEDED %q: %w (.gnu.version_r names it; glibc would assert at start-up)", r.Old, ErrVersionedNeeded)
+		}
+	}
+	return nil
+}

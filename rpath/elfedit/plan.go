@@ -194,6 +194,9 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 	if needDyn && !f.IsDynamic() {
 		return nil, ErrNotDynamic
 	}
+	if err := f.checkVersionedRename(&e); err != nil {
+		return nil, err
+	}
 	if e.Interpreter != nil && f.interpProg < 0 {
 		return nil, ErrNoInterpreter
 	}

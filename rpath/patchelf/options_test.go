@@ -339,3 +339,40 @@ func TestEmptyDynamic(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "cannot find section '.dynamic'")
 }
+
+// TestReplaceNeededVersioned: renaming a DT_NEEDED that symbol versions
+// are needed from would leave .gnu.version_r naming a library the program
+// no longer needs, and glibc asserts at start-up
+// (_dl_check_map_versions); patchelf's property-rewrite.sh finds that. The
+// planner refuses it and the program keeps running.
+func TestReplaceNeededVersioned(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(s), 0o644))
+		return p
+	}
+	dep := write("dep.c", "int dep_value(void) { return 42; }\n")
+	vers := write("dep.map", "LIBDEP_1.0 { global: dep_value; local: *; };\n")
+	main := write("main.c", "#include <stdio.h>\nint dep_value(void);\nint main(void) { printf(\"%d\\n\", dep_value()); return 0; }\n")
+	for _, args := range [][]string{
+		{"-shared", "-fPIC", "-Wl,-soname,libdep.so.0", "-Wl,--version-script=" + vers, "-o", filepath.Join(dir, "libdep.so.0"), dep},
+		{"-o", filepath.Join(dir, "app"), main, "-L" + dir, "-l:libdep.so.0", "-Wl,-rpath," + dir},
+	} {
+		out, err := exec.Command("gcc", args...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	require.NoError(t, os.Symlink("libdep.so.0", filepath.Join(dir, "dep.so.0")))
+	app := filepath.Join(dir, "app")
+	before, err := os.ReadFile(app)
+	require.NoError(t, err)
+	_, errOut, code := run("--replace-needed", "libdep.so.0", "dep.so.0", app)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, `replacing DT_NEEDED "libdep.so.0": symbol versions are needed from this library`)
+	after, err := os.ReadFile(app)
+	require.NoError(t, err)
+	assert.Equal(t, before, after)
+	out, err := exec.Command(app).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "42\n", string(out))
+}
