@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 )
 
@@ -155,6 +156,9 @@ type Options struct {
 	// they were (no hygiene steps): for programs that read their own
 	// headers at the old offsets (patchelf --no-clobber-old-sections).
 	KeepOldSections bool
+	// Buffers lends the buffers the file is read through (see Buffers);
+	// nil allocates them.
+	Buffers *Buffers
 }
 
 // Result of EditFile.
@@ -189,19 +193,21 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	}
 	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
 	// writer forever; for a regular file it changes nothing.
-	rf, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|nofollow, 0)
+	rf, err := openFD(path, syscall.O_RDONLY|syscall.O_NONBLOCK|nofollow)
 	if err != nil {
 		return nil, openErr(err, opt.NoFollow)
 	}
-	defer rf.Close()
-	st, err := rf.Stat()
+	st, err := rf.stat()
 	if err != nil {
+		rf.Close()
 		return nil, unwrapPath(err)
 	}
-	if !st.Mode().IsRegular() {
+	rc := newReadCache(rf, st.Size, opt.Buffers)
+	defer rc.Close()
+	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		return nil, fmt.Errorf("not a regular file")
 	}
-	f, err := NewFile(rf, st.Size())
+	f, err := NewFile(rc, st.Size)
 	if err != nil {
 		return nil, err
 	}
@@ -227,66 +233,115 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	if opt.DryRun {
 		return res, nil
 	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && sys.Nlink > 1 {
+	if st.Nlink > 1 {
 		if !opt.BreakHardLinks {
-			return nil, fmt.Errorf("%w (%d links): refusing to change the other paths too", ErrHardLinks, sys.Nlink)
+			return nil, fmt.Errorf("%w (%d links): refusing to change the other paths too", ErrHardLinks, st.Nlink)
 		}
-		return res, applyCopy(path, rf, st, plan, opt.Sync)
+		return res, applyCopy(path, rc, st, plan, opt.Sync)
 	}
-	wf, err := os.OpenFile(path, os.O_RDWR|nofollow, 0)
+	wf, err := reopenForWriting(rf, path, nofollow)
 	if err != nil {
 		return nil, openErr(err, opt.NoFollow)
 	}
-	// The plan was made from what rf reads: write it to that file only.
-	if wst, err := wf.Stat(); err != nil || !os.SameFile(st, wst) {
-		wf.Close()
-		return nil, fmt.Errorf("replaced by another file while being edited")
-	}
-	if err := plan.Apply(wf, opt.Sync); err != nil {
+	// The undo copies of the bytes each step overwrites come from what
+	// the plan was made from, read already, when the cache still holds
+	// them.
+	if err := plan.Apply(cachedTarget{wf, rc}, opt.Sync); err != nil {
 		wf.Close()
 		return nil, err
 	}
-	if err := keepMode(wf, st.Mode()); err != nil {
+	if err := keepMode(wf, st.Mode); err != nil {
 		wf.Close()
 		return nil, err
 	}
 	if err := wf.Close(); err != nil {
-		return nil, err
+		return nil, unwrapPath(err)
 	}
 	return res, nil
 }
 
+// reopenForWriting opens the file rf reads for writing. Through
+// /proc/self/fd the open reaches the very file rf has open, with the
+// permission checks of an open by path; without /proc the path is opened
+// again and must still name that file.
+func reopenForWriting(rf *fdFile, path string, nofollow int) (*fdFile, error) {
+	wf, err := openFD("/proc/self/fd/"+strconv.Itoa(rf.fd), syscall.O_RDWR)
+	if err == nil || !errors.Is(err, syscall.ENOENT) {
+		return wf, err
+	}
+	if wf, err = openFD(path, syscall.O_RDWR|nofollow); err != nil {
+		return nil, err
+	}
+	rst, rerr := rf.stat()
+	wst, werr := wf.stat()
+	if rerr != nil || werr != nil || rst.Dev != wst.Dev || rst.Ino != wst.Ino {
+		wf.Close()
+		return nil, fmt.Errorf("replaced by another file while being edited")
+	}
+	return wf, nil
+}
+
+// cachedTarget writes to a file and reads from it through the cache of
+// what it held before the plan ran (for the undo copies).
+type cachedTarget struct {
+	*fdFile
+	c *readCache
+}
+
+func (t cachedTarget) ReadAt(b []byte, off int64) (int, error) {
+	if t.c.cachedOnly(b, off) {
+		return len(b), nil
+	}
+	return t.fdFile.ReadAt(b, off)
+}
+
 // keepMode puts back the setuid and setgid bits that Linux clears when a
 // process without CAP_FSETID (anyone but root) writes to or truncates the
-// file: patching must not silently drop them.
-func keepMode(f *os.File, old os.FileMode) error {
-	special := old & (os.ModeSetuid | os.ModeSetgid | os.ModeSticky)
-	if special&(os.ModeSetuid|os.ModeSetgid) == 0 {
+// file: patching must not silently drop them. old is the st_mode before.
+func keepMode(f *fdFile, old uint32) error {
+	const special = syscall.S_ISUID | syscall.S_ISGID | syscall.S_ISVTX
+	if old&(syscall.S_ISUID|syscall.S_ISGID) == 0 {
 		return nil
 	}
-	st, err := f.Stat()
+	st, err := f.stat()
 	if err != nil {
 		return unwrapPath(err)
 	}
-	if st.Mode() == old {
+	if st.Mode == old {
 		return nil
 	}
-	if err := f.Chmod(old.Perm() | special); err != nil {
-		return fmt.Errorf("restoring mode %v: %w", old, unwrapPath(err))
+	if err := f.Chmod(old & (0o777 | special)); err != nil {
+		return fmt.Errorf("restoring mode %v: %w", fileMode(old), unwrapPath(err))
 	}
 	return nil
 }
 
+// fileMode is st_mode as an os.FileMode (permission and special bits).
+func fileMode(m uint32) os.FileMode {
+	mode := os.FileMode(m & 0o777)
+	if m&syscall.S_ISUID != 0 {
+		mode |= os.ModeSetuid
+	}
+	if m&syscall.S_ISGID != 0 {
+		mode |= os.ModeSetgid
+	}
+	if m&syscall.S_ISVTX != 0 {
+		mode |= os.ModeSticky
+	}
+	return mode
+}
+
 // applyCopy writes the result to a temporary copy in the same directory and
 // renames it over path, so the other hard links keep the old content.
-func applyCopy(path string, src *os.File, st os.FileInfo, plan *Plan, sync bool) error {
+func applyCopy(path string, src io.ReaderAt, st *syscall.Stat_t, plan *Plan, sync bool) error {
 	// A symbolic link stays: its target is what gets replaced, as when
 	// the file is edited in place (with NoFollow, a link never gets here).
 	path, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return unwrapPath(err)
 	}
-	if tst, err := os.Stat(path); err != nil || !os.SameFile(st, tst) {
+	var tst syscall.Stat_t
+	if err := syscall.Stat(path, &tst); err != nil || tst.Dev != st.Dev || tst.Ino != st.Ino {
 		return fmt.Errorf("replaced by another file while being edited")
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".cudapatch-*")
@@ -300,7 +355,7 @@ func applyCopy(path string, src *os.File, st os.FileInfo, plan *Plan, sync bool)
 			os.Remove(tmp.Name())
 		}
 	}()
-	if _, err := io.Copy(tmp, io.NewSectionReader(src, 0, st.Size())); err != nil {
+	if _, err := io.Copy(tmp, io.NewSectionReader(src, 0, st.Size)); err != nil {
 		return fmt.Errorf("copying: %w", unwrapPath(err))
 	}
 	if err := plan.Apply(tmp, sync); err != nil {
@@ -308,10 +363,8 @@ func applyCopy(path string, src *os.File, st os.FileInfo, plan *Plan, sync bool)
 	}
 	// Chown before chmod: chown clears the setuid and setgid bits, even
 	// for root.
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
-		_ = tmp.Chown(int(sys.Uid), int(sys.Gid)) // only root can; others keep their own
-	}
-	if err := tmp.Chmod(st.Mode().Perm() | st.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky)); err != nil {
+	_ = tmp.Chown(int(st.Uid), int(st.Gid)) // only root can; others keep their own
+	if err := tmp.Chmod(fileMode(st.Mode)); err != nil {
 		return unwrapPath(err)
 	}
 	if err := tmp.Close(); err != nil {

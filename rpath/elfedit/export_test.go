@@ -1,5 +1,7 @@
 package elfedit
 
+import "io"
+
 // ApplyPrefix runs only the first n steps of p on t, as a process killed
 // after its n-th write would leave the file: nothing is rolled back and
 // nothing is synced. Crash-safety tests check every prefix.
@@ -7,3 +9,28 @@ func ApplyPrefix(p *Plan, t Target, n int) error { return p.apply(t, false, n) }
 
 // CheckResult is what EditFile checks of a planned result before writing.
 func CheckResult(before, after *File, e *Edit) error { return checkResult(before, after, e) }
+
+// CountingReader counts the ReadAt calls that reach a file.
+type CountingReader struct {
+	R     io.ReaderAt
+	Calls int
+}
+
+func (c *CountingReader) ReadAt(b []byte, off int64) (int, error) {
+	c.Calls++
+	return c.R.ReadAt(b, off)
+}
+
+func (c *CountingReader) Close() error { return nil }
+
+// CachedReader is the read cache Open and EditFile read files through,
+// over src.
+type CachedReader interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// NewCachedReader returns the read cache over src, of the given size.
+func NewCachedReader(src *CountingReader, size int64, bufs *Buffers) CachedReader {
+	return newReadCache(src, size, bufs)
+}

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 )
 
 // Sizes of the ELF records, per class (gABI).
@@ -106,25 +105,9 @@ func (f *File) Size() int64 { return f.size }
 func (f *File) ByteOrder() binary.ByteOrder { return f.order }
 
 // Open reads the ELF headers and dynamic-linking data of the file at path.
-// The caller must Close the returned file.
-func Open(path string) (*File, error) {
-	fd, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	st, err := fd.Stat()
-	if err != nil {
-		fd.Close()
-		return nil, err
-	}
-	f, err := NewFile(fd, st.Size())
-	if err != nil {
-		fd.Close()
-		return nil, err
-	}
-	f.closer = fd
-	return f, nil
-}
+// The caller must Close the returned file. To read many files, use a
+// Buffers' Open: it lends the same buffers again.
+func Open(path string) (*File, error) { return (*Buffers)(nil).Open(path) }
 
 // Close closes the file opened by Open; it does nothing for a File made by
 // NewFile.

@@ -1,0 +1,386 @@
+package elfedit
+
+import (
+	"errors"
+	"io"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+)
+
+// This file is how Open and EditFile talk to the kernel. Patching a tree
+// costs, per file, a few header reads and a few small writes, so their
+// number is the cost: a File reads through a window cache that takes the
+// first 64 KiB (headers, and in small files everything: notes, .dynsym,
+// .dynstr, .dynamic, the section headers) in one read, and each later miss
+// in one more; descriptors are used with pread and pwrite directly,
+// because os.File registers every descriptor with the runtime's poller
+// (fcntl and epoll_ctl calls that fail for regular files: five wasted
+// system calls per open).
+
+// windowSize is the size of the cache's reads: the head of the file, then
+// windows around later misses.
+const windowSize = 64 << 10
+
+// maxWindows bounds the windows one file keeps besides its head; a larger
+// file's later misses reuse the oldest.
+const maxWindows = 8
+
+// Buffers lends the buffers files are read through. A tree's files are
+// read a few at a time, each through a 64 KiB head; lending the same
+// buffers again keeps the garbage collector idle. The zero value is ready
+// to use, and it is safe for concurrent use. A nil *Buffers allocates.
+type Buffers struct{ pool sync.Pool }
+
+// get lends a buffer of windowSize bytes; without a pool it allocates
+// only the n bytes needed.
+func (b *Buffers) get(n int64) []byte {
+	if b == nil {
+		return make([]byte, n)
+	}
+	if v, ok := b.pool.Get().(*[]byte); ok {
+		return *v
+	}
+	return make([]byte, windowSize)
+}
+
+func (b *Buffers) put(buf []byte) {
+	if b != nil && cap(buf) == windowSize {
+		buf = buf[:windowSize]
+		b.pool.Put(&buf)
+	}
+}
+
+// Open reads the ELF headers and dynamic-linking data of the file at path,
+// through a buffer lent by b. The caller must Close the file, which gives
+// the buffer back.
+func (b *Buffers) Open(path string) (*File, error) {
+	fd, err := openFD(path, syscall.O_RDONLY)
+	if err != nil {
+		return nil, err
+	}
+	st, err := fd.stat()
+	if err != nil {
+		fd.Close()
+		return nil, err
+	}
+	c := newReadCache(fd, st.Size, b)
+	f, err := NewFile(c, st.Size)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	f.closer = c
+	return f, nil
+}
+
+// fdFile is an open file descriptor, read and written with pread and
+// pwrite. Like os.File it closes itself if it is dropped unclosed.
+type fdFile struct {
+	fd      int
+	name    string
+	cleanup runtime.Cleanup
+	closed  bool
+}
+
+// openFD opens path with flags (O_CLOEXEC added), retrying EINTR.
+func openFD(path string, flags int) (*fdFile, error) {
+	for {
+		fd, err := syscall.Open(path, flags|syscall.O_CLOEXEC, 0)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		f := &fdFile{fd: fd, name: path}
+		f.cleanup = runtime.AddCleanup(f, func(fd int) { syscall.Close(fd) }, fd)
+		return f, nil
+	}
+}
+
+// stat is fstat, with the error an os.File would give.
+func (f *fdFile) stat() (*syscall.Stat_t, error) {
+	var st syscall.Stat_t
+	if f.closed {
+		return nil, &os.PathError{Op: "stat", Path: f.name, Err: os.ErrClosed}
+	}
+	for {
+		err := syscall.Fstat(f.fd, &st)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "stat", Path: f.name, Err: err}
+		}
+		return &st, nil
+	}
+}
+
+// ReadAt reads len(b) bytes at off, as os.File.ReadAt does.
+func (f *fdFile) ReadAt(b []byte, off int64) (int, error) {
+	if f.closed {
+		return 0, &os.PathError{Op: "read", Path: f.name, Err: os.ErrClosed}
+	}
+	n := 0
+	for n < len(b) {
+		m, err := syscall.Pread(f.fd, b[n:], off+int64(n))
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return n, &os.PathError{Op: "read", Path: f.name, Err: err}
+		}
+		if m == 0 {
+			return n, io.EOF
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// WriteAt writes b at off, as os.File.WriteAt does.
+func (f *fdFile) WriteAt(b []byte, off int64) (int, error) {
+	if f.closed {
+		return 0, &os.PathError{Op: "write", Path: f.name, Err: os.ErrClosed}
+	}
+	n := 0
+	for n < len(b) {
+		m, err := syscall.Pwrite(f.fd, b[n:], off+int64(n))
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return n, &os.PathError{Op: "write", Path: f.name, Err: err}
+		}
+		if m == 0 {
+			return n, &os.PathError{Op: "write", Path: f.name, Err: io.ErrShortWrite}
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// Truncate is ftruncate.
+func (f *fdFile) Truncate(size int64) error {
+	if f.closed {
+		return &os.PathError{Op: "truncate", Path: f.name, Err: os.ErrClosed}
+	}
+	for {
+		err := syscall.Ftruncate(f.fd, size)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "truncate", Path: f.name, Err: err}
+		}
+		return nil
+	}
+}
+
+// Sync is fsync.
+func (f *fdFile) Sync() error {
+	if f.closed {
+		return &os.PathError{Op: "sync", Path: f.name, Err: os.ErrClosed}
+	}
+	for {
+		err := syscall.Fsync(f.fd)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "sync", Path: f.name, Err: err}
+		}
+		return nil
+	}
+}
+
+// Chmod is fchmod.
+func (f *fdFile) Chmod(mode uint32) error {
+	if f.closed {
+		return &os.PathError{Op: "chmod", Path: f.name, Err: os.ErrClosed}
+	}
+	for {
+		err := syscall.Fchmod(f.fd, mode)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "chmod", Path: f.name, Err: err}
+		}
+		return nil
+	}
+}
+
+// Close closes the descriptor; closing twice is an error, as for os.File.
+func (f *fdFile) Close() error {
+	if f.closed {
+		return &os.PathError{Op: "close", Path: f.name, Err: os.ErrClosed}
+	}
+	f.closed = true
+	f.cleanup.Stop()
+	// Linux releases the descriptor even when close fails (EINTR
+	// included): never retry.
+	if err := syscall.Close(f.fd); err != nil {
+		return &os.PathError{Op: "close", Path: f.name, Err: err}
+	}
+	return nil
+}
+
+// readCache is an io.ReaderAt over a file that keeps what it read: the
+// head of the file, read whole on first use, and up to maxWindows windows
+// read around later misses (ending at the miss, since the tables at a
+// file's end are read back to front: section headers, then their names
+// before them). Reads larger than a window go to the file uncached. Its
+// buffers come from, and go back to, a Buffers on Close; after Close it
+// reads the closed file, which fails as a closed os.File does.
+type readCache struct {
+	mu     sync.Mutex
+	f      source
+	size   int64
+	bufs   *Buffers
+	head   []byte // the file's first bytes; nil until the first read
+	wins   []window
+	next   int // the window a miss replaces once maxWindows are held
+	closed bool
+}
+
+// source is what a readCache reads: an *fdFile, or in tests a counting
+// reader.
+type source interface {
+	io.ReaderAt
+	io.Closer
+}
+
+type window struct {
+	off int64
+	b   []byte
+}
+
+func newReadCache(f source, size int64, bufs *Buffers) *readCache {
+	return &readCache{f: f, size: size, bufs: bufs}
+}
+
+// ReadAt implements io.ReaderAt.
+func (c *readCache) ReadAt(b []byte, off int64) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return c.f.ReadAt(b, off)
+	}
+	if off < 0 {
+		return 0, errors.New("negative offset")
+	}
+	if c.head == nil {
+		if err := c.fillHead(); err != nil {
+			return 0, err
+		}
+	}
+	n := 0
+	for n < len(b) {
+		at := off + int64(n)
+		if m, ok := c.cached(b[n:], at); ok {
+			n += m
+			continue
+		}
+		if at >= c.size {
+			return n, io.EOF
+		}
+		rest := int64(len(b) - n)
+		if rest > windowSize {
+			m, err := c.f.ReadAt(b[n:], at)
+			return n + m, err
+		}
+		if err := c.fill(at, rest); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// fillHead reads the first window of the file.
+func (c *readCache) fillHead() error {
+	n := min(int64(windowSize), c.size)
+	buf := c.bufs.get(n)
+	m, err := c.f.ReadAt(buf[:n], 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		c.bufs.put(buf)
+		return err
+	}
+	c.head = buf[:m]
+	return nil
+}
+
+// cached copies what the head or a window holds at off into b.
+func (c *readCache) cached(b []byte, off int64) (int, bool) {
+	if off < int64(len(c.head)) {
+		return copy(b, c.head[off:]), true
+	}
+	for _, w := range c.wins {
+		if off >= w.off && off < w.off+int64(len(w.b)) {
+			return copy(b, w.b[off-w.off:]), true
+		}
+	}
+	return 0, false
+}
+
+// fill reads a window holding [off, off+n), n <= windowSize: the window
+// that ends at the end of the range's last page.
+func (c *readCache) fill(off, n int64) error {
+	end := min(c.size, (off+n+4095)&^4095)
+	start := max(0, min(off, end-windowSize))
+	end = min(end, start+windowSize)
+	i := c.next
+	if len(c.wins) < maxWindows {
+		c.wins = append(c.wins, window{b: c.bufs.get(windowSize)[:0]})
+		i = len(c.wins) - 1
+	} else {
+		c.next = (c.next + 1) % maxWindows
+	}
+	buf := c.wins[i].b[:cap(c.wins[i].b)]
+	c.wins[i] = window{off: start, b: buf[:0]}
+	m, err := c.f.ReadAt(buf[:end-start], start)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	if m == 0 {
+		return io.EOF // the file is shorter than it was
+	}
+	c.wins[i].b = buf[:m]
+	return nil
+}
+
+// cachedOnly copies [off, off+len(b)) into b if the cache holds all of it.
+func (c *readCache) cachedOnly(b []byte, off int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.head == nil {
+		return false
+	}
+	for n := 0; n < len(b); {
+		m, ok := c.cached(b[n:], off+int64(n))
+		if !ok {
+			return false
+		}
+		n += m
+	}
+	return true
+}
+
+// Close gives the buffers back and closes the file.
+func (c *readCache) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.closed = true
+		if c.head != nil {
+			c.bufs.put(c.head)
+		}
+		for _, w := range c.wins {
+			c.bufs.put(w.b)
+		}
+		c.head, c.wins = nil, nil
+	}
+	return c.f.Close()
+}

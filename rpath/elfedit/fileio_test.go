@@ -1,0 +1,123 @@
+package elfedit_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/internal/fixtures"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
+
+// TestReadCacheReadsLikeTheFile: whatever is read through the read cache,
+// anywhere, of any length, across its head and windows and past the end,
+// is what the file holds, with the counts and io.EOF of a plain ReadAt;
+// and what the cache holds is never read from the file twice.
+func TestReadCacheReadsLikeTheFile(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(14, 0))
+	for _, size := range []int{1, 100, 4095, 65535, 65536, 65537, 200_000, 1<<20 + 123} {
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(rng.Uint32())
+		}
+		for _, bufs := range []*elfedit.Buffers{nil, {}} {
+			src := &elfedit.CountingReader{R: bytes.NewReader(data)}
+			c := elfedit.NewCachedReader(src, int64(size), bufs)
+			for range 3000 {
+				off := rng.Int64N(int64(size) + 100)
+				n := 1 + rng.IntN(300)
+				switch rng.IntN(10) {
+				case 0:
+					n = 1 + rng.IntN(150_000) // larger than a window: read directly
+				case 1:
+					off = int64(rng.IntN(min(size, 70_000))) // around the head
+				}
+				got := make([]byte, n)
+				gn, gerr := c.ReadAt(got, off)
+				want := make([]byte, n)
+				wn, werr := bytes.NewReader(data).ReadAt(want, off)
+				require.Equal(t, wn, gn, "size %d: ReadAt(%d bytes at %d)", size, n, off)
+				require.Equal(t, errors.Is(werr, io.EOF), errors.Is(gerr, io.EOF), "size %d: ReadAt(%d bytes at %d): %v", size, n, off, gerr)
+				if werr == nil {
+					require.NoError(t, gerr)
+				}
+				require.True(t, bytes.Equal(want[:wn], got[:gn]), "size %d: ReadAt(%d bytes at %d): wrong bytes", size, n, off)
+			}
+			if size <= 65536 {
+				assert.Equal(t, 1, src.Calls, "a file of %d bytes is read once", size)
+			}
+			require.NoError(t, c.Close())
+		}
+	}
+	// A miss reads a window ending at it; what follows in it is read from
+	// the cache.
+	data := make([]byte, 1<<20)
+	src := &elfedit.CountingReader{R: bytes.NewReader(data)}
+	c := elfedit.NewCachedReader(src, int64(len(data)), nil)
+	b := make([]byte, 100)
+	for _, off := range []int64{0, 900_000, 900_000, 850_000, 899_000, 60_000} {
+		_, err := c.ReadAt(b, off)
+		require.NoError(t, err)
+	}
+	assert.Equal(t, 2, src.Calls, "the head, then one window for reads within 64 KiB before the first miss")
+}
+
+// TestSmallFileIsReadOnce: a file smaller than the cache's head (the
+// fixture libraries are) is read with one read call, from NewFile through
+// planning an edit that moves its string table, reading the planned result
+// back and verifying it.
+func TestSmallFileIsReadOnce(t *testing.T) {
+	t.Parallel()
+	for _, fx := range fixtures.Native(t) {
+		if fx.Static {
+			continue
+		}
+		for _, p := range append([]string{fx.Exe}, fx.Libs...) {
+			raw, err := os.ReadFile(p)
+			require.NoError(t, err)
+			if len(raw) > 65536 {
+				continue
+			}
+			src := &elfedit.CountingReader{R: bytes.NewReader(raw)}
+			c := elfedit.NewCachedReader(src, int64(len(raw)), &elfedit.Buffers{})
+			f, err := elfedit.NewFile(c, int64(len(raw)))
+			require.NoError(t, err, p)
+			f.Info()
+			plan, err := f.Plan(elfedit.Edit{SetPath: str(pad(300, "/nix/store/x/lib"))})
+			require.NoError(t, err, p)
+			after, err := plan.Result()
+			require.NoError(t, err, p)
+			require.Empty(t, after.Verify(), p)
+			assert.Equal(t, 1, src.Calls, "%s: read calls", p)
+			require.NoError(t, c.Close())
+		}
+	}
+}
+
+// TestClosedFileReadsNothingStale: a File used after Close fails to read
+// (as one over a closed os.File does); it never sees the bytes of the file
+// its buffers were lent to next.
+func TestClosedFileReadsNothingStale(t *testing.T) {
+	t.Parallel()
+	fx := fixtures.ByName(t, "bfd-pie")
+	var bufs elfedit.Buffers
+	a, err := bufs.Open(fx.Libs[0])
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	b, err := bufs.Open(fx.Exe)
+	require.NoError(t, err)
+	defer b.Close()
+	_, err = a.Plan(elfedit.Edit{SetPath: str(pad(300, "/nix/store/x/lib"))})
+	require.Error(t, err, "planning a closed file that must read its symbols")
+	assert.True(t, errors.Is(err, os.ErrClosed) || strings.Contains(err.Error(), "closed"), "error %v", err)
+	_, err = b.Plan(elfedit.Edit{SetPath: str(pad(300, "/nix/store/x/lib"))})
+	assert.NoError(t, err, "the file opened since is unaffected")
+}
