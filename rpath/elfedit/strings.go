@@ -33,12 +33,28 @@ func (f *File) stringRefs() ([]uint64, error) {
 			if !ok {
 				return nil, formatErr(-1, "DT_SYMTAB 0x%x with %d symbols maps to no PT_LOAD", symtab, n)
 			}
-			raw, err := readAt(f.r, f.size, off, n*es, "dynamic symbol table")
-			if err != nil {
-				return nil, err
+			if off > uint64(f.size) || n*es > uint64(f.size)-off {
+				return nil, formatErr(int64(min(off, uint64(f.size))), "dynamic symbol table: range 0x%x+0x%x lies past the end of the file (size 0x%x)", off, n*es, f.size)
 			}
-			for i := uint64(0); i < n; i++ {
-				refs = append(refs, uint64(f.order.Uint32(raw[i*es:])))
+			// A table the read cache holds is read in chunks through one
+			// buffer (only st_name is kept, and a copy of the whole table
+			// would be garbage at once); a bigger one in one read.
+			refs = make([]uint64, 0, n+16)
+			var small [170 * sym64Size]byte // a multiple of both entry sizes
+			buf := small[:]
+			if n*es > windowSize {
+				buf = make([]byte, n*es)
+			}
+			for i := uint64(0); i < n; {
+				m := min(n-i, uint64(len(buf))/es)
+				at := off + i*es
+				if _, err := f.r.ReadAt(buf[:m*es], int64(at)); err != nil {
+					return nil, fmt.Errorf("dynamic symbol table: reading 0x%x bytes at 0x%x: %w", m*es, at, err)
+				}
+				for j := uint64(0); j < m; j++ {
+					refs = append(refs, uint64(f.order.Uint32(buf[j*es:])))
+				}
+				i += m
 			}
 		}
 	}
@@ -275,7 +291,7 @@ func (sl *strLayout) unkept(r rng) []rng {
 // one is long enough and unshared, reuse an identical string (or string
 // tail) already in the table, else append.
 func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
-	sl := &strLayout{image: slices.Clone(f.strtab)}
+	sl := &strLayout{image: f.strtab}
 	// Strings of the original dynamic section that the result no longer
 	// points to in the same way.
 	keep := map[uint64]bool{}
@@ -293,8 +309,9 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 		}
 	}
 	if len(dropped) == 0 && !slices.ContainsFunc(ents, func(d dent) bool { return d.changed }) {
-		return sl, nil
+		return sl, nil // nothing changes: image is the table itself, never written to
 	}
+	sl.image = slices.Clone(f.strtab)
 	for _, o := range dropped {
 		s, _ := cstring(f.strtab, o)
 		sl.dead = append(sl.dead, rng{o, o + uint64(len(s))})
@@ -312,32 +329,37 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 	// A reference shares a string's bytes when its own string, from where
 	// it points up to its NUL, overlaps them: tail merging makes it point
 	// inside; a crafted table can also make it start before and run on.
-	ends := make([]uint64, len(refs))
-	for i, x := range refs {
-		ends[i] = x
+	// The string of a reference ends at the first NUL from it on, so among
+	// the references at or before a range's NUL the last one reaches
+	// furthest: one pass over the references and one NUL search decide
+	// (a file has thousands of symbols, and a plan asks this a few times).
+	end := func(x uint64) uint64 {
 		if x < uint64(len(f.strtab)) {
 			if n := bytes.IndexByte(f.strtab[x:], 0); n >= 0 {
-				ends[i] = x + uint64(n)
+				return x + uint64(n)
 			}
 		}
+		return x
 	}
 	if refsOK {
 		// Symbol and version names only: in a dead copy the dynamic
 		// entries point elsewhere, and their strings are scrubbed.
-		for i, x := range refs[:nameRefs] {
-			sl.kept = append(sl.kept, rng{x, ends[i] + 1})
+		sl.kept = make([]rng, 0, nameRefs)
+		for _, x := range refs[:nameRefs] {
+			sl.kept = append(sl.kept, rng{x, end(x) + 1})
 		}
 	}
 	shared := func(r rng) bool {
 		if !refsOK {
 			return true
 		}
-		for i, x := range refs {
-			if x <= r.hi && ends[i] >= r.lo { // r.hi is the NUL, shared too
-				return true
+		last, any := uint64(0), false
+		for _, x := range refs {
+			if x <= r.hi && (!any || x > last) { // r.hi is the NUL, shared too
+				last, any = x, true
 			}
 		}
-		return false
+		return any && end(last) >= r.lo
 	}
 	// Entries that replace a dropped string may take its bytes.
 	claimed := map[uint64]int{}
@@ -384,9 +406,18 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 	limit := uint64(len(sl.image))
 	if refsOK {
 		limit = min(limit, 1) // offset 0, the empty string
-		for _, x := range refs {
-			if s, ok := cstring(sl.image, x); ok {
-				limit = max(limit, x+uint64(len(s))+1)
+		// The last reference that has a NUL after it ends furthest (see
+		// shared). The strings it and the others point to are the old
+		// ones: nothing overwritten or scrubbed is shared.
+		if nul := bytes.LastIndexByte(f.strtab, 0); nul >= 0 {
+			last, any := uint64(0), false
+			for _, x := range refs {
+				if x <= uint64(nul) && (!any || x > last) {
+					last, any = x, true
+				}
+			}
+			if any {
+				limit = max(limit, end(last)+1)
 			}
 		}
 		for _, r := range sl.overwrites {
