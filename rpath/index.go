@@ -63,6 +63,7 @@ var soPattern = fnmatch.Compile("*.so*")
 type index struct {
 	ctx  context.Context
 	jobs int
+	bufs *elfedit.Buffers
 
 	// grow serializes growing the list of listed directories; the fields
 	// after it are its state.
@@ -139,7 +140,7 @@ func buildIndex(ctx context.Context, c *config, roots []string) (*index, error) 
 		rounds = rounds[1:]
 	}
 	return &index{
-		ctx: ctx, jobs: c.jobs, rounds: rounds, seen: map[string]bool{},
+		ctx: ctx, jobs: c.jobs, bufs: c.bufs, rounds: rounds, seen: map[string]bool{},
 		byName: map[string][]entry{}, probes: map[string]*probe{},
 	}, nil
 }
@@ -340,17 +341,17 @@ func (ix *index) probe(e entry) *probe {
 		ix.probes[p] = pr
 	}
 	ix.mu.Unlock()
-	pr.once.Do(func() { pr.read(p, e) })
+	pr.once.Do(func() { pr.read(ix.bufs, p, e) })
 	return pr
 }
 
 // read reads the headers of the library at p, found as e.
-func (pr *probe) read(p string, e entry) {
+func (pr *probe) read(bufs *elfedit.Buffers, p string, e entry) {
 	st, err := os.Stat(p) // follows symlinks: a link to a library counts
 	if err != nil || !st.Mode().IsRegular() {
 		return
 	}
-	f, err := elfedit.Open(p)
+	f, err := bufs.Open(p)
 	if err != nil {
 		return // not ELF (linker scripts like libc.so), or unreadable
 	}

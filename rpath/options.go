@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 )
 
@@ -63,6 +65,8 @@ type config struct {
 	log             *slog.Logger
 	progress        func(done, total int)
 	big             *bigGate
+	bufs            *elfedit.Buffers // lent to every file read, by every job
+	libcHas         *sync.Map        // name → whether the libc directory has it
 	// newIndex makes the library index: buildIndex, or in tests the
 	// eager oracle it is checked against.
 	newIndex func(context.Context, *config, []string) (resolver, error)
@@ -82,6 +86,8 @@ func newConfig(opts []Option) (*config, error) {
 		noteCache:     true,
 		jobs:          runtime.NumCPU(),
 		log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
+		bufs:          &elfedit.Buffers{},
+		libcHas:       &sync.Map{},
 		newIndex: func(ctx context.Context, c *config, roots []string) (resolver, error) {
 			return buildIndex(ctx, c, roots)
 		},

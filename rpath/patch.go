@@ -202,7 +202,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 			return
 		}
 		release := c.big.enterSize(f.strSize)
-		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true})
+		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs})
 		release()
 		if err != nil {
 			f.Errors = append(f.Errors, errMsg(f.Path, err))
@@ -326,7 +326,7 @@ func (c *config) interpreterTarget() target {
 	if c.interpreter == "" {
 		return target{}
 	}
-	f, err := elfedit.Open(c.interpreter)
+	f, err := c.bufs.Open(c.interpreter)
 	if err != nil {
 		return target{}
 	}
@@ -349,7 +349,7 @@ func (c *config) decideSafe(fd found, ix resolver, t target) (out *File) {
 func (c *config) decide(fd found, ix resolver, t target) *File {
 	path := fd.path
 	out := &File{Path: path, Root: fd.root}
-	f, err := elfedit.Open(path)
+	f, err := c.bufs.Open(path)
 	if err != nil {
 		if errors.Is(err, elfedit.ErrNotELF) {
 			out.Skipped = "not ELF"
@@ -365,7 +365,7 @@ func (c *config) decide(fd found, ix resolver, t target) *File {
 	if n := f.StringTableSize(); n >= bigTable {
 		f.Close()
 		defer c.big.enterSize(n)()
-		if f, err = elfedit.Open(path); err != nil {
+		if f, err = c.bufs.Open(path); err != nil {
 			out.Errors = append(out.Errors, errMsg(path, err))
 			return out
 		}
@@ -552,7 +552,7 @@ func (c *config) resolve(alts []string, ix resolver, class elf.Class, machine el
 			if _, err := os.Stat(name); err == nil {
 				return Dep{Name: name, How: HowAbsolute, Path: name}, nil
 			}
-		case !keepLibc && c.libcDir != "" && exists(filepath.Join(c.libcDir, name)):
+		case !keepLibc && c.libcDir != "" && c.inLibc(name):
 			return Dep{Name: name, How: HowLibc, Path: filepath.Join(c.libcDir, name)}, nil
 		}
 		cand, ok, err := ix.lookup(name, class, machine, osabi)
@@ -564,7 +564,7 @@ func (c *config) resolve(alts []string, ix resolver, class elf.Class, machine el
 		}
 		// With keep-libc, a libc name no search directory has is still
 		// found by the interpreter (auto-patchelf.py's "step 4").
-		if keepLibc && c.libcDir != "" && !filepath.IsAbs(name) && exists(filepath.Join(c.libcDir, name)) {
+		if keepLibc && c.libcDir != "" && !filepath.IsAbs(name) && c.inLibc(name) {
 			return Dep{Name: name, How: HowLibc, Path: filepath.Join(c.libcDir, name)}, nil
 		}
 	}
@@ -620,6 +620,17 @@ func errMsg(path string, err error) string {
 		return pe.Op + ": " + pe.Err.Error()
 	}
 	return strings.TrimPrefix(err.Error(), path+": ")
+}
+
+// inLibc says whether the libc directory has name. Every file asks for
+// the same few names (libc.so.6, libm.so.6...): each is looked up once.
+func (c *config) inLibc(name string) bool {
+	if v, ok := c.libcHas.Load(name); ok {
+		return v.(bool)
+	}
+	ok := exists(filepath.Join(c.libcDir, name))
+	c.libcHas.Store(name, ok)
+	return ok
 }
 
 func exists(p string) bool {

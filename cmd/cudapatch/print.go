@@ -32,8 +32,9 @@ func printCommand(g *globals) *cli.Command {
 			}
 			var out []entry
 			failed := false
+			var bufs elfedit.Buffers
 			for _, path := range files {
-				f, err := elfedit.Open(path)
+				f, err := bufs.Open(path)
 				if err != nil {
 					failed = true
 					out = append(out, entry{Path: path, Error: err.Error()})
