@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
@@ -163,6 +164,8 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		rep.Files[i] = c.decideSafe(files[i], ix, target)
 		step()
 	}); err != nil {
+		// Canceled: the report holds the files decided so far.
+		rep.Files = slices.DeleteFunc(rep.Files, func(f *File) bool { return f == nil })
 		return rep, err
 	}
 	var errs []error
@@ -247,28 +250,41 @@ func (g *bigGate) enterSize(n int) func() {
 }
 
 // parallel runs fn(0..n-1) on jobs goroutines, stopping early when ctx ends.
+// Each goroutine takes the next index from a shared counter: a channel
+// would hand every item over through the scheduler, a wake-up per file.
 func parallel(ctx context.Context, jobs, n int, fn func(int)) error {
-	next := make(chan int)
+	var next atomic.Int64
+	var stopped atomic.Bool
+	work := func() {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= n {
+				return
+			}
+			if ctx.Err() != nil {
+				stopped.Store(true)
+				return
+			}
+			fn(i)
+		}
+	}
+	workers := min(jobs, n)
 	var wg sync.WaitGroup
-	for range min(jobs, max(n, 1)) {
+	for range workers - 1 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range next {
-				fn(i)
-			}
+			work()
 		}()
 	}
-	var err error
-	for i := 0; i < n; i++ {
-		if err = ctx.Err(); err != nil {
-			break
-		}
-		next <- i
+	if workers > 0 {
+		work() // the caller is the last worker
 	}
-	close(next)
 	wg.Wait()
-	return err
+	if stopped.Load() {
+		return ctx.Err()
+	}
+	return nil
 }
 
 // found is a file to patch and the path to patch it was found under.

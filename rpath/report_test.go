@@ -1,7 +1,9 @@
 package rpath_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -172,3 +174,38 @@ func TestJSONReport(t *testing.T) {
 }
 
 func eqPtr(a, b *string) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
+// TestCanceledWritesNothing: a job canceled while it decides stops taking
+// files, returns the context's error, and writes nothing, at any number of
+// jobs.
+func TestCanceledWritesNothing(t *testing.T) {
+	for _, jobs := range []int{1, 3} {
+		tr := newTree(t)
+		busyTree(tr)
+		snap := tr.snapshot()
+		ctx, cancel := context.WithCancel(context.Background())
+		decided := 0
+		rep, err := rpath.Patch(ctx, tr.ps("out"), append(busyOpts(tr, jobs), rpath.WithProgress(func(done, total int) {
+			decided = done
+			if done == 2 {
+				cancel()
+			}
+		}))...)
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("jobs %d: err %v, want context.Canceled", jobs, err)
+		}
+		if rep != nil && rep.Written {
+			t.Errorf("jobs %d: report says written", jobs)
+		}
+		if rep == nil || len(rep.Files) == 0 || len(rep.Files) >= 25 || decided >= 25 {
+			t.Errorf("jobs %d: decided %d files before stopping; want fewer than the tree's", jobs, decided)
+		}
+		for _, f := range rep.Files {
+			if f == nil {
+				t.Errorf("jobs %d: the report holds an undecided file", jobs)
+			}
+		}
+		tr.unchangedSince(snap)
+	}
+}
