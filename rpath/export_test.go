@@ -228,9 +228,19 @@ func CompareIndexes(ctx context.Context, seed uint64, fresh int, paths, extra []
 	}
 	eager, err := buildEagerIndex(ctx, c, roots)
 	if err != nil {
-		// Both fail before any question, with the same error.
-		if _, lerr := buildIndex(ctx, c, roots); fmt.Sprint(lerr) != err.Error() {
-			return []string{fmt.Sprintf("building the index:\n  lazy  %v\n  eager %v", lerr, err)}, 1, nil
+		// The eager index fails on the first directory it cannot read;
+		// the lazy one fails where it must, or fails the lookups that
+		// reach that directory: a name found nowhere reaches them all.
+		lazy, lerr := buildIndex(ctx, c, roots)
+		if lerr != nil {
+			if lerr.Error() != err.Error() {
+				return []string{fmt.Sprintf("building the index:\n  lazy  %v\n  eager %v", lerr, err)}, 1, nil
+			}
+			return nil, 1, nil
+		}
+		_, _, lerr = lazy.lookup("libnothing-has-this-name.so", elf.ELFCLASS64, elf.EM_X86_64, elf.ELFOSABI_NONE)
+		if lerr == nil || !strings.Contains(lerr.Error(), err.Error()) {
+			return []string{fmt.Sprintf("a miss, when the eager index failed:\n  lazy  %v\n  eager %v", lerr, err)}, 1, nil
 		}
 		return nil, 1, nil
 	}
