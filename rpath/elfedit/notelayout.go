@@ -61,7 +61,10 @@ type noteEdit struct {
 // treated as any other note.
 func (f *File) editNotes(c *noteChanges, region bool) (*noteEdit, error) {
 	live := f.region
-	ne := &noteEdit{shstrndx: f.Header.Shstrndx}
+	// Sized up front: a plan makes these for every file it edits, twice
+	// in a tree's main job.
+	ne := &noteEdit{shstrndx: f.Header.Shstrndx,
+		secs: make([]Section, 0, len(f.Sections)+1), orig: make([]int, 0, len(f.Sections)+1)}
 	gone := map[int64]bool{}
 	for _, n := range c.remove {
 		gone[n.Off] = true
@@ -85,7 +88,7 @@ func (f *File) editNotes(c *noteChanges, region bool) (*noteEdit, error) {
 
 	// Program headers.
 	dropLoad := map[int]bool{}
-	var progs []elf.ProgHeader
+	progs := make([]elf.ProgHeader, 0, len(f.Progs)+1)
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_NOTE || p.Filesz == 0 {
 			progs = append(progs, p)
