@@ -170,7 +170,10 @@ Read by \fBexplain\fR (without \fB\-\-root\fR) and \fBdoctor\fR, which report wh
 Turns off the colours of \fBlint\fR's text output.
 .TP
 .B GOMEMLIMIT
-The Go heap's soft limit; 64 MiB unless set.
+The Go heap's soft limit; 56 MiB unless set.
+.TP
+.B GOGC
+How much the Go heap may grow between collections, in percent of what is live; 400 unless set.
 .SH SEE ALSO
 .BR patchelf (1),
 .BR ld.so (8),

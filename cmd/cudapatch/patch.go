@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -211,10 +212,15 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 			return withCode(exitUsage, e)
 		}
 	case outEvents:
+		// One write for the lot, not one per file (10,000 files, 10,000
+		// system calls after the work is done).
+		w := bufio.NewWriter(g.stdout)
 		for _, ev := range rpath.AutoPatchelfEvents(rep, rpath.EventOptions{Display: rpath.DisplayPaths(paths)}) {
-			fmt.Fprintln(g.stdout, ev.PythonJSON())
+			fmt.Fprintln(w, ev.PythonJSON())
 		}
+		w.Flush() // as before: a failing stdout does not change the exit code
 	default:
+		w := bufio.NewWriter(g.stdout)
 		for _, f := range rep.Files {
 			if !f.Changed || len(f.Errors) > 0 {
 				continue
@@ -239,8 +245,9 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 			case rpath.NoteRemoved:
 				line += "; resolution note removed"
 			}
-			fmt.Fprintln(g.stdout, line)
+			fmt.Fprintln(w, line)
 		}
+		w.Flush() // as before: a failing stdout does not change the exit code
 	}
 	for _, f := range rep.Files {
 		for _, e := range f.Errors {
