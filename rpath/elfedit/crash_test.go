@@ -143,6 +143,13 @@ func layoutCrashCases() []crashCase {
 		{name: "no-default-lib-region", variant: "bfd-pie", lib: true, prep: editWith(setPathEdit(4096)), edit: func(_ *testing.T, fx fixtures.Fixture) elfedit.Edit {
 			return elfedit.Edit{NoDefaultLib: true, AddDebug: true, SetPath: str(pad(5000, fx.LibDir))}
 		}, strategy: elfedit.Region},
+		// A renamed library that symbol versions are needed from (libc):
+		// .gnu.version_r moves with .dynamic and switches with it.
+		{name: "replace-needed-versioned", variant: "bfd-pie", prep: func(t *testing.T, fx fixtures.Fixture, _ string) {
+			require.NoError(t, os.Symlink("/lib/x86_64-linux-gnu/libc.so.6", fx.LibDir+"/libc-renamed.so.6"))
+		}, edit: func(*testing.T, fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{ReplaceNeeded: []elfedit.Replace{{Old: "libc.so.6", New: "libc-renamed.so.6"}}}
+		}, strategy: elfedit.Region},
 		{name: "phdr-in-region-ppc64", variant: "ppc64-bfd-pie", lib: true, prep: dropSections, edit: setPathEdit(70000), strategy: elfedit.Region, phdrMoves: true},
 	}
 }

@@ -1,6 +1,7 @@
 package elfedit
 
 import (
+	"bytes"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -169,6 +170,20 @@ func checkFields(after *File, e *Edit) []string {
 			bad = append(bad, "DF_1_NODEFLIB not set")
 		}
 	}
+	// A renamed library's version requirement follows it: glibc asserts
+	// that every vn_file names a loaded object.
+	if len(e.ReplaceNeeded) > 0 && after.IsDynamic() {
+		files, err := after.verneedFiles()
+		if err != nil {
+			bad = append(bad, err.Error())
+		}
+		needed := after.Needed()
+		for _, r := range e.ReplaceNeeded {
+			if r.Old != r.New && slices.Contains(files, r.Old) && !slices.Contains(needed, r.Old) {
+				bad = append(bad, fmt.Sprintf(".gnu.version_r still names %q", r.Old))
+			}
+		}
+	}
 	return bad
 }
 
@@ -215,31 +230,98 @@ func (f *File) verneedFiles() ([]string, error) {
 	return out, nil
 }
 
-// ErrVersionedNeeded means a DT_NEEDED rename was asked of a library that
-// symbol versions are needed from.
-var ErrVersionedNeeded = errors.New("symbol versions are needed from this library")
+// verneedCopy is .gnu.version_r rewritten for renamed DT_NEEDED entries:
+// the records' bytes with vn_file pointing at the new names. It goes into
+// the region with the new .dynamic, whose DT_VERNEED points at it, so the
+// program header table write that switches DT_NEEDED switches vn_file too
+// (glibc's _dl_check_map_versions asserts that each vn_file names a loaded
+// object, so the two must never disagree on disk).
+type verneedCopy struct {
+	addr uint64 // DT_VERNEED of the original
+	data []byte
+}
 
-// checkVersionedRename refuses a DT_NEEDED rename under a symbol version
-// requirement: .gnu.version_r would still name the old file, no object of
-// that name would be loaded, and glibc's _dl_check_map_versions asserts at
-// start-up (patchelf's tests/property-rewrite.sh). Renaming the version
-// requirement too needs .gnu.version_r rewritten in the same commit, which
-// this engine does not do yet. (A DT_NEEDED removed is allowed: the
-// library may still be loaded through another dependency, which glibc
-// accepts.)
-func (f *File) checkVersionedRename(e *Edit) error {
+// renamedVerneed returns the copy of the version-needed records a rename
+// of DT_NEEDED entries needs, or nil when no vn_file names a renamed
+// library (or the strings kept their offsets). ents are the planned
+// entries with their final string offsets. It reads the records, which
+// renaming a needed library requires.
+func (f *File) renamedVerneed(e *Edit, ents []dent) (*verneedCopy, error) {
 	if len(e.ReplaceNeeded) == 0 || !f.IsDynamic() {
-		return nil
+		return nil, nil
 	}
-	files, err := f.verneedFiles()
-	if err != nil {
-		return err
+	addr, ok := f.dynVal(elf.DT_VERNEED)
+	if !ok {
+		return nil, nil
 	}
-	needed := f.Needed()
+	// Where each renamed library's new name now lies.
+	newOff := map[string]uint64{}
 	for _, r := range e.ReplaceNeeded {
-		if r.Old != r.New && slices.Contains(files, r.Old) && slices.Contains(needed, r.Old) {
-			return fmt.Errorf("replacing DT_NEEDED %q: %w (.gnu.version_r names it; glibc would assert at start-up)", r.Old, ErrVersionedNeeded)
+		for _, d := range ents {
+			if d.tag == elf.DT_NEEDED && d.str == r.New {
+				newOff[r.Old] = d.val
+			}
 		}
 	}
-	return nil
+	num, _ := f.dynVal(elf.DT_VERNEEDNUM)
+	num = min(num, uint64(f.size)/16)
+	type fix struct{ at, val uint64 }
+	var fixes []fix
+	end := addr
+	a := addr
+	for i := uint64(0); i < num; i++ {
+		off, ok := f.vaddrToOff(a, 16)
+		if !ok {
+			return nil, formatErr(-1, "DT_VERNEED record 0x%x maps to no PT_LOAD", a)
+		}
+		b, err := readAt(f.r, f.size, off, 16, "DT_VERNEED record")
+		if err != nil {
+			return nil, err
+		}
+		cnt, file, aux, next := uint64(f.order.Uint16(b[2:])), uint64(f.order.Uint32(b[4:])), uint64(f.order.Uint32(b[8:])), uint64(f.order.Uint32(b[12:]))
+		end = max(end, a+16)
+		if name, _ := cstring(f.strtab, file); name != "" {
+			if v, ok := newOff[name]; ok && v != file {
+				fixes = append(fixes, fix{a - addr + 4, v})
+			}
+		}
+		// The auxiliary records (Elf_Vernaux, 16 bytes) come along.
+		x := a + aux
+		for j := uint64(0); j < min(cnt, uint64(f.size)/16); j++ {
+			xoff, ok := f.vaddrToOff(x, 16)
+			if !ok {
+				return nil, formatErr(-1, "DT_VERNEED aux record 0x%x maps to no PT_LOAD", x)
+			}
+			xb, err := readAt(f.r, f.size, xoff, 16, "DT_VERNEED aux record")
+			if err != nil {
+				return nil, err
+			}
+			end = max(end, x+16)
+			n := uint64(f.order.Uint32(xb[12:]))
+			if n == 0 {
+				break
+			}
+			x += n
+		}
+		if next == 0 {
+			break
+		}
+		a += next
+	}
+	if len(fixes) == 0 || end-addr > maxBlobMove {
+		return nil, nil
+	}
+	off, ok := f.vaddrToOff(addr, end-addr)
+	if !ok {
+		return nil, formatErr(-1, "DT_VERNEED records 0x%x+0x%x map to no PT_LOAD", addr, end-addr)
+	}
+	data, err := readAt(f.r, f.size, off, end-addr, "DT_VERNEED records")
+	if err != nil {
+		return nil, err
+	}
+	data = bytes.Clone(data)
+	for _, x := range fixes {
+		f.order.PutUint32(data[x.at:], uint32(x.val))
+	}
+	return &verneedCopy{addr: addr, data: data}, nil
 }

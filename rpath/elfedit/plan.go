@@ -194,9 +194,6 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 	if needDyn && !f.IsDynamic() {
 		return nil, ErrNotDynamic
 	}
-	if err := f.checkVersionedRename(&e); err != nil {
-		return nil, err
-	}
 	if e.Interpreter != nil && f.interpProg < 0 {
 		return nil, ErrNoInterpreter
 	}
@@ -254,6 +251,9 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 		sl = &strLayout{image: f.strtab}
 	}
 	b := &builder{f: f, ents: ents, sl: sl, interp: interp, interpChanged: interpChanged, dynChanged: dynChanged, notes: notes}
+	if b.verneed, err = f.renamedVerneed(&e, ents); err != nil {
+		return nil, err
+	}
 	if notes.any() {
 		// Notes change: the commit must be the program header table (it
 		// switches PT_NOTE), so the layouts whose commit is a write of
@@ -268,6 +268,10 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 		if b.ne, err = f.editNotes(notes, true); err != nil {
 			return nil, err
 		}
+		return b.region()
+	}
+	if b.verneed != nil {
+		// The version records move with .dynamic, in the region.
 		return b.region()
 	}
 	if p, ok := b.inPlace(); ok {
@@ -289,6 +293,7 @@ type builder struct {
 	dynChanged    bool
 	notes         *noteChanges // nil when no note changes
 	ne            *noteEdit    // the note change laid out for a region
+	verneed       *verneedCopy // .gnu.version_r for renamed libraries, nil if unchanged
 	steps         []Step
 }
 

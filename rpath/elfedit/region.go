@@ -141,6 +141,7 @@ type regionLayout struct {
 	moveStr, moveSht          bool
 	noteRel, noteSize         uint64
 	shstrRel                  uint64
+	verRel                    uint64 // the rewritten .gnu.version_r, when builder.verneed
 }
 
 // region lays out an appended PT_LOAD. The program header table stays where
@@ -394,7 +395,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 	var rel uint64
 	var ok bool
 	if ne != nil && len(ne.area) > 0 {
-		if L.blobs, rel, L.moveSht, ok = layoutBlobs(len(progs)); ok && rel%4 == 0 {
+		if L.blobs, rel, L.moveSht, ok = layoutBlobs(len(progs)); ok && rel%4 == 0 && b.verneed == nil {
 			for i, p := range progs {
 				if p.Type != elf.PT_NOTE || p.Align != 4 || p.Filesz == 0 || p.Filesz%4 != 0 {
 					continue
@@ -415,6 +416,13 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		if L.blobs, rel, L.moveSht, ok = layoutBlobs(len(progs)); !ok {
 			return nil, false, nil
 		}
+	}
+	if b.verneed != nil {
+		// The rewritten version records are carried bytes: a later edit
+		// carries them into its region, as it does the tables that moved.
+		rel = alignUp(rel, 8)
+		L.verRel = rel
+		rel += uint64(len(b.verneed.data))
 	}
 	L.phSize = uint64(len(progs)) * ps
 	if phdrIn {
@@ -466,7 +474,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			L.moveStr = true
 		}
 	}
-	L.moveDyn = b.dynChanged || L.moveStr || remapped || (f.dynProg >= 0 && live.contains(f.Progs[f.dynProg].Off))
+	L.moveDyn = b.dynChanged || L.moveStr || remapped || b.verneed != nil || (f.dynProg >= 0 && live.contains(f.Progs[f.dynProg].Off))
 	L.moveInterp = b.interpChanged || (f.interpProg >= 0 && live.contains(f.Progs[f.interpProg].Off))
 	if L.moveInterp {
 		L.interpRel = rel
@@ -720,6 +728,14 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		if r, ok := blobAddr(f.strAddr); ok && !L.moveStr {
 			strAddr = vaddr + r
 		}
+		if b.verneed != nil {
+			copy(buf[L.verRel:], b.verneed.data)
+			for i, d := range b.ents {
+				if d.tag == elf.DT_VERNEED {
+					b.ents[i].val = vaddr + L.verRel
+				}
+			}
+		}
 		copy(buf[L.dynRel:], b.dynBytes(strAddr, strSize, L.dynSlots))
 	}
 	areaSec := map[int]int{}
@@ -761,6 +777,8 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 				s.Type, s.Flags, s.Addralign = elf.SHT_NOTE, s.Flags|elf.SHF_ALLOC, 4
 			case L.moveStr && oi >= 0 && oi == dynstrSec:
 				s.Offset, s.Addr, s.Size = off+L.strRel, strAddr, strSize
+			case b.verneed != nil && oi >= 0 && before.Type == elf.SHT_GNU_VERNEED && before.Addr == b.verneed.addr && before.Flags&elf.SHF_ALLOC != 0:
+				s.Offset, s.Addr, s.Size = off+L.verRel, vaddr+L.verRel, uint64(len(b.verneed.data))
 			case L.moveDyn && s.Type == elf.SHT_DYNAMIC:
 				s.Offset, s.Addr, s.Size = off+L.dynRel, vaddr+L.dynRel, uint64(L.dynSlots)*es
 			case L.moveInterp && f.interpProg >= 0 && s.Type == elf.SHT_PROGBITS && before.Addr == f.Progs[f.interpProg].Vaddr && s.Flags&elf.SHF_ALLOC != 0:

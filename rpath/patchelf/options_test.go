@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudapatch/cudapatch/internal/fixtures"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/patchelf"
 )
 
@@ -341,10 +342,10 @@ func TestEmptyDynamic(t *testing.T) {
 }
 
 // TestReplaceNeededVersioned: renaming a DT_NEEDED that symbol versions
-// are needed from would leave .gnu.version_r naming a library the program
-// no longer needs, and glibc asserts at start-up
-// (_dl_check_map_versions); patchelf's property-rewrite.sh finds that. The
-// planner refuses it and the program keeps running.
+// are needed from renames the file of its .gnu.version_r record too, in
+// the same commit: glibc's _dl_check_map_versions asserts that every
+// vn_file names a loaded object (patchelf's property-rewrite.sh breaks a
+// program that way when it does not). The program runs under the new name.
 func TestReplaceNeededVersioned(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, s string) string {
@@ -363,16 +364,47 @@ func TestReplaceNeededVersioned(t *testing.T) {
 		require.NoError(t, err, "%s", out)
 	}
 	require.NoError(t, os.Symlink("libdep.so.0", filepath.Join(dir, "dep.so.0")))
+	require.NoError(t, os.Symlink("libdep.so.0", filepath.Join(dir, "libdep-renamed-with-a-long-name.so.0")))
 	app := filepath.Join(dir, "app")
-	before, err := os.ReadFile(app)
+	// A suffix of the old name (the string is reused), then a new, longer
+	// one (appended).
+	old := "libdep.so.0"
+	for _, name := range []string{"dep.so.0", "libdep-renamed-with-a-long-name.so.0"} {
+		mustRun(t, "--replace-needed", old, name, app)
+		v := readelf(t, "-V", app)
+		assert.Contains(t, v, "File: "+name, "the version requirement follows")
+		assert.NotContains(t, v, "File: "+old+" ")
+		out, err := exec.Command(app).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		assert.Equal(t, "42\n", string(out))
+		old = name
+	}
+	// The rewritten records live in the region: later edits, which build
+	// new regions, carry them along.
+	for _, args := range [][]string{
+		{"--add-needed", "libdep.so.0"},
+		{"--set-rpath", dir + ":/" + strings.Repeat("r", 3000)},
+		{"--remove-needed", "libdep.so.0"},
+		{"--set-rpath", dir},
+		{"--replace-needed", old, "dep.so.0"},
+		{"--add-rpath", "/" + strings.Repeat("y", 5000)},
+	} {
+		mustRun(t, append(args, app)...)
+		out, err := exec.Command(app).CombinedOutput()
+		require.NoError(t, err, "after %q: %s", args, out)
+		assert.Equal(t, "42\n", string(out), "after %q", args)
+		assert.Empty(t, mustVerify(t, app), "after %q", args)
+	}
+}
+
+// mustVerify runs the engine's invariant checks on path.
+func mustVerify(t *testing.T, path string) []string {
+	t.Helper()
+	ps, err := elfedit.VerifyFile(path)
 	require.NoError(t, err)
-	_, errOut, code := run("--replace-needed", "libdep.so.0", "dep.so.0", app)
-	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, `replacing DT_NEEDED "libdep.so.0": symbol versions are needed from this library`)
-	after, err := os.ReadFile(app)
-	require.NoError(t, err)
-	assert.Equal(t, before, after)
-	out, err := exec.Command(app).CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	assert.Equal(t, "42\n", string(out))
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.String())
+	}
+	return out
 }
