@@ -150,6 +150,15 @@ func layoutCrashCases() []crashCase {
 		}, edit: func(*testing.T, fixtures.Fixture) elfedit.Edit {
 			return elfedit.Edit{ReplaceNeeded: []elfedit.Replace{{Old: "libc.so.6", New: "libc-renamed.so.6"}}}
 		}, strategy: elfedit.Region},
+		// Renamed dynamic symbols: .dynsym and the hash tables rewritten
+		// into the region (a weak undefined symbol, which the program runs
+		// without).
+		{name: "rename-symbols", variant: "bfd-pie", edit: func(*testing.T, fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{RenameSymbols: map[string]string{"__gmon_start__": "__gmon_start_renamed_by_cudapatch__"}}
+		}, strategy: elfedit.Region},
+		{name: "rename-symbols-lld", variant: "lld-pie", edit: func(*testing.T, fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{RenameSymbols: map[string]string{"__gmon_start__": "__gmon_start_renamed_by_cudapatch__"}}
+		}, strategy: elfedit.Region},
 		{name: "phdr-in-region-ppc64", variant: "ppc64-bfd-pie", lib: true, prep: dropSections, edit: setPathEdit(70000), strategy: elfedit.Region, phdrMoves: true},
 	}
 }

@@ -89,6 +89,10 @@ type Edit struct {
 	// there is none (patchelf --no-default-lib): the loader then skips the
 	// default directories for this object's dependencies.
 	NoDefaultLib bool `json:"no_default_lib,omitempty"`
+	// RenameSymbols renames dynamic symbols, old name to new (patchelf
+	// --rename-dynamic-symbols): .dynstr gets the new names, .dynsym and
+	// the hash tables are rewritten into the region (rename.go).
+	RenameSymbols map[string]string `json:"rename_symbols,omitempty"`
 
 	// The edits below change fixed-size fields in place, each with one
 	// write (header.go); an Edit holding one of them holds nothing else.
@@ -114,7 +118,7 @@ func (e *Edit) fieldEdit() bool {
 func (e *Edit) IsZero() bool {
 	return e.SetPath == nil && !e.RemovePath && !e.Retag && e.Interpreter == nil &&
 		e.Soname == nil && len(e.AddNeeded) == 0 && len(e.RemoveNeeded) == 0 && len(e.ReplaceNeeded) == 0 &&
-		e.SetNote == nil && len(e.RemoveNotes) == 0 && !e.AddDebug && !e.NoDefaultLib && !e.fieldEdit()
+		e.SetNote == nil && len(e.RemoveNotes) == 0 && !e.AddDebug && !e.NoDefaultLib && len(e.RenameSymbols) == 0 && !e.fieldEdit()
 }
 
 // Validate rejects edits no loader could use: strings with NUL bytes, empty
@@ -156,6 +160,10 @@ func (e *Edit) Validate() error {
 	}
 	for _, r := range e.ReplaceNeeded {
 		str("needed name", r.New, false)
+	}
+	for from, to := range e.RenameSymbols {
+		str("symbol name", from, false)
+		str("symbol name", to, false)
 	}
 	if n := e.SetNote; n != nil {
 		str("note owner", n.Owner, true)

@@ -230,15 +230,19 @@ func (f *File) verneedFiles() ([]string, error) {
 	return out, nil
 }
 
-// verneedCopy is .gnu.version_r rewritten for renamed DT_NEEDED entries:
-// the records' bytes with vn_file pointing at the new names. It goes into
-// the region with the new .dynamic, whose DT_VERNEED points at it, so the
-// program header table write that switches DT_NEEDED switches vn_file too
-// (glibc's _dl_check_map_versions asserts that each vn_file names a loaded
-// object, so the two must never disagree on disk).
-type verneedCopy struct {
-	addr uint64 // DT_VERNEED of the original
-	data []byte
+// tableCopy is a dynamic-linking table rewritten by an edit: it goes into
+// the region's carried bytes with the new .dynamic, whose entry tag points
+// at it, so the program header table write that switches .dynamic switches
+// the table too, and later regions carry it like the tables they move.
+// Used for .gnu.version_r when a library is renamed (glibc's
+// _dl_check_map_versions asserts that each vn_file names a loaded object,
+// so DT_NEEDED and vn_file must never disagree on disk), and for the
+// symbol and hash tables when dynamic symbols are renamed.
+type tableCopy struct {
+	tag     elf.DynTag      // the entry that points at it
+	secType elf.SectionType // the section header that describes it
+	addr    uint64          // the original's address
+	data    []byte
 }
 
 // renamedVerneed returns the copy of the version-needed records a rename
@@ -246,7 +250,7 @@ type verneedCopy struct {
 // library (or the strings kept their offsets). ents are the planned
 // entries with their final string offsets. It reads the records, which
 // renaming a needed library requires.
-func (f *File) renamedVerneed(e *Edit, ents []dent) (*verneedCopy, error) {
+func (f *File) renamedVerneed(e *Edit, ents []dent) (*tableCopy, error) {
 	if len(e.ReplaceNeeded) == 0 || !f.IsDynamic() {
 		return nil, nil
 	}
@@ -323,5 +327,5 @@ func (f *File) renamedVerneed(e *Edit, ents []dent) (*verneedCopy, error) {
 	for _, x := range fixes {
 		f.order.PutUint32(data[x.at:], uint32(x.val))
 	}
-	return &verneedCopy{addr: addr, data: data}, nil
+	return &tableCopy{tag: elf.DT_VERNEED, secType: elf.SHT_GNU_VERNEED, addr: addr, data: data}, nil
 }

@@ -189,7 +189,7 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 	if e.fieldEdit() {
 		return f.planField(&e)
 	}
-	needDyn := e.SetPath != nil || e.RemovePath || e.Retag || e.Soname != nil || e.AddDebug || e.NoDefaultLib ||
+	needDyn := e.SetPath != nil || e.RemovePath || e.Retag || e.Soname != nil || e.AddDebug || e.NoDefaultLib || len(e.RenameSymbols) > 0 ||
 		len(e.AddNeeded)+len(e.RemoveNeeded)+len(e.ReplaceNeeded) > 0
 	if needDyn && !f.IsDynamic() {
 		return nil, ErrNotDynamic
@@ -228,6 +228,13 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 		interp = *e.Interpreter
 	}
 	interpChanged := interp != f.Interp
+	ren, err := f.planRename(e.RenameSymbols)
+	if err != nil {
+		return nil, err
+	}
+	if ren != nil {
+		dynChanged = true // DT_SYMTAB and the hash tables move
+	}
 	notes, err := f.planNotes(&e, f.derivedChanged(ents, interp))
 	if err != nil {
 		return nil, err
@@ -242,17 +249,36 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 		return nil, formatErr(-1, "no PT_LOAD segment")
 	}
 	var sl *strLayout
+	var renOffs []uint64
 	if dynChanged {
 		var err error
-		if sl, err = f.layoutStrings(ents); err != nil {
+		all := ents
+		if ren != nil {
+			// The new symbol names are placed with the entries' strings.
+			all = append(slices.Clone(ents), ren.pseudo()...)
+		}
+		if sl, err = f.layoutStrings(all); err != nil {
 			return nil, err
 		}
+		for _, d := range all[len(ents):] {
+			renOffs = append(renOffs, d.val)
+		}
+		ents = all[:len(ents)]
 	} else {
 		sl = &strLayout{image: f.strtab}
 	}
 	b := &builder{f: f, ents: ents, sl: sl, interp: interp, interpChanged: interpChanged, dynChanged: dynChanged, notes: notes}
-	if b.verneed, err = f.renamedVerneed(&e, ents); err != nil {
+	if vn, err := f.renamedVerneed(&e, ents); err != nil {
 		return nil, err
+	} else if vn != nil {
+		b.copies = append(b.copies, vn)
+	}
+	if ren != nil {
+		t, err := f.renameTables(ren, renOffs)
+		if err != nil {
+			return nil, err
+		}
+		b.copies = append(b.copies, t...)
 	}
 	if notes.any() {
 		// Notes change: the commit must be the program header table (it
@@ -270,8 +296,8 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 		}
 		return b.region()
 	}
-	if b.verneed != nil {
-		// The version records move with .dynamic, in the region.
+	if len(b.copies) > 0 {
+		// Rewritten tables move with .dynamic, in the region.
 		return b.region()
 	}
 	if p, ok := b.inPlace(); ok {
@@ -293,7 +319,7 @@ type builder struct {
 	dynChanged    bool
 	notes         *noteChanges // nil when no note changes
 	ne            *noteEdit    // the note change laid out for a region
-	verneed       *verneedCopy // .gnu.version_r for renamed libraries, nil if unchanged
+	copies        []*tableCopy // rewritten tables (.gnu.version_r, symbols), placed in the region
 	steps         []Step
 }
 

@@ -141,7 +141,7 @@ type regionLayout struct {
 	moveStr, moveSht          bool
 	noteRel, noteSize         uint64
 	shstrRel                  uint64
-	verRel                    uint64 // the rewritten .gnu.version_r, when builder.verneed
+	copyRel                   []uint64 // where builder.copies go
 }
 
 // region lays out an appended PT_LOAD. The program header table stays where
@@ -395,7 +395,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 	var rel uint64
 	var ok bool
 	if ne != nil && len(ne.area) > 0 {
-		if L.blobs, rel, L.moveSht, ok = layoutBlobs(len(progs)); ok && rel%4 == 0 && b.verneed == nil {
+		if L.blobs, rel, L.moveSht, ok = layoutBlobs(len(progs)); ok && rel%4 == 0 && len(b.copies) == 0 {
 			for i, p := range progs {
 				if p.Type != elf.PT_NOTE || p.Align != 4 || p.Filesz == 0 || p.Filesz%4 != 0 {
 					continue
@@ -417,12 +417,12 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			return nil, false, nil
 		}
 	}
-	if b.verneed != nil {
-		// The rewritten version records are carried bytes: a later edit
-		// carries them into its region, as it does the tables that moved.
+	// The rewritten tables are carried bytes: a later edit carries them
+	// into its region, as it does the tables that moved.
+	for _, c := range b.copies {
 		rel = alignUp(rel, 8)
-		L.verRel = rel
-		rel += uint64(len(b.verneed.data))
+		L.copyRel = append(L.copyRel, rel)
+		rel += uint64(len(c.data))
 	}
 	L.phSize = uint64(len(progs)) * ps
 	if phdrIn {
@@ -474,7 +474,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			L.moveStr = true
 		}
 	}
-	L.moveDyn = b.dynChanged || L.moveStr || remapped || b.verneed != nil || (f.dynProg >= 0 && live.contains(f.Progs[f.dynProg].Off))
+	L.moveDyn = b.dynChanged || L.moveStr || remapped || len(b.copies) > 0 || (f.dynProg >= 0 && live.contains(f.Progs[f.dynProg].Off))
 	L.moveInterp = b.interpChanged || (f.interpProg >= 0 && live.contains(f.Progs[f.interpProg].Off))
 	if L.moveInterp {
 		L.interpRel = rel
@@ -728,11 +728,11 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		if r, ok := blobAddr(f.strAddr); ok && !L.moveStr {
 			strAddr = vaddr + r
 		}
-		if b.verneed != nil {
-			copy(buf[L.verRel:], b.verneed.data)
+		for k, c := range b.copies {
+			copy(buf[L.copyRel[k]:], c.data)
 			for i, d := range b.ents {
-				if d.tag == elf.DT_VERNEED {
-					b.ents[i].val = vaddr + L.verRel
+				if d.tag == c.tag {
+					b.ents[i].val = vaddr + L.copyRel[k]
 				}
 			}
 		}
@@ -777,8 +777,9 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 				s.Type, s.Flags, s.Addralign = elf.SHT_NOTE, s.Flags|elf.SHF_ALLOC, 4
 			case L.moveStr && oi >= 0 && oi == dynstrSec:
 				s.Offset, s.Addr, s.Size = off+L.strRel, strAddr, strSize
-			case b.verneed != nil && oi >= 0 && before.Type == elf.SHT_GNU_VERNEED && before.Addr == b.verneed.addr && before.Flags&elf.SHF_ALLOC != 0:
-				s.Offset, s.Addr, s.Size = off+L.verRel, vaddr+L.verRel, uint64(len(b.verneed.data))
+			case oi >= 0 && before.Flags&elf.SHF_ALLOC != 0 && slices.ContainsFunc(b.copies, func(c *tableCopy) bool { return c.secType == before.Type && c.addr == before.Addr }):
+				k := slices.IndexFunc(b.copies, func(c *tableCopy) bool { return c.secType == before.Type && c.addr == before.Addr })
+				s.Offset, s.Addr, s.Size = off+L.copyRel[k], vaddr+L.copyRel[k], uint64(len(b.copies[k].data))
 			case L.moveDyn && s.Type == elf.SHT_DYNAMIC:
 				s.Offset, s.Addr, s.Size = off+L.dynRel, vaddr+L.dynRel, uint64(L.dynSlots)*es
 			case L.moveInterp && f.interpProg >= 0 && s.Type == elf.SHT_PROGBITS && before.Addr == f.Progs[f.interpProg].Vaddr && s.Flags&elf.SHF_ALLOC != 0:

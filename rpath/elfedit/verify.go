@@ -276,6 +276,7 @@ func checkResult(before, after *File, e *Edit) error {
 		bad = append(bad, fmt.Sprintf("soname changed from %q to %q", sb.Soname, sa.Soname))
 	}
 	bad = append(bad, checkFields(after, e)...)
+	bad = append(bad, checkRename(before, after, e)...)
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: %s", ErrVerify, strings.Join(bad, "; "))
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
@@ -145,7 +146,11 @@ func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error 
 		fields = append(fields, elfedit.Edit{ClearSymbolVersion: o.clearSymbolVersion})
 	}
 	if o.renameSymbols != "" {
-		return pfErr("--rename-dynamic-symbols is not supported by cudapatch's patchelf yet")
+		m, err := readSymbolMap(o.renameSymbols)
+		if err != nil {
+			return err
+		}
+		e.RenameSymbols = m
 	}
 	if err := resolutionCache(f, o, &e, stderr, debugf); err != nil {
 		return err
@@ -242,4 +247,29 @@ func writePatchelf(path string, o *patchelfOpts, edits []elfedit.Edit, debugf fu
 		}
 	}
 	return nil
+}
+
+// readSymbolMap reads --rename-dynamic-symbols' map file: one "old new"
+// pair a line (blank-separated; more fields are ignored, blank lines
+// skipped), each old name once, with patchelf's messages.
+func readSymbolMap(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, pfErr("Cannot open map file %s: %s", path, strerror(err))
+	}
+	m := map[string]string{}
+	for i, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0:
+			continue
+		case len(f) == 1:
+			return nil, pfErr("%s:%d: Map file line is missing the second element", path, i+1)
+		}
+		if _, dup := m[f[0]]; dup {
+			return nil, pfErr("%s:%d: Name '%s' appears twice in the map file", path, i+1, f[0])
+		}
+		m[f[0]] = f[1]
+	}
+	return m, nil
 }

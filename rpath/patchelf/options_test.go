@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -407,4 +408,70 @@ func mustVerify(t *testing.T, path string) []string {
 		out = append(out, p.String())
 	}
 	return out
+}
+
+// TestRenameDynamicSymbols: every dynamic symbol of a library and of the
+// program using it renamed, with each hash style (DT_GNU_HASH, DT_HASH,
+// both): nm -D and the relocations show the new names, the program runs
+// with eager binding, and renaming back gives the original names.
+func TestRenameDynamicSymbols(t *testing.T) {
+	for _, style := range []string{"gnu", "sysv", "both"} {
+		t.Run(style, func(t *testing.T) {
+			dir := t.TempDir()
+			write := func(name, s string) string {
+				p := filepath.Join(dir, name)
+				require.NoError(t, os.WriteFile(p, []byte(s), 0o644))
+				return p
+			}
+			var lib strings.Builder
+			for i := range 300 {
+				fmt.Fprintf(&lib, "int f%d(void) { return %d; }\n", i, i)
+			}
+			lib.WriteString("int total(void) { int s = 0;\n")
+			for i := range 300 {
+				fmt.Fprintf(&lib, "s += f%d();\n", i)
+			}
+			lib.WriteString("return s; }\n")
+			libSrc := write("lib.c", lib.String())
+			main := write("main.c", "#include <stdio.h>\nint total(void); int f299(void);\nint main(void) { printf(\"%d %d\\n\", total(), f299()); return 0; }\n")
+			for _, args := range [][]string{
+				{"-shared", "-fPIC", "-Wl,--hash-style=" + style, "-Wl,-soname,libmany.so", "-o", filepath.Join(dir, "libmany.so"), libSrc},
+				{"-Wl,--hash-style=" + style, "-o", filepath.Join(dir, "app"), main, "-L" + dir, "-lmany", "-Wl,-rpath," + dir},
+			} {
+				out, err := exec.Command("gcc", args...).CombinedOutput()
+				require.NoError(t, err, "%s", out)
+			}
+			app, so := filepath.Join(dir, "app"), filepath.Join(dir, "libmany.so")
+			defined := func(p string) []string {
+				out, err := exec.Command("nm", "-D", "--defined-only", p).CombinedOutput()
+				require.NoError(t, err, "%s", out)
+				var names []string
+				for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+					f := strings.Fields(l)
+					names = append(names, f[len(f)-1])
+				}
+				return names
+			}
+			orig := defined(so)
+			var fwd, back strings.Builder
+			for _, n := range orig {
+				fmt.Fprintf(&fwd, "%s %s_renamed\n", n, n)
+				fmt.Fprintf(&back, "%s_renamed %s\n", n, n)
+			}
+			mapFile, backFile := write("map", fwd.String()), write("rmap", back.String())
+			mustRun(t, "--rename-dynamic-symbols", mapFile, so)
+			mustRun(t, "--rename-dynamic-symbols", mapFile, app)
+			assert.Contains(t, defined(so), "f150_renamed")
+			assert.NotContains(t, defined(so), "f150")
+			assert.Contains(t, readelf(t, "-r", app), "total_renamed")
+			assert.Empty(t, mustVerify(t, so))
+			cmd := exec.Command(app)
+			cmd.Env = append(os.Environ(), "LD_BIND_NOW=1")
+			out, err := cmd.CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			assert.Equal(t, "44850 299\n", string(out))
+			mustRun(t, "--rename-dynamic-symbols", backFile, so)
+			assert.Equal(t, orig, defined(so))
+		})
+	}
 }
