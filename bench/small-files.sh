@@ -17,12 +17,19 @@
 # calls per file (target at most 8) and write-side calls per written file
 # (target at most 6). Needs only the binary, bash and coreutils otherwise,
 # so it runs on machines without Go (strace-less ones skip the counts).
+# BEFORE=BINARY measures another build the same way in the same run (the
+# runs alternate), BEFORE_DESC says what it is; OUT=FILE also writes the
+# findings there.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CP=$(readlink -f "$1")
 W=${2:-/tmp/small-files}
 RUNS=${3:-5}
 JOBS=${JOBS:-$(nproc)}
+[ -z "${OUT:-}" ] || exec > >(tee "$OUT")
+BUILDS=("$CP")
+[ -z "${BEFORE:-}" ] || BUILDS+=("$(readlink -f "$BEFORE")")
+name() { if [ "$1" = "$CP" ]; then echo after; else echo before; fi; }
 ARGS=(--jobs "$JOBS" --driver-link-for all --ignore-missing '*' --libc /lib/x86_64-linux-gnu)
 rm -rf "$W" && mkdir -p "$W/pristine/store/00000000000000000000000000000000-usr-lib/lib" "$W/pristine/store/11111111111111111111111111111111-usr-bin/bin"
 copy() { # copy the ELF regular files of $1 (one level) to $2
@@ -35,6 +42,11 @@ copy /usr/bin "$W/pristine/store/11111111111111111111111111111111-usr-bin/bin"
 fresh() { rm -rf "$W/work" && cp -a "$W/pristine" "$W/work" && sync; }
 fresh
 mapfile -t FILES < <(find "$W/work" -type f | sort)
+echo "# Small files: the main job against reading the files"
+echo
+echo "Written by \`bash bench/small-files.sh\` at commit $(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u '+%Y-%m-%d %H:%M UTC')."
+[ -z "${BEFORE:-}" ] || echo "The *before* rows: \`BEFORE=$BEFORE\` (${BEFORE_DESC:-another build})."
+echo
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "tree: ${#FILES[@]} ELF files, $(du -sh "$W/pristine/store" | cut -f1); cudapatch ${ARGS[*]}; $RUNS runs, median"
 echo
@@ -49,40 +61,49 @@ run() {
 	}
 	awk '{ printf "%d %d\n", $1 * 1000, ($2 + $3) * 1000 }' <<<"$out" >>"$W/$name"
 }
-rm -f "$W/print" "$W/full" "$W/noop"
+rm -f "$W"/print-* "$W"/full-* "$W"/noop-*
 for _ in $(seq "$RUNS"); do
-	fresh
-	run print "$CP" print "${FILES[@]}"
-	run full "$CP" "${ARGS[@]}" "$W/work/store"
-	run noop "$CP" "${ARGS[@]}" "$W/work/store"
+	for b in "${BUILDS[@]}"; do
+		n=$(name "$b")
+		fresh
+		run "print-$n" "$b" print "${FILES[@]}"
+		run "full-$n" "$b" "${ARGS[@]}" "$W/work/store"
+		run "noop-$n" "$b" "${ARGS[@]}" "$W/work/store"
+	done
 done
 med() { cut -d' ' -f"$2" "$W/$1" | sort -n | sed -n "$(((RUNS + 1) / 2))p"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-pw=$(med print 1) pc=$(med print 2)
-echo "| run | wall (ms) | user+sys (ms) | wall / print | CPU / print | target |"
-echo "| --- | ---: | ---: | ---: | ---: | --- |"
-echo "| print | $pw | $pc | 1 | 1 | |"
-for r in full:3 noop:1.5; do
-	n=${r%%:*}
-	w=$(med "$n" 1) c=$(med "$n" 2)
-	echo "| $n | $w | $c | **$(ratio "$w" "$pw")×** | $(ratio "$c" "$pc")× | ≤ ${r#*:}× wall |"
+echo "| build | run | wall (ms) | user+sys (ms) | wall / print | CPU / print | target |"
+echo "| --- | --- | ---: | ---: | ---: | ---: | --- |"
+for b in "${BUILDS[@]}"; do
+	n=$(name "$b")
+	pw=$(med "print-$n" 1) pc=$(med "print-$n" 2)
+	echo "| $n | print | $pw | $pc | 1 | 1 | |"
+	for r in full:3 noop:1.5; do
+		k=${r%%:*}
+		w=$(med "$k-$n" 1) c=$(med "$k-$n" 2)
+		echo "| $n | $k | $w | $c | **$(ratio "$w" "$pw")×** | $(ratio "$c" "$pc")× | ≤ ${r#*:}× wall |"
+	done
 done
 echo
 
 if command -v strace >/dev/null && command -v python3 >/dev/null; then
-	fresh
 	calls=openat,pread64,pwrite64,read,write,close,ftruncate,fsync,fdatasync,fchmod
 	T=(strace -f -qq -e "trace=$calls")
-	"${T[@]}" -o "$W/full.trace" "$CP" "${ARGS[@]}" "$W/work/store" >/dev/null 2>&1
-	"${T[@]}" -o "$W/noop.trace" "$CP" "${ARGS[@]}" "$W/work/store" >/dev/null 2>&1
-	echo "System calls per file, full run (strace; target: at most 8 read calls per file, 6 write-side calls per written file):"
-	echo '```'
-	python3 "$HERE/syscalls.py" "$W/full.trace" "$W/work"
-	echo '```'
-	echo "Nothing to do (the patched tree again):"
-	echo '```'
-	python3 "$HERE/syscalls.py" "$W/noop.trace" "$W/work"
-	echo '```'
+	for b in "${BUILDS[@]}"; do
+		n=$(name "$b")
+		fresh
+		"${T[@]}" -o "$W/full.trace" "$b" "${ARGS[@]}" "$W/work/store" >/dev/null 2>&1
+		"${T[@]}" -o "$W/noop.trace" "$b" "${ARGS[@]}" "$W/work/store" >/dev/null 2>&1
+		echo "System calls per file ($n), full run (strace; target: at most 8 read calls per file, 6 write-side calls per written file):"
+		echo '```'
+		python3 "$HERE/syscalls.py" "$W/full.trace" "$W/work"
+		echo '```'
+		echo "Nothing to do ($n; the patched tree again):"
+		echo '```'
+		python3 "$HERE/syscalls.py" "$W/noop.trace" "$W/work"
+		echo '```'
+	done
 else
 	echo "(no strace or python3 here: system call counts skipped)"
 fi
