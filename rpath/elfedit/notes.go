@@ -99,6 +99,24 @@ func (f *File) parseNotes(b []byte, off, align uint64, what string) ([]parsedNot
 	return out, nil
 }
 
+// parseNotesFallback is parseNotes, except that a container aligned 8
+// whose notes do not parse with 8 is read with 4 where that reads it
+// whole. Such containers are 4-aligned notes under an 8 that means
+// nothing: a PT_NOTE that mixes both (mold: .note.gnu.property, 8, then
+// .note.gnu.build-id, 4, under p_align 8) read without section headers,
+// or a section whose sh_addralign is 8 over 4-aligned notes (patchelf's
+// contiguous-note-sections test; readelf warns and stops there). 8-aligned
+// notes with 4-byte names and descriptors read the same with 4.
+func (f *File) parseNotesFallback(b []byte, off, align uint64, what string) ([]parsedNote, error) {
+	ns, err := f.parseNotes(b, off, align, what)
+	if err != nil && align == 8 {
+		if ns4, err4 := f.parseNotes(b, off, 4, what); err4 == nil {
+			return ns4, nil
+		}
+	}
+	return ns, err
+}
+
 // noteAlign is the alignment notes are parsed with in a container of the
 // given p_align or sh_addralign.
 func noteAlign(a uint64) uint64 {
@@ -143,19 +161,10 @@ func (f *File) allNotes() ([]parsedNote, error) {
 		}
 		slices.SortFunc(parts, func(a, b part) int { return cmpU64(a.lo, b.lo) })
 		if len(parts) == 0 {
-			a := noteAlign(p.Align)
-			// Without sections, a p_align 8 segment that does not parse
-			// with 8 is such a mix: 4 is what its 4-aligned notes need,
-			// and 8-aligned notes are 4-aligned too.
-			if _, err := f.parseNotes(b, p.Off, a, "PT_NOTE"); err != nil && a == 8 {
-				if _, err4 := f.parseNotes(b, p.Off, 4, "PT_NOTE"); err4 == nil {
-					a = 4
-				}
-			}
-			parts = []part{{0, p.Filesz, a}}
+			parts = []part{{0, p.Filesz, noteAlign(p.Align)}}
 		}
 		for _, pt := range parts {
-			ns, err := f.parseNotes(b[pt.lo:pt.hi], p.Off+pt.lo, pt.align, "PT_NOTE")
+			ns, err := f.parseNotesFallback(b[pt.lo:pt.hi], p.Off+pt.lo, pt.align, "PT_NOTE")
 			for _, n := range ns {
 				if seen[n.Off] {
 					continue
@@ -188,7 +197,7 @@ func (f *File) allNotes() ([]parsedNote, error) {
 		if err != nil {
 			return out, err
 		}
-		ns, err := f.parseNotes(b, s.Offset, noteAlign(s.Addralign), "note section "+s.Name)
+		ns, err := f.parseNotesFallback(b, s.Offset, noteAlign(s.Addralign), "note section "+s.Name)
 		for _, n := range ns {
 			if seen[n.Off] {
 				continue

@@ -401,7 +401,7 @@ func (b *builder) inPlace() (*Plan, bool) {
 	}
 	if b.interpChanged {
 		p := f.Progs[f.interpProg]
-		if uint64(len(b.interp))+1 > p.Filesz {
+		if uint64(len(b.interp))+1 > p.Filesz || f.interpShared() {
 			return nil, false
 		}
 		buf := make([]byte, p.Filesz) // NUL padding: the kernel reads up to the first NUL
@@ -559,4 +559,42 @@ func (f *File) usedRanges() []rng {
 		out = append(out, rng{f.Header.Shoff, f.Header.Shoff + uint64(f.Header.Shnum)*uint64(f.Header.Shentsize)})
 	}
 	return out
+}
+
+// interpOwn returns the parts of PT_INTERP's file range that no other
+// section claims. A linker script can make PT_INTERP cover more than
+// .interp (patchelf's contiguous-note-sections test puts a build-id note
+// under it); those bytes are not the interpreter's to overwrite or clear.
+func (f *File) interpOwn() []rng {
+	p := f.Progs[f.interpProg]
+	own := []rng{{p.Off, p.Off + p.Filesz}}
+	for _, s := range f.Sections {
+		if s.Size == 0 || s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_ALLOC == 0 || s.Name == ".interp" || (s.Type == elf.SHT_PROGBITS && s.Addr == p.Vaddr) {
+			continue
+		}
+		o := rng{s.Offset, s.Offset + s.Size}
+		var next []rng
+		for _, r := range own {
+			if !r.overlaps(o) {
+				next = append(next, r)
+				continue
+			}
+			if r.lo < o.lo {
+				next = append(next, rng{r.lo, o.lo})
+			}
+			if o.hi < r.hi {
+				next = append(next, rng{o.hi, r.hi})
+			}
+		}
+		own = next
+	}
+	return own
+}
+
+// interpShared says whether another section claims bytes of PT_INTERP's
+// file range, so the interpreter cannot be rewritten in place.
+func (f *File) interpShared() bool {
+	p := f.Progs[f.interpProg]
+	own := f.interpOwn()
+	return len(own) != 1 || own[0] != (rng{p.Off, p.Off + p.Filesz})
 }

@@ -684,9 +684,11 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		// carried bytes of the live region) is dead once PT_INTERP points at
 		// interpRel: clear it, or a replaced loader's store path stays in
 		// the file (and the closure), now or after the next edit.
-		p := f.Progs[f.interpProg]
-		if r, ok := reloc(p.Off); ok {
-			clear(buf[r:min(r+p.Filesz, L.carryEnd)])
+		// Only the bytes no other section claims (interpOwn).
+		for _, o := range f.interpOwn() {
+			if r, ok := reloc(o.lo); ok {
+				clear(buf[r:min(r+(o.hi-o.lo), L.carryEnd)])
+			}
 		}
 	}
 	if L.moveStr {
@@ -884,10 +886,11 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		}
 	}
 	if L.moveInterp && b.interpChanged && f.interpProg >= 0 && !live.contains(f.Progs[f.interpProg].Off) {
-		p := f.Progs[f.interpProg]
-		if _, moved := reloc(p.Off); !moved {
-			if lo := max(p.Off, tblEnd); lo < p.Off+p.Filesz {
-				b.add(StepHygiene, "clear the old interpreter", lo, make([]byte, p.Off+p.Filesz-lo))
+		for _, o := range f.interpOwn() {
+			if _, moved := reloc(o.lo); !moved {
+				if lo := max(o.lo, tblEnd); lo < o.hi {
+					b.add(StepHygiene, "clear the old interpreter", lo, make([]byte, o.hi-lo))
+				}
 			}
 		}
 	}

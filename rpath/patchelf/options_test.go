@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -474,4 +475,127 @@ func TestRenameDynamicSymbols(t *testing.T) {
 			assert.Equal(t, orig, defined(so))
 		})
 	}
+}
+
+// TestInterpOverNotes: a PT_INTERP that covers more than .interp (a linker
+// script can put notes under it; patchelf's contiguous-note-sections test
+// has a build-id note there) is not the interpreter's to overwrite. Here
+// PT_INTERP of a working program is stretched over the notes after .interp
+// (the kernel reads up to the first NUL, so the program still runs). A new,
+// shorter interpreter written in place with NUL padding would wipe those
+// notes; it goes elsewhere, every note reads back the same, and the
+// program runs with the new interpreter.
+func TestInterpOverNotes(t *testing.T) {
+	c := working(t, "bfd-pie")
+	ef, err := elf.Open(c.Exe)
+	require.NoError(t, err)
+	interp := ef.Section(".interp")
+	require.NotNil(t, interp)
+	// The first note section after .interp (GNU ld puts
+	// .note.gnu.property or .note.gnu.build-id there).
+	var end uint64
+	for _, s := range ef.Sections {
+		if s.Type == elf.SHT_NOTE && s.Offset >= interp.Offset+interp.Size && s.Offset-(interp.Offset+interp.Size) < 16 {
+			end = s.Offset + s.Size
+			break
+		}
+	}
+	ef.Close()
+	require.NotZero(t, end, "no note section after .interp")
+	b, err := os.ReadFile(c.Exe)
+	require.NoError(t, err)
+	o := binary.LittleEndian
+	phoff, phnum := o.Uint64(b[32:]), int(o.Uint16(b[56:]))
+	for i := range phnum {
+		ph := b[phoff+uint64(i)*56:]
+		if elf.ProgType(o.Uint32(ph)) == elf.PT_INTERP {
+			require.Equal(t, interp.Offset, o.Uint64(ph[8:]))
+			o.PutUint64(ph[32:], end-interp.Offset) // p_filesz
+			o.PutUint64(ph[40:], end-interp.Offset) // p_memsz
+		}
+	}
+	require.NoError(t, os.WriteFile(c.Exe, b, 0o755))
+	out, err := c.Run(t, c.Exe)
+	require.NoError(t, err, "the stretched PT_INTERP does not run: %s", out)
+	// readelf -n, one block a note section, in any order (moved notes
+	// come in another section header order).
+	notes := func() []string {
+		blocks := strings.Split(readelf(t, "-n", c.Exe), "Displaying notes found in: ")
+		for i := range blocks {
+			blocks[i] = strings.TrimSpace(blocks[i])
+		}
+		slices.Sort(blocks)
+		return blocks
+	}
+	notesBefore := notes()
+	require.Greater(t, len(notesBefore), 2)
+
+	const short = "/lib64/ld-linux-x86-64.so.2"
+	real, err := filepath.EvalSymlinks(short)
+	require.NoError(t, err)
+	_, errOut, code := run("--set-interpreter", real, c.Exe)
+	require.Equal(t, 0, code, errOut)
+	assert.Equal(t, real+"\n", mustRun(t, "--print-interpreter", c.Exe))
+	assert.Equal(t, notesBefore, notes(), "notes under the old PT_INTERP changed")
+	out, err = c.Run(t, c.Exe)
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, c.Want+"\n", out)
+}
+
+// TestNoteSectionAlignedEight: a loaded note section whose alignment is 8
+// but whose notes are laid out with 4 (a 13-byte name; patchelf's
+// contiguous-note-sections test has one, and readelf warns and stops on it)
+// is read with 4, so edits that must look for a resolution note to drop (a
+// new interpreter here) go through, and the note is kept as it was.
+func TestNoteSectionAlignedEight(t *testing.T) {
+	dir := t.TempDir()
+	asm := filepath.Join(dir, "note.s")
+	require.NoError(t, os.WriteFile(asm, []byte(`
+	.section .note.eight,"a",@note
+	.balign 8
+	.long 13, 4, 1
+	.asciz "a-note-owner"
+	.balign 4
+	.long 0xefbeadde
+`), 0o644))
+	src := filepath.Join(dir, "main.c")
+	require.NoError(t, os.WriteFile(src, []byte("int main(void) { return 7; }\n"), 0o644))
+	exe := filepath.Join(dir, "main")
+	out, err := exec.Command("gcc", "-o", exe, src, asm).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	// The hard case: readelf reads the section with 8 and gives up.
+	assert.Contains(t, readelf(t, "-n", exe), "note with invalid namesz and/or descsz")
+
+	f, err := elfedit.Open(exe)
+	require.NoError(t, err)
+	notes, err := f.Notes()
+	f.Close()
+	require.NoError(t, err)
+	var found bool
+	for _, n := range notes {
+		if n.Owner == "a-note-owner" {
+			found = true
+			assert.Equal(t, []byte{0xde, 0xad, 0xbe, 0xef}, n.Desc)
+			assert.Equal(t, ".note.eight", n.Section)
+			assert.True(t, n.Loaded)
+		}
+	}
+	assert.True(t, found, "the note was not read: %v", notes)
+
+	before, err := os.ReadFile(exe)
+	require.NoError(t, err)
+	i := bytes.Index(before, []byte("a-note-owner"))
+	require.Greater(t, i, 12)
+	note := before[i-12 : i+20]
+	real, err := filepath.EvalSymlinks("/lib64/ld-linux-x86-64.so.2")
+	require.NoError(t, err)
+	_, errOut, code := run("--set-interpreter", real, exe)
+	require.Equal(t, 0, code, errOut)
+	after, err := os.ReadFile(exe)
+	require.NoError(t, err)
+	assert.True(t, bytes.Contains(after, note), "the note's bytes changed")
+	err = exec.Command(exe).Run()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee, "the program does not run")
+	assert.Equal(t, 7, ee.ExitCode())
 }
