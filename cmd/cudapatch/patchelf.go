@@ -22,12 +22,14 @@ import (
 //
 // Where it deliberately differs from patchelf:
 //
-//   - It never writes an empty search path entry: glibc reads "" (a
-//     leading, trailing or doubled ':') as the current directory. Empty
-//     entries of --set-rpath/--add-rpath are dropped, and a path that ends
-//     up empty removes DT_RUNPATH/DT_RPATH instead of writing an empty one
-//     (patchelf writes RUNPATH ""). --print-rpath prints an empty line
-//     either way.
+//   - A search path that ends up empty (--set-rpath "") removes
+//     DT_RUNPATH/DT_RPATH instead of writing an empty one: patchelf writes
+//     RUNPATH "", which glibc reads as the current directory.
+//     --print-rpath prints an empty line either way. A path with an empty
+//     entry (a leading, trailing or doubled ':') is written as given, as
+//     patchelf writes it, with a warning on stderr that patchelf does not
+//     print: glibc reads the entry as the current directory too. (The main
+//     job never writes one; `cudapatch lint` reports one as CP006.)
 //   - --add-needed does not add a name the file already needs (patchelf
 //     adds a duplicate DT_NEEDED). Empty names given to --set-soname,
 //     --add-needed or --replace-needed are refused by elfedit (patchelf

@@ -49,6 +49,11 @@ type Replace struct {
 type Edit struct {
 	// SetPath sets the library search path (DT_RUNPATH or DT_RPATH, see Tag).
 	SetPath *string `json:"set_path,omitempty"`
+	// EmptyEntries lets SetPath hold empty entries (a leading, trailing
+	// or doubled ':'), which glibc reads as the current directory. They
+	// are refused unless the caller says it asked for them: the drop-in
+	// patchelf does, because patchelf writes the path it is given.
+	EmptyEntries bool `json:"empty_entries,omitempty"`
 	// RemovePath removes DT_RUNPATH and DT_RPATH.
 	RemovePath bool `json:"remove_path,omitempty"`
 	// Tag chooses the tag of a path that is set, or, with Retag, converts
@@ -123,7 +128,7 @@ func (e *Edit) IsZero() bool {
 
 // Validate rejects edits no loader could use: strings with NUL bytes, empty
 // names, and search paths with an empty entry, which glibc takes for the
-// current directory.
+// current directory (unless EmptyEntries says they were asked for).
 func (e *Edit) Validate() error {
 	var errs []error
 	str := func(what, s string, allowEmpty bool) {
@@ -137,7 +142,7 @@ func (e *Edit) Validate() error {
 	if e.SetPath != nil {
 		p := *e.SetPath
 		str("search path", p, true)
-		if p != "" {
+		if p != "" && !e.EmptyEntries {
 			for _, d := range strings.Split(p, ":") {
 				if d == "" {
 					errs = append(errs, fmt.Errorf("search path %q has an empty entry (the loader would search the current directory)", p))

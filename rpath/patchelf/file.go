@@ -111,7 +111,7 @@ func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error 
 		return errNoDyn
 	}
 	if f.IsDynamic() {
-		if err := rpathEdit(f, o, &e, rpathOp, stdout, debugf); err != nil {
+		if err := rpathEdit(f, o, &e, rpathOp, stdout, stderr, debugf); err != nil {
 			return err
 		}
 	}
@@ -161,8 +161,14 @@ func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error 
 
 // rpathEdit prints the search path and plans its change: one search path
 // operation per file, with patchelf's precedence (shrink, remove, set,
-// add).
-func rpathEdit(f *elfedit.File, o *patchelfOpts, e *elfedit.Edit, rpathOp bool, stdout io.Writer, debugf func(string, ...any)) error {
+// add). The new path is written as given, as patchelf writes it, but for
+// an empty one, which removes the search path (patchelf writes an empty
+// DT_RUNPATH, which glibc reads as the current directory). A path with an
+// empty entry (a leading, trailing or doubled ':') is written too, since
+// the caller asked for it (patchelf's own tests record it in the
+// resolution cache as the "?" hint it is), with a warning: glibc reads
+// the empty entry as the current directory at run time.
+func rpathEdit(f *elfedit.File, o *patchelfOpts, e *elfedit.Edit, rpathOp bool, stdout, stderr io.Writer, debugf func(string, ...any)) error {
 	// DT_RUNPATH wins over DT_RPATH, as in the loader and in patchelf.
 	old, hasOld := f.RunPath()
 	if !hasOld {
@@ -190,14 +196,21 @@ func rpathEdit(f *elfedit.File, o *patchelfOpts, e *elfedit.Edit, rpathOp bool, 
 	case o.setRPath != nil:
 		newPath = *o.setRPath
 	case o.addRPath != nil:
-		newPath = old + ":" + *o.addRPath
+		// patchelf's appendRPath: no ':' after an empty old path.
+		newPath = *o.addRPath
+		if old != "" {
+			newPath = old + ":" + newPath
+		}
 	}
-	newPath = dropEmptyEntries(newPath)
+	if newPath != "" && hasEmptyEntry(newPath) {
+		fmt.Fprintf(stderr, "patchelf: warning: search path '%s' has an empty entry, which the loader reads as the current directory\n", newPath)
+	}
 	if newPath == "" {
 		// Also for --remove-rpath, which --shrink-rpath outranks.
 		e.RemovePath = true
 	} else {
 		e.SetPath = &newPath
+		e.EmptyEntries = true
 		e.Tag = elfedit.TagRunPath
 		if o.forceRPath {
 			e.Tag = elfedit.TagRPath
@@ -272,4 +285,10 @@ func readSymbolMap(path string) (map[string]string, error) {
 		m[f[0]] = f[1]
 	}
 	return m, nil
+}
+
+// hasEmptyEntry says whether a search path has an empty entry, which glibc
+// takes for the current directory.
+func hasEmptyEntry(p string) bool {
+	return slices.Contains(strings.Split(p, ":"), "")
 }

@@ -30,7 +30,7 @@ const patchelfUsage = `syntax: patchelf
   [--set-os-abi ABI]		Sets 'EI_OSABI' field of ELF header to ABI.
   [--print-soname]		Prints 'DT_SONAME' entry of .dynamic section (nothing if there is none)
   [--set-soname SONAME]		Sets 'DT_SONAME' entry to SONAME.
-  [--set-rpath RPATH]		Writes DT_RUNPATH (DT_RPATH with --force-rpath); empty entries are dropped
+  [--set-rpath RPATH]		Writes DT_RUNPATH (DT_RPATH with --force-rpath); an empty RPATH removes it
   [--add-rpath RPATH]
   [--remove-rpath]
   [--shrink-rpath]
