@@ -52,6 +52,12 @@ func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error 
 	hasInterp := slices.ContainsFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_INTERP })
 	errNoInterp := pfErr("cannot find section '.interp'. The input file is most likely statically linked")
 	errNoDyn := pfErr("cannot find section '.dynamic'. The input file is most likely statically linked")
+	if d := sh.section(".dynamic"); d != nil && d.typ == elf.SHT_DYNAMIC && d.size > 0 && !slices.ContainsFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_DYNAMIC && p.Filesz > 0 }) {
+		// patchelf edits such a section and succeeds, but no loader reads
+		// it: readelf -d on its output says "There is no dynamic section
+		// in this file" (its tests/phdr-corruption.sh, docs/patchelf-suite.md).
+		errNoDyn = pfErr("section '.dynamic' is not loaded (no PT_DYNAMIC describes it), so no loader reads it")
+	}
 	isLib := f.Header.Type == elf.ET_DYN
 
 	var e elfedit.Edit

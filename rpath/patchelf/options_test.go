@@ -338,9 +338,11 @@ func TestEmptyDynamic(t *testing.T) {
 	require.NoError(t, os.WriteFile(c.Exe, b, 0o755))
 	mustRun(t, "--set-interpreter", "/lib64/ld.so", c.Exe)
 	assert.Equal(t, "/lib64/ld.so\n", mustRun(t, "--print-interpreter", c.Exe))
+	// patchelf reads .dynamic through its section header and prints the
+	// names; the loader has no dynamic section to read, and neither do we.
 	_, errOut, code := run("--print-needed", c.Exe)
 	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, "cannot find section '.dynamic'")
+	assert.Equal(t, "patchelf: section '.dynamic' is not loaded (no PT_DYNAMIC describes it), so no loader reads it\n", errOut)
 }
 
 // TestReplaceNeededVersioned: renaming a DT_NEEDED that symbol versions
@@ -598,4 +600,32 @@ func TestNoteSectionAlignedEight(t *testing.T) {
 	var ee *exec.ExitError
 	require.ErrorAs(t, err, &ee, "the program does not run")
 	assert.Equal(t, 7, ee.ExitCode())
+}
+
+// TestUnloadedDynamic: a .dynamic section that no PT_DYNAMIC describes
+// (patchelf's tests/phdr-corruption.so) is refused with a message that says
+// so. patchelf writes the search path there and exits 0, but no loader
+// reads it: readelf -d of its output finds no dynamic section.
+func TestUnloadedDynamic(t *testing.T) {
+	c := working(t, "bfd-pie")
+	b, err := os.ReadFile(c.Exe)
+	require.NoError(t, err)
+	o := binary.LittleEndian
+	phoff, phnum := o.Uint64(b[32:]), int(o.Uint16(b[56:]))
+	found := false
+	for i := range phnum {
+		ph := b[phoff+uint64(i)*56:]
+		if elf.ProgType(o.Uint32(ph)) == elf.PT_DYNAMIC {
+			o.PutUint32(ph, uint32(elf.PT_NULL))
+			found = true
+		}
+	}
+	require.True(t, found)
+	require.NoError(t, os.WriteFile(c.Exe, b, 0o755))
+	_, errOut, code := run("--set-rpath", "/x", c.Exe)
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "patchelf: section '.dynamic' is not loaded (no PT_DYNAMIC describes it), so no loader reads it\n", errOut)
+	after, err := os.ReadFile(c.Exe)
+	require.NoError(t, err)
+	assert.Equal(t, b, after, "the file changed")
 }
