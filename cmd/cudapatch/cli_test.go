@@ -6,8 +6,10 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -195,6 +197,7 @@ func TestBadInput(t *testing.T) {
 	c := newCLITree(t)
 	truncatedELF(t, c.p("truncated.so"))
 	c.write("notelf.so", "not an ELF file\n")
+	c.write("docs/README", "no ELF files here\n")
 	const trunc = "program header table: range 0x40+0x38 lies past the end of the file (size 0x40) (at 0x40)"
 	t.Chdir(c.root)
 	for _, tc := range []struct {
@@ -222,6 +225,32 @@ func TestBadInput(t *testing.T) {
 		{[]string{"-v"}, "", "cudapatch: no paths to patch (see 'cudapatch --help')\n", exitUsage},
 		{[]string{"--version", "--bogus"}, "", "cudapatch: unknown flag --bogus (see 'cudapatch --help')\n", exitUsage},
 		{[]string{"doctor", "-v"}, "", "cudapatch: doctor: --verbose is an option of the main job, not of doctor (see 'cudapatch doctor --help')\n", exitUsage},
+		// A new user's mistakes: a file that does not exist, a directory
+		// where a FILE is wanted, a file that is not ELF. One line each,
+		// naming the path once.
+		{[]string{"nonexistent.so"}, "", "cudapatch: nonexistent.so: no such file or directory\n", exitUsage},
+		{[]string{"nosuchcommand"}, "", "cudapatch: nosuchcommand: no such file or directory (nor a command; see 'cudapatch --help')\n", exitUsage},
+		{[]string{"--dry-run", "nonexistent.so"}, "", "cudapatch: nonexistent.so: no such file or directory\n", exitUsage},
+		{[]string{"print", "nonexistent.so"}, "", "cudapatch: nonexistent.so: no such file or directory\n", exitFindings},
+		{[]string{"print", "docs"}, "", "cudapatch: docs: is a directory, not an ELF file\n", exitFindings},
+		{[]string{"print", "notelf.so"}, "", "cudapatch: notelf.so: not an ELF file\n", exitFindings},
+		{[]string{"verify", "nonexistent.so", "docs", "notelf.so"},
+			"nonexistent.so: no such file or directory\ndocs: is a directory, not an ELF file\nnotelf.so: not an ELF file\n", "", exitFindings},
+		{[]string{"explain", "nonexistent.so"}, "", "cudapatch: explain: nonexistent.so: no such file or directory\n", exitUsage},
+		{[]string{"explain", "docs"}, "", "cudapatch: explain: docs: is a directory, not an ELF file\n", exitUsage},
+		{[]string{"explain", "notelf.so"}, "", "cudapatch: explain: notelf.so: not an ELF file\n", exitUsage},
+		{[]string{"doctor", "--proc", "/nonexistent", "--sys", "/nonexistent", "nonexistent.so"}, "",
+			"cudapatch: doctor: nonexistent.so: no such file or directory\n", exitUsage},
+		{[]string{"doctor", "--proc", "/nonexistent", "--sys", "/nonexistent", "docs"}, "",
+			"cudapatch: doctor: docs: is a directory, not an ELF file\n", exitUsage},
+		{[]string{"lint", "nonexistent.so"}, "", "cudapatch: lint: nonexistent.so: no such file or directory\n", exitUsage},
+		{[]string{"lint", "notelf.so"}, "", "cudapatch: lint: notelf.so: not an ELF file (lint checks ELF files, and the ELF files below directories)\n", exitUsage},
+		{[]string{"lint", "--bogus", "docs"}, "", "cudapatch: lint: unknown flag --bogus (see 'cudapatch lint --help')\n", exitUsage},
+		{[]string{"--bogus", "docs"}, "", "cudapatch: unknown flag --bogus (see 'cudapatch --help')\n", exitUsage},
+		// A directory without ELF files is no error: the hook runs over
+		// every output, and many have none. lint says what it checked.
+		{[]string{"docs"}, "", "cudapatch: patched 0 files, 0 unchanged, 1 skipped, 0 failed, 0 missing dependencies\n", exitOK},
+		{[]string{"lint", "docs"}, "0 ELF files checked, 0 with findings: 0 errors, 0 warnings, 0 info\n", "", exitOK},
 	} {
 		before := c.hashes()
 		var args []string
@@ -283,23 +312,68 @@ func TestVersion(t *testing.T) {
 		version  string
 		commit   string
 		modified bool
+		date     string
 	}{
-		{"0.1.0", bi("(devel)"), "0.1.0", "", false},
-		{"", bi("v0.2.0"), "v0.2.0", "", false},
-		{"", bi("v0.0.0-20261122160000-9b977c2d1a2b+dirty", "vcs.revision", "9b977c2d1a2b", "vcs.modified", "true"),
-			"v0.0.0-20261122160000-9b977c2d1a2b+dirty", "9b977c2d1a2b", true},
-		{"", bi("(devel)", "vcs.revision", "9b977c2d1a2b", "vcs.modified", "false"), "devel", "9b977c2d1a2b", false},
-		{"", nil, "devel", "", false},
+		{"0.1.0", bi("(devel)"), "0.1.0", "", false, ""},
+		{"", bi("v0.2.0"), "v0.2.0", "", false, ""},
+		{"", bi("v0.0.0-20261122160000-9b977c2d1a2b+dirty", "vcs.revision", "9b977c2d1a2b9b977c2d1a2b9b977c2d1a2b9b97", "vcs.modified", "true", "vcs.time", "2026-11-22T16:00:00Z"),
+			"v0.0.0-20261122160000-9b977c2d1a2b+dirty", "9b977c2d1a2b9b977c2d1a2b9b977c2d1a2b9b97", true, "2026-11-22"},
+		{"", bi("(devel)", "vcs.revision", "9b977c2d1a2b", "vcs.modified", "false"), "devel", "9b977c2d1a2b", false, ""},
+		{"", nil, "devel", "", false, ""},
+		// go install …@<pseudo-version>: a module zip, no VCS settings;
+		// the version names the commit and its time.
+		{"", bi("v0.0.0-20261122191557-5d1c941239c8"), "v0.0.0-20261122191557-5d1c941239c8", "5d1c941239c8", false, "2026-11-22"},
+		{"", bi("v0.1.1-0.20261201080910-0123456789ab"), "v0.1.1-0.20261201080910-0123456789ab", "0123456789ab", false, "2026-12-01"},
+		{"", bi("v0.2.0-rc.1.0.20261201080910-0123456789ab+dirty"), "v0.2.0-rc.1.0.20261201080910-0123456789ab+dirty", "0123456789ab", true, "2026-12-01"},
+		// -X main.version wins over the module version.
+		{"0.1.0", bi("v0.0.0-20261122191557-5d1c941239c8"), "0.1.0", "", false, ""},
 	} {
 		v := buildVersion(tc.ldflags, tc.bi)
 		assert.Equal(t, tc.version, v.Version)
-		assert.Equal(t, tc.commit, v.Commit)
-		assert.Equal(t, tc.modified, v.Modified)
+		assert.Equal(t, tc.commit, v.Commit, tc.version)
+		assert.Equal(t, tc.modified, v.Modified, tc.version)
+		assert.Equal(t, tc.date, v.Date, tc.version)
 	}
 	var b bytes.Buffer
 	require.NoError(t, versionInfo{Version: "devel", Commit: "abc", Modified: true, Go: "go1.26.0 linux/amd64"}.write(&b))
 	assert.Equal(t, "cudapatch devel\ncommit abc (with uncommitted changes)\ngo1.26.0 linux/amd64\n", b.String())
 	b.Reset()
+	require.NoError(t, versionInfo{Version: "v0.0.0-20261122191557-5d1c941239c8", Commit: "5d1c941239c8", Date: "2026-11-22", Go: "go1.26.0 linux/amd64"}.write(&b))
+	assert.Equal(t, "cudapatch v0.0.0-20261122191557-5d1c941239c8\ncommit 5d1c941239c8 (2026-11-22)\ngo1.26.0 linux/amd64\n", b.String())
+	b.Reset()
 	require.NoError(t, versionInfo{Version: "0.1.0", Go: "go1.26.0 linux/amd64"}.write(&b))
 	assert.Equal(t, "cudapatch 0.1.0\ncommit unknown (built without version control information)\ngo1.26.0 linux/amd64\n", b.String())
+}
+
+// TestVersionOfABuild builds the binary as a user does and runs --version:
+// from a git checkout (go build and go install record the VCS revision),
+// the version is the pseudo-version Go stamps and the commit is HEAD; built
+// without VCS information it says so; -X main.version wins.
+func TestVersionOfABuild(t *testing.T) {
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not a git checkout (or no git): %v", err)
+	}
+	bin := t.TempDir()
+	build := func(name string, args ...string) string {
+		t.Helper()
+		out := filepath.Join(bin, name)
+		cmd := exec.Command("go", append(append([]string{"build", "-o", out}, args...), ".")...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %q: %v\n%s", args, err, b)
+		}
+		v, err := exec.Command(out, "--version").Output()
+		require.NoError(t, err)
+		return string(v)
+	}
+	goLine := regexp.QuoteMeta(runtime.Version()+" "+runtime.GOOS+"/"+runtime.GOARCH) + `\n$`
+	rev := strings.TrimSpace(string(head))
+	// The tree may have uncommitted changes (+dirty) or not.
+	assert.Regexp(t, `^cudapatch v0\.0\.0-[0-9]{14}-`+rev[:12]+`(\+dirty)?\n`+
+		`commit `+rev+` \([0-9]{4}-[0-9]{2}-[0-9]{2}(, with uncommitted changes)?\)\n`+goLine,
+		build("vcs", "-buildvcs=true"))
+	assert.Regexp(t, `^cudapatch devel\ncommit unknown \(built without version control information\)\n`+goLine,
+		build("novcs", "-buildvcs=false"))
+	assert.Regexp(t, `^cudapatch 9\.8\.7\ncommit `+rev+` `,
+		build("ldflags", "-buildvcs=true", "-ldflags=-X main.version=9.8.7"))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v3"
@@ -50,6 +51,15 @@ func doctorCommand(g *globals) *cli.Command {
 			file := cmd.Args().First()
 			if file != "" && sys.Root != "" {
 				file = insideRoot(sys.Root, file)
+			}
+			if file != "" {
+				host := file
+				if sys.Root != "" {
+					host = filepath.Join(sys.Root, file)
+				}
+				if p := fileProblem(file, host); p != "" {
+					return withCode(exitUsage, fmt.Errorf("doctor: %s: %s", file, p))
+				}
 			}
 			rep, err := doctor.Diagnose(ctx, sys, file)
 			if err != nil {

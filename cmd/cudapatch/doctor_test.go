@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,7 +74,7 @@ func TestDoctorFakeTree(t *testing.T) {
 	assert.Equal(t, "cudapatch: doctor: at most one FILE\n", errOut)
 	_, errOut, code = runCLI(t, nil, "doctor", "--root", tr.Root, "/nonexistent")
 	assert.Equal(t, exitUsage, code)
-	assert.Equal(t, "cudapatch: doctor: /nonexistent: open "+tr.Root+"/nonexistent: no such file or directory\n", errOut)
+	assert.Equal(t, "cudapatch: doctor: /nonexistent: no such file or directory ("+tr.Root+"/nonexistent)\n", errOut)
 	_, errOut, code = runCLI(t, nil, "doctor", "--dry-run")
 	assert.Equal(t, exitUsage, code)
 	assert.Equal(t, "cudapatch: doctor: --dry-run goes with --fix\n", errOut)
@@ -213,4 +214,142 @@ func TestDoctorFix(t *testing.T) {
 	assert.Equal(t, "# mine\n", string(conf))
 	_, err = os.Lstat(m.Host("/run/opengl-driver/lib/libnvidia-ml.so.1"))
 	assert.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// TestDoctorFixDryRunIsWhatFixDoes: the commands `doctor --fix --dry-run`
+// prints, run by bash with the paths they write moved under the fake root,
+// make exactly what `doctor --fix` makes (every link and its target, every
+// file and directory with its content and mode): on the GPU machine without
+// a driver link, and after a driver upgrade, where the fix repoints a link
+// (ln -sfn), adds one and removes one it made.
+func TestDoctorFixDryRunIsWhatFixDoes(t *testing.T) {
+	m, _ := gpuHost(t)
+	compare := func(t *testing.T, wantSteps ...string) {
+		t.Helper()
+		dry, fixed := copyRoot(t, m.Sys.Root), copyRoot(t, m.Sys.Root)
+		args := func(root string, more ...string) []string {
+			return append([]string{"doctor", "--root", root, "--proc", m.Sys.Proc, "--sys", m.Sys.Sys}, more...)
+		}
+		out, errOut, _ := runAs(t, 1000, nil, args(dry, "--fix", "--dry-run")...)
+		require.Empty(t, errOut)
+		const head = "\ndoctor --fix --dry-run: would run, as root:\n"
+		i := strings.Index(out, head)
+		require.GreaterOrEqual(t, i, 0, out)
+		var script []string
+		for _, l := range strings.Split(strings.TrimSuffix(out[i+len(head):], "\n"), "\n") {
+			script = append(script, strings.TrimPrefix(l, "  "))
+		}
+		for _, w := range wantSteps {
+			assert.Contains(t, script, w)
+		}
+		sh := exec.Command("bash", "-euc", strings.Join(underRoot(t, dry, script), "\n")+"\n")
+		if b, err := sh.CombinedOutput(); err != nil {
+			t.Fatalf("the printed commands failed: %v\n%s\nscript:\n%s", err, b, strings.Join(script, "\n"))
+		}
+		out, errOut, code := runAs(t, 0, nil, args(fixed, "--fix")...)
+		require.Contains(t, []int{exitOK, exitFindings}, code, errOut)
+		require.Contains(t, out, "\ndoctor --fix: ran:\n")
+		assert.Equal(t, fixSnapshot(t, fixed), fixSnapshot(t, dry))
+		// Both are done: the next --fix has nothing to do on either.
+		for _, root := range []string{dry, fixed} {
+			out, _, _ := runAs(t, 1000, nil, args(root, "--fix", "--dry-run")...)
+			assert.Contains(t, out, "\ndoctor --fix: nothing to do: ")
+		}
+	}
+	t.Run("no driver link", func(t *testing.T) {
+		compare(t, "mkdir -p /run/opengl-driver/lib",
+			"ln -s /usr/lib/x86_64-linux-gnu/libcuda.so.1 /run/opengl-driver/lib/libcuda.so.1",
+			"cat > /etc/tmpfiles.d/cudapatch-driver-link.conf <<'EOF'")
+	})
+	t.Run("driver upgrade", func(t *testing.T) {
+		_, errOut, code := runAs(t, 0, nil, "doctor", "--root", m.Sys.Root, "--proc", m.Sys.Proc, "--sys", m.Sys.Sys, "--fix")
+		require.Equal(t, exitOK, code, errOut)
+		m.Module("590.48.01")
+		m.Driver("/opt/nvidia-590", "590.48.01")
+		require.NoError(t, os.Remove(m.Host("/opt/nvidia-590/libnvidia-ml.so.1")))
+		m.Lib("/opt/nvidia-590/libnvidia-ptxjitcompiler.so.590.48.01", "libnvidia-ptxjitcompiler.so.1", doctortest.DriverStrings("590.48.01")...)
+		m.Symlink("libnvidia-ptxjitcompiler.so.590.48.01", "/opt/nvidia-590/libnvidia-ptxjitcompiler.so.1")
+		m.Cache("/opt/nvidia-590")
+		compare(t, "ln -sfn /opt/nvidia-590/libcuda.so.1 /run/opengl-driver/lib/libcuda.so.1",
+			"ln -s /opt/nvidia-590/libnvidia-ptxjitcompiler.so.1 /run/opengl-driver/lib/libnvidia-ptxjitcompiler.so.1",
+			"rm /run/opengl-driver/lib/libnvidia-ml.so.1")
+	})
+}
+
+// copyRoot copies a fake machine's root (links as links) and returns the
+// copy.
+func copyRoot(t *testing.T, root string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "root")
+	if b, err := exec.Command("cp", "-a", root, dst).CombinedOutput(); err != nil {
+		t.Fatalf("cp -a: %v\n%s", err, b)
+	}
+	return dst
+}
+
+// underRoot moves the paths doctor's commands write (never a link's
+// target) under root; here-document lines are left alone.
+func underRoot(t *testing.T, root string, script []string) []string {
+	t.Helper()
+	var out []string
+	heredoc := false
+	for _, l := range script {
+		f := strings.Fields(l)
+		switch {
+		case heredoc:
+			heredoc = l != "EOF"
+		case len(f) == 3 && f[0] == "mkdir" && f[1] == "-p", len(f) == 2 && f[0] == "rm":
+			f[len(f)-1] = root + f[len(f)-1]
+			l = strings.Join(f, " ")
+		case len(f) == 4 && f[0] == "ln" && (f[1] == "-s" || f[1] == "-sfn"):
+			f[3] = root + f[3]
+			l = strings.Join(f, " ")
+		case len(f) == 4 && f[0] == "cat" && f[1] == ">" && f[3] == "<<'EOF'":
+			f[2] = root + f[2]
+			l = strings.Join(f, " ")
+			heredoc = true
+		default:
+			t.Fatalf("a command doctor should not print: %q", l)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// fixSnapshot is what the fix manages under root: the driver link's tree
+// and the tmpfiles.d directory, each entry with its mode and its content
+// or link target.
+func fixSnapshot(t *testing.T, root string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, dir := range []string{"/run", "/etc/tmpfiles.d"} {
+		err := filepath.WalkDir(root+dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			v := info.Mode().String()
+			switch {
+			case info.Mode()&os.ModeSymlink != 0:
+				s, err := os.Readlink(p)
+				if err != nil {
+					return err
+				}
+				v += " -> " + s
+			case info.Mode().IsRegular():
+				b, err := os.ReadFile(p)
+				if err != nil {
+					return err
+				}
+				v += "\n" + string(b)
+			}
+			out[strings.TrimPrefix(p, root)] = v
+			return nil
+		})
+		require.NoError(t, err)
+	}
+	return out
 }

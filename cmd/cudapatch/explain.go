@@ -44,6 +44,9 @@ func explainCommand(g *globals) *cli.Command {
 				logical = insideRoot(root, file)
 				host = filepath.Join(root, filepath.FromSlash(logical))
 			}
+			if p := fileProblem(file, host); p != "" {
+				return withCode(exitUsage, fmt.Errorf("explain: %s: %s", file, p))
+			}
 			f, err := elfedit.Open(host)
 			if err != nil {
 				return withCode(exitUsage, fmt.Errorf("explain: %s: %w", file, err))

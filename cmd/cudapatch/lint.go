@@ -52,6 +52,9 @@ func lintCommand(g *globals) *cli.Command {
 			if len(paths) == 0 {
 				return withCode(exitUsage, fmt.Errorf("lint: no paths given"))
 			}
+			if err := checkLintPaths(paths); err != nil {
+				return withCode(exitUsage, fmt.Errorf("lint: %w", err))
+			}
 			opts := []lint.Option{
 				lint.WithLogger(g.log),
 				lint.WithEnable(splitList(cmd.StringSlice("enable"))...),
@@ -99,6 +102,31 @@ func lintCommand(g *globals) *cli.Command {
 			return nil
 		},
 	}
+}
+
+// checkLintPaths refuses, in one line each, the PATHs lint cannot check:
+// one that does not exist, and a file named on the command line that is
+// not ELF (below a directory such files are passed over; named, one is a
+// mistake that would otherwise pass as "0 ELF files checked"). Symbolic
+// links are lint's to judge: it does not follow them.
+func checkLintPaths(paths []string) error {
+	for _, p := range paths {
+		st, err := os.Lstat(p)
+		if err != nil {
+			return fmt.Errorf("%s: %s", p, pathProblem(p, p, err))
+		}
+		if !st.Mode().IsRegular() {
+			continue
+		}
+		ok, err := hasELFMagic(p)
+		if err != nil {
+			return fmt.Errorf("%s: %s", p, pathProblem(p, p, err))
+		}
+		if !ok {
+			return fmt.Errorf("%s: not an ELF file (lint checks ELF files, and the ELF files below directories)", p)
+		}
+	}
+	return nil
 }
 
 // severity validates --fail-on: a level's name, or an alias

@@ -27,6 +27,11 @@ func verifyCommand(g *globals) *cli.Command {
 			var out []entry
 			bad := false
 			for _, path := range files {
+				if p := fileProblem(path, path); p != "" {
+					bad = true
+					out = append(out, entry{Path: path, Error: path + ": " + p})
+					continue
+				}
 				ps, err := elfedit.VerifyFile(path)
 				e := entry{Path: path, Problems: ps}
 				if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -43,11 +44,26 @@ func buildVersion(ldflags string, bi *debug.BuildInfo) versionInfo {
 			}
 		}
 	}
+	if v.Commit == "" {
+		// `go install …@<pseudo-version>` builds from a module zip, which
+		// has no VCS information; the version names the commit.
+		if m := pseudoVersion.FindStringSubmatch(v.Version); m != nil {
+			v.Commit = m[2]
+			v.Date = m[1][0:4] + "-" + m[1][4:6] + "-" + m[1][6:8]
+			v.Modified = m[3] == "+dirty"
+		}
+	}
 	if v.Version == "" {
 		v.Version = "devel"
 	}
 	return v
 }
+
+// pseudoVersion matches a Go pseudo-version's timestamp and commit prefix
+// (v0.0.0-20261122191557-5d1c941239c8, v1.2.4-0.20261122191557-…,
+// v1.2.3-pre.0.20261122191557-…), with an optional +dirty or other build
+// suffix.
+var pseudoVersion = regexp.MustCompile(`[-.]([0-9]{14})-([0-9a-f]{12})(\+[0-9A-Za-z.+-]+)?$`)
 
 // hostVersion is the version of this binary.
 func hostVersion() versionInfo {
@@ -58,9 +74,16 @@ func hostVersion() versionInfo {
 func (v versionInfo) write(w io.Writer) error {
 	commit := "unknown (built without version control information)"
 	if v.Commit != "" {
-		commit = v.Commit
+		var notes []string
+		if v.Date != "" {
+			notes = append(notes, v.Date)
+		}
 		if v.Modified {
-			commit += " (with uncommitted changes)"
+			notes = append(notes, "with uncommitted changes")
+		}
+		commit = v.Commit
+		if len(notes) > 0 {
+			commit += " (" + strings.Join(notes, ", ") + ")"
 		}
 	}
 	_, err := fmt.Fprintf(w, "cudapatch %s\ncommit %s\n%s\n", v.Version, commit, v.Go)

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"bytes"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+)
+
+// fileProblem says in a few words why the file a user named (name, at host
+// on disk: they differ under --root) cannot be read as an ELF file, before
+// the ELF reader tries: "no such file or directory", "permission denied",
+// "is a directory, not an ELF file". The reader's own errors for these
+// name the path twice ("X: open X: …") or its internals ("ELF
+// identification: reading 0x10 bytes at 0x0: read X: is a directory").
+// It returns "" for a file to read.
+func fileProblem(name, host string) string {
+	f, err := os.Open(host)
+	if err != nil {
+		return pathProblem(name, host, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+		return pathProblem(name, host, err)
+	case st.IsDir():
+		return "is a directory, not an ELF file"
+	}
+	return ""
+}
+
+// pathProblem is err without the path it repeats; the path on disk is
+// added when it is not the name shown.
+func pathProblem(name, host string, err error) string {
+	var pe *fs.PathError
+	if !errors.As(err, &pe) {
+		return err.Error()
+	}
+	if host != name {
+		return fmt.Sprintf("%v (%s)", pe.Err, host)
+	}
+	return pe.Err.Error()
+}
+
+// hasELFMagic says whether the regular file at path starts with the ELF
+// magic.
+func hasELFMagic(path string) (bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	var magic [len(elf.ELFMAG)]byte
+	if _, err := io.ReadFull(f, magic[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return false, nil
+		}
+		return false, err
+	}
+	return bytes.Equal(magic[:], []byte(elf.ELFMAG)), nil
+}
