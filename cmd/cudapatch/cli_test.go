@@ -377,3 +377,37 @@ func TestVersionOfABuild(t *testing.T) {
 	assert.Regexp(t, `^cudapatch 9\.8\.7\ncommit `+rev+` `,
 		build("ldflags", "-buildvcs=true", "-ldflags=-X main.version=9.8.7"))
 }
+
+// TestSummaryWriteFailure: a file that cannot be written in the write
+// phase is failed, not patched: the other files are written, the summary
+// says "patched" (the write phase ran) with the failed file counted once,
+// and the exit code is 2. The file is made unwritable with chattr +i as
+// root (root ignores permissions), else with chmod.
+func TestSummaryWriteFailure(t *testing.T) {
+	c := pkgTree(t)
+	locked := c.p("out/lib/librp.so")
+	if os.Geteuid() == 0 {
+		if b, err := exec.Command("chattr", "+i", locked).CombinedOutput(); err != nil {
+			t.Skipf("chattr +i: %v: %s", err, b)
+		}
+		t.Cleanup(func() { _ = exec.Command("chattr", "-i", locked).Run() })
+	} else {
+		require.NoError(t, os.Chmod(locked, 0o444))
+	}
+	code, stdout, stderr := c.runCLI(nil, "--search", "{root}/deps", "{root}/out")
+	assert.Equal(t, exitUsage, code, stderr)
+	c.wantLines("stdout", stdout,
+		"{root}/out/bin/app: RUNPATH /old/lib -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name",
+		"{root}/out/lib/libl.so: RUNPATH (none) -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name")
+	l := lines(stderr)
+	require.Len(t, l, 2, stderr)
+	assert.Regexp(t, `^error: `+regexp.QuoteMeta(locked)+`: .*(operation not permitted|permission denied)`, l[0])
+	assert.Equal(t, "cudapatch: patched 2 files, 0 unchanged, 1 skipped, 1 failed, 0 missing dependencies", l[1])
+	assert.Equal(t, c.x("/run/opengl-driver/lib:{root}/deps"), c.runpath("out/lib/libl.so"), "the other files are written")
+	f, err := elf.Open(locked)
+	require.NoError(t, err)
+	defer f.Close()
+	rp, err := f.DynString(elf.DT_RPATH)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"/opt/x"}, rp, "the locked file is as it was")
+}
