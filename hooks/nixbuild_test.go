@@ -25,12 +25,14 @@ import (
 
 // nixManifest is nix/tests/build's manifest attribute.
 type nixManifest struct {
-	Interpreter string                `json:"interpreter"`
-	DriverLink  string                `json:"driverLink"`
-	DriverLib   string                `json:"driverLib"`
-	BuildOnly   map[string]string     `json:"buildOnly"`
-	Cases       map[string]nixCase    `json:"cases"`
-	Failing     map[string]nixFailing `json:"failing"`
+	Interpreter string            `json:"interpreter"`
+	DriverLink  string            `json:"driverLink"`
+	DriverLib   string            `json:"driverLib"`
+	BuildOnly   map[string]string `json:"buildOnly"`
+	// Build lists the derivations (.drv paths) of nix-build -A build.
+	Build   []string              `json:"build"`
+	Cases   map[string]nixCase    `json:"cases"`
+	Failing map[string]nixFailing `json:"failing"`
 }
 
 type nixCase struct {
@@ -51,10 +53,19 @@ type nixOutput struct {
 	Runpaths map[string]string `json:"runpaths"`
 	// Runs holds, for every executable, the runs and what each prints.
 	Runs map[string][]nixProgramRun `json:"runs"`
+	// Files must exist in the output (paths relative to it).
+	Files []string `json:"files"`
+	// NotInClosure: store paths, by name, that the output's closure must
+	// not hold (cuda_compat where the hook has none, the Go toolchain).
+	NotInClosure map[string]string `json:"notInClosure"`
 }
 
 type nixProgramRun struct {
-	Want string `json:"want"`
+	Args []string `json:"args"`
+	// Want is the whole output (trimmed); WantLines, where given instead,
+	// are lines the output must have.
+	Want      string   `json:"want"`
+	WantLines []string `json:"wantLines"`
 	// WithDriver runs the program with the test's driver library mounted
 	// at the driver link, in a private mount namespace.
 	WithDriver bool `json:"withDriver"`
@@ -82,7 +93,7 @@ type nix struct {
 // calling user (no build users), no binary cache (offline).
 const nixConfig = "sandbox = false\nbuild-users-group =\nsubstituters =\nmax-jobs = 2\n"
 
-func newNix(t *testing.T, cudapatch string) *nix {
+func newNix(t *testing.T) *nix {
 	t.Helper()
 	if _, err := exec.LookPath("nix-build"); err != nil {
 		t.Skip("nix-build is not on PATH: the Nix builds are not run (Debian: apt-get install nix-bin; CI installs it)")
@@ -106,7 +117,7 @@ func newNix(t *testing.T, cudapatch string) *nix {
 	return &nix{
 		env:  env,
 		expr: filepath.Join(repoRoot(t), "nix", "tests", "build"),
-		args: hostArgs(t, cudapatch),
+		args: hostArgs(t),
 	}
 }
 
@@ -120,10 +131,12 @@ func writable(dir string) error {
 	return os.Remove(f.Name())
 }
 
-// hostArgs are nix/tests/build's arguments: the binary under test and the
-// host's compiler, patchelf, loader (the interpreter of /bin/bash, which
-// runs every builder) and libc.
-func hostArgs(t *testing.T, cudapatch string) []string {
+// hostArgs are nix/tests/build's arguments: the host's Go toolchain and
+// module cache (nix/package.nix is built from this checkout with them), its
+// compiler, patchelf, loader (the interpreter of /bin/bash, which runs every
+// builder) and libc; and with CUDAPATCH set, that binary in place of
+// nix/package.nix.
+func hostArgs(t *testing.T) []string {
 	t.Helper()
 	abs := func(name string) string {
 		p, err := exec.LookPath(name)
@@ -162,17 +175,27 @@ func hostArgs(t *testing.T, cudapatch string) []string {
 	if err != nil {
 		t.Fatalf("the host's libc.so.6: %v", err)
 	}
-	bin, err := filepath.Abs(cudapatch)
-	if err != nil {
-		t.Fatal(err)
+	gomodcache, err := exec.Command(abs("go"), "env", "GOMODCACHE").Output()
+	if err != nil || len(bytes.TrimSpace(gomodcache)) == 0 {
+		t.Fatalf("go env GOMODCACHE: %v", err)
 	}
-	return []string{
-		"--argstr", "cudapatchExe", bin,
+	var args []string
+	if bin := os.Getenv("CUDAPATCH"); bin != "" {
+		bin, err := filepath.Abs(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("testing CUDAPATCH=%s instead of nix/package.nix", bin)
+		args = append(args, "--argstr", "cudapatchExe", bin)
+	}
+	return append(args,
+		"--argstr", "hostGo", abs("go"),
+		"--argstr", "hostGoModCache", string(bytes.TrimSpace(gomodcache)),
 		"--argstr", "hostCC", abs("gcc"),
 		"--argstr", "hostPatchelf", abs("patchelf"),
 		"--argstr", "hostInterp", interp,
 		"--argstr", "hostLibc", libc,
-	}
+	)
 }
 
 // run runs a Nix command; stdout and stderr come back apart.
@@ -194,10 +217,12 @@ func (n *nix) must(t *testing.T, name string, args ...string) []byte {
 	return out
 }
 
-// build runs nix-build on an attribute of nix/tests/build.
-func (n *nix) build(attr string, extra ...string) (stdout, stderr []byte, err error) {
-	args := append([]string{"--no-out-link", "-A", attr}, extra...)
-	args = append(append(args, n.expr), n.args...)
+// build runs nix-build on derivations (.drv paths) of the manifest's
+// evaluation. Building what one evaluation wrote, not the attributes again,
+// keeps every build on the store paths the manifest names: the checkout's
+// Go sources (nix/package.nix's src) may change while the tier runs.
+func (n *nix) build(drvs []string, extra ...string) (stdout, stderr []byte, err error) {
+	args := append(append([]string{"--no-out-link"}, extra...), drvs...)
 	return n.run("nix-build", args...)
 }
 
@@ -236,19 +261,20 @@ func tail(b []byte, lines int) string {
 // one patched once; the failing cases fail with their message; and the
 // store verifies and every case rebuilds bit-identically (--check).
 func TestNixBuild(t *testing.T) {
-	bin := cudapatchBinary(t)
-	n := newNix(t, bin)
+	n := newNix(t)
 
 	start := time.Now()
+	// One evaluation: --read-write-mode writes the .drv files whose paths
+	// the manifest holds, and only those are built below.
 	var m nixManifest
 	if err := json.Unmarshal(n.must(t, "nix-instantiate", append(
-		[]string{"--eval", "--strict", "--json", "-A", "manifest", n.expr}, n.args...)...), &m); err != nil {
+		[]string{"--eval", "--strict", "--json", "--read-write-mode", "-A", "manifest", n.expr}, n.args...)...), &m); err != nil {
 		t.Fatalf("manifest: %v", err)
 	}
 	// --keep-going: a case that fails to build is reported by its own
 	// subtest, and the others are still checked.
-	if _, stderr, err := n.build("build", "--keep-going"); err != nil {
-		t.Errorf("nix-build -A build: %v\n%s", err, errorLines(stderr))
+	if _, stderr, err := n.build(m.Build, "--keep-going"); err != nil {
+		t.Errorf("nix-build (-A build): %v\n%s", err, errorLines(stderr))
 	}
 	t.Logf("evaluated and built %d cases in %s", len(m.Cases), time.Since(start).Round(time.Millisecond))
 
@@ -261,10 +287,11 @@ func TestNixBuild(t *testing.T) {
 		t.Logf("no private mount namespace (%v): programs that need the driver are checked with LD_DEBUG instead of run", ns)
 	}
 
+	var summary []closureRow
 	for _, name := range sortedKeys(m.Cases) {
 		c := m.Cases[name]
 		t.Run(name, func(t *testing.T) {
-			checkNixCase(t, n, &m, c, buildOnly, ns == nil)
+			summary = append(summary, checkNixCase(t, n, &m, name, c, buildOnly, ns == nil)...)
 		})
 	}
 
@@ -285,7 +312,7 @@ func TestNixBuild(t *testing.T) {
 	for _, name := range sortedKeys(m.Failing) {
 		f := m.Failing[name]
 		t.Run("fails/"+name, func(t *testing.T) {
-			_, stderr, err := n.build("failing." + name)
+			_, stderr, err := n.build([]string{f.DrvPath})
 			if err == nil {
 				t.Fatalf("nix-build -A failing.%s succeeded", name)
 			}
@@ -304,7 +331,7 @@ func TestNixBuild(t *testing.T) {
 
 	t.Run("check-rebuild", func(t *testing.T) {
 		start := time.Now()
-		if _, stderr, err := n.build("build", "--check"); err != nil {
+		if _, stderr, err := n.build(m.Build, "--check"); err != nil {
 			t.Fatalf("nix-build --check: %v\n%s", err, tail(stderr, 60))
 		}
 		t.Logf("nix-build --check rebuilt %d cases bit-identically in %s", len(m.Cases), time.Since(start).Round(time.Millisecond))
@@ -317,6 +344,28 @@ func TestNixBuild(t *testing.T) {
 		}
 	})
 	t.Logf("Nix tier: %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("closures (nix-store -q --requisites, --size summed; references by name):\n%s", closureTable(summary))
+}
+
+// closureRow is one output of one case, for the summary the tier logs.
+type closureRow struct {
+	drv, output, path string
+	paths             int
+	bytes             int64
+	refs              []string
+}
+
+func closureTable(rows []closureRow) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-28s %-7s %5s %9s  %s\n", "case", "output", "paths", "bytes", "references")
+	for _, r := range rows {
+		refs := strings.Join(r.refs, " ")
+		if refs == "" {
+			refs = "(none)"
+		}
+		fmt.Fprintf(&b, "%-28s %-7s %5d %9d  %s\n", r.drv, r.output, r.paths, r.bytes, refs)
+	}
+	return b.String()
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -345,10 +394,11 @@ func isStubPath(p string) bool {
 	return strings.Contains(p, "/stubs/") || strings.HasSuffix(p, "/stubs") || strings.Contains(p, "-stubs/")
 }
 
-func checkNixCase(t *testing.T, n *nix, m *nixManifest, c nixCase, buildOnly map[string]string, namespaces bool) {
+func checkNixCase(t *testing.T, n *nix, m *nixManifest, name string, c nixCase, buildOnly map[string]string, namespaces bool) []closureRow {
 	if got, want := sortedKeys(c.Outputs), slices.Sorted(slices.Values(c.AllOutputs)); !slices.Equal(got, want) {
 		t.Fatalf("the manifest describes outputs %v, the derivation has %v", got, want)
 	}
+	var rows []closureRow
 	for _, oname := range sortedKeys(c.Outputs) {
 		o := c.Outputs[oname]
 		t.Run(oname, func(t *testing.T) {
@@ -372,8 +422,19 @@ func checkNixCase(t *testing.T, n *nix, m *nixManifest, c nixCase, buildOnly map
 				fmt.Sscan(string(n.must(t, "nix-store", "-q", "--size", r)), &s)
 				size += s
 			}
+			for what, p := range o.NotInClosure {
+				if slices.Contains(reqs, p) {
+					t.Errorf("the closure holds %s (%s)", what, p)
+				}
+			}
 			t.Logf("%s: closure %d paths, %d bytes; references %v", o.Path, len(reqs), size, shortNames(refs))
+			rows = append(rows, closureRow{name, oname, o.Path, len(reqs), size, shortNames(refs)})
 
+			for _, f := range o.Files {
+				if st, err := os.Stat(filepath.Join(o.Path, f)); err != nil || !st.Mode().IsRegular() || st.Size() == 0 {
+					t.Errorf("%s: not a non-empty file of the output (%v)", f, err)
+				}
+			}
 			checkFiles(t, m, c, o, refSet, namespaces)
 		})
 	}
@@ -390,6 +451,7 @@ func checkNixCase(t *testing.T, n *nix, m *nixManifest, c nixCase, buildOnly map
 			}
 		}
 	}
+	return rows
 }
 
 func shortNames(paths []string) []string {
@@ -488,17 +550,21 @@ func checkFiles(t *testing.T, m *nixManifest, c nixCase, o nixOutput, refs map[s
 		if interp != "" && interp != m.Interpreter {
 			t.Errorf("%s: interpreter %s, want %s", rel, interp, m.Interpreter)
 		}
-		checkLoaded(t, m, c, rel, p, refs)
+		dynamic := slices.ContainsFunc(f.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_DYNAMIC })
+		if dynamic {
+			checkLoaded(t, m, c, rel, p, refs)
+		}
 		for _, p := range noteProblems(f, refs) {
 			t.Errorf("%s: %s", rel, p)
 		}
-		if interp != "" {
+		// Executables: those with an interpreter, and static ones.
+		if interp != "" || (!dynamic && f.Type == elf.ET_EXEC) {
 			runs, ok := o.Runs[rel]
 			if !ok {
 				t.Errorf("%s: an executable the manifest does not run", rel)
 			}
 			for _, r := range runs {
-				runProgram(t, m, rel, p, r, namespaces)
+				runProgram(t, m, rel, p, interp != "", r, namespaces)
 			}
 			ran[rel] = true
 		}
@@ -604,17 +670,33 @@ func noteProblems(f *elf.File, refs map[string]bool) []string {
 // runProgram runs a program from the store as the loader would find its
 // libraries on a user's machine: no LD_LIBRARY_PATH, the loader cache
 // inhibited (through the interpreter) and, separately, started directly
-// (through its PT_INTERP). With WithDriver the test's libcuda is mounted at
-// the driver link in a private mount namespace (nothing outside sees it).
-func runProgram(t *testing.T, m *nixManifest, rel, path string, r nixProgramRun, namespaces bool) {
+// (through its PT_INTERP); a static executable only directly. With
+// WithDriver the test's libcuda is mounted at the driver link in a private
+// mount namespace (nothing outside sees it).
+func runProgram(t *testing.T, m *nixManifest, rel, path string, dynamic bool, r nixProgramRun, namespaces bool) {
 	t.Helper()
 	env := []string{"PATH=/usr/bin:/bin"}
 	check := func(how string, cmd *exec.Cmd) {
 		cmd.Env = env
+		cmd.Args = append(cmd.Args, r.Args...)
 		out, err := cmd.CombinedOutput()
-		if got := strings.TrimSpace(string(out)); err != nil || got != r.Want {
-			t.Errorf("%s (%s): printed %q (%v), want %q", rel, how, got, err, r.Want)
+		got := strings.TrimSpace(string(out))
+		if err != nil {
+			t.Errorf("%s %q (%s): %v\n%s", rel, r.Args, how, err, got)
+			return
 		}
+		if r.WantLines == nil && got != r.Want {
+			t.Errorf("%s %q (%s): printed %q, want %q", rel, r.Args, how, got, r.Want)
+		}
+		for _, l := range r.WantLines {
+			if !slices.Contains(strings.Split(got, "\n"), l) {
+				t.Errorf("%s %q (%s): printed %q, without the line %q", rel, r.Args, how, got, l)
+			}
+		}
+	}
+	if !dynamic {
+		check("static, started directly", exec.Command(path))
+		return
 	}
 	if !r.WithDriver {
 		check("loader cache inhibited", exec.Command(m.Interpreter, "--inhibit-cache", path))
@@ -685,6 +767,18 @@ func compareClosures(t *testing.T, n *nix, name string, c nixCase, otherName str
 		slices.Sort(want)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s.%s references %v; %s.%s references %v", name, oname, got, otherName, oname, want)
+		}
+		got, want = nil, nil
+		for _, r := range n.query(t, "--requisites", c.Outputs[oname].Path) {
+			got = append(got, norm(c, r))
+		}
+		for _, r := range n.query(t, "--requisites", o.Path) {
+			want = append(want, norm(other, r))
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s.%s has the closure %v; %s.%s has %v", name, oname, got, otherName, oname, want)
 		}
 		gr, wr := runpaths(t, c.Outputs[oname].Path), runpaths(t, o.Path)
 		for rel, rp := range wr {

@@ -18,9 +18,10 @@ buildGoModule {
     ) ../.;
   };
 
-  # NAR hash of `go mod vendor` (Go 1.26), computed with nix-hash 2.8 on
-  # the dev machine; not yet confirmed by a Nix build (none is reachable
-  # here). If a build disagrees, paste its "got:" hash.
+  # NAR hash of `go mod vendor` (Go 1.26). The Nix tier (hooks'
+  # TestNixBuild) builds this package through the overlay, its vendor
+  # directory as a fixed-output derivation with this hash, so a stale hash
+  # fails CI; paste the "got:" hash of the failure.
   vendorHash = "sha256-4r9ghcI7Rt1VtcuWL0Y+8PmR37KPYKmTUEBInwnj5kU=";
 
   subPackages = [ "cmd/cudapatch" ];

@@ -284,8 +284,9 @@ fixupPhase() {
 }
 
 # genericBuild, reduced to buildCommand (runCommand's derivations: nothing
-# else runs), or prePhases, installPhase and fixupPhase. A phase set as a
-# variable is evaluated, else the function of that name runs.
+# else runs), or prePhases, configurePhase and buildPhase (only when set:
+# this stdenv has no default for them), installPhase and fixupPhase. A phase
+# set as a variable is evaluated, else the function of that name runs.
 genericBuild() {
     if [[ -n ${buildCommand-} ]]; then
         eval "$buildCommand"
@@ -293,8 +294,11 @@ genericBuild() {
     fi
     local phase
     # shellcheck disable=SC2068
-    for phase in ${prePhases[@]-} installPhase fixupPhase; do
+    for phase in ${prePhases[@]-} configurePhase buildPhase installPhase fixupPhase; do
         if [[ $phase == fixupPhase && -n ${dontFixup-} ]]; then
+            continue
+        fi
+        if [[ ($phase == configurePhase || $phase == buildPhase) && -z ${!phase:-} ]]; then
             continue
         fi
         echo "Running phase: $phase"

@@ -12,7 +12,9 @@
 # daemon) with hooks/nixbuild_test.go's flags, for example
 #   go test ./hooks -run TestNixBuild -v
 {
-  cudapatchExe,
+  cudapatchExe ? null,
+  hostGo ? null,
+  hostGoModCache ? null,
   hostCC,
   hostPatchelf,
   hostInterp,
@@ -24,6 +26,8 @@ let
   pkgs = import ./pkgs.nix {
     inherit
       cudapatchExe
+      hostGo
+      hostGoModCache
       hostPatchelf
       hostInterp
       hostLibc
@@ -228,6 +232,24 @@ let
     '';
   };
 
+  # libdep.so found only through propagation: the one build input is a
+  # package with no lib/ that propagates dep (no RUNPATH of an input names
+  # dep, so nothing else leads cudapatch to it).
+  depMeta = runCommand "dep-meta" { propagatedBuildInputs = [ dep ]; } ''
+    mkdir -p "$out"
+    recordPropagatedDependencies
+  '';
+  propagated = stdenv.mkDerivation {
+    name = "sample-propagated";
+    nativeBuildInputs = [ cudaPatchelfHook ];
+    buildInputs = [ depMeta ];
+    src = sample;
+    installPhase = ''
+      mkdir -p "$out"
+      cp -r "$src/prebuilt/out/." "$out/"
+    '';
+  };
+
   # __structuredAttrs, with values holding spaces: a library in a directory
   # with a space, an appended RUNPATH entry with a space, and an ignore
   # pattern with a space that string attributes would split into two.
@@ -297,6 +319,8 @@ let
           "bin/gpuapp" = "${head}:${self}/lib:${libcublas}/lib:${cuda_cudart}/lib";
           "lib/libgpu.so" = head;
         };
+        # Without cuda_compat, nothing in the closure is compat.
+        notInClosure = if compat then { } else { inherit cuda_compat; };
         # Without compat, libcuda.so.1 comes from the driver only; with it,
         # compat's libcuda shadows the driver's.
         runs."bin/gpuapp" =
@@ -346,7 +370,31 @@ let
     "setting dontGenerateLDCache"
   ];
 
-  cases = {
+  # cudapatch itself, nix/package.nix through the overlay: a static Go
+  # binary that references nothing (no Go toolchain, no vendor directory),
+  # with its completions and man page.
+  cudapatchCase = {
+    drv = pkgs.cudapatch;
+    outputs.out = {
+      references = [ ];
+      runpaths."bin/cudapatch" = "";
+      runs."bin/cudapatch" = [
+        {
+          args = [ "--version" ];
+          wantLines = [ "cudapatch ${pkgs.cudapatch.version}" ];
+        }
+      ];
+      files = [
+        "share/bash-completion/completions/cudapatch.bash"
+        "share/zsh/site-functions/_cudapatch"
+        "share/fish/vendor_completions.d/cudapatch.fish"
+        "share/man/man1/cudapatch.1"
+      ];
+      notInClosure = { inherit (pkgs) go; inherit (pkgs.cudapatch) goModules; };
+    };
+  };
+
+  cases = (if cudapatchExe == null then { cudapatch = cudapatchCase; } else { }) // {
     cuda_cudart = {
       drv = cuda_cudart;
       # The stubs are patched as every ELF file of the outputs is (the
@@ -415,6 +463,23 @@ let
       logCount."taking over fixupOutputHooks entry" = 1;
       sameClosureAs = "gpuapp-compat";
     };
+    propagated = {
+      drv = propagated;
+      outputs.out = {
+        references = [
+          propagated
+          dep
+          glibc
+        ];
+        runpaths = {
+          "bin/app" = "${D}:${propagated}/lib:${dep}/lib";
+          "lib/libfoo.so" = "${D}:${dep}/lib";
+          "lib/libgpu.so" = D;
+          "lib/libplain.so" = D;
+        };
+        runs = runSample;
+      };
+    };
     structured = {
       drv = structured;
       outputs.out = {
@@ -464,17 +529,21 @@ let
     name = o;
     value = "${drv.${o}}";
   }) (drv.outputs or [ "out" ]));
+  build = map (c: c.drv) (builtins.attrValues cases) ++ [ driver ];
 in
 {
-  build = map (c: c.drv) (builtins.attrValues cases) ++ [ driver ];
+  inherit build;
   failing = builtins.mapAttrs (_: f: f.drv) failing;
   manifest = {
     inherit interpreter;
+    # The derivations of `build`, from the same evaluation as the store
+    # paths below (the test builds these).
+    build = map (d: d.drvPath) build;
     driverLink = D;
     driverLib = "${driver}/lib";
     # Build-time inputs: no closure may hold one.
     buildOnly = {
-      inherit sample cudaFixtures driver;
+      inherit sample cudaFixtures driver depMeta;
       inherit (pkgs)
         cudapatch
         cudapatchAsPatchelf
@@ -489,6 +558,9 @@ in
         stdenvFiles
         ;
       inherit cudaPatchelfHook compatHook;
+      inherit (pkgs) installShellFiles;
+    }
+    // (if cudapatchExe == null then { inherit (pkgs) go; inherit (pkgs.cudapatch) goModules; } else { }) // {
       cuda_cudart-stubs = cuda_cudart.stubs;
       autoAddCudaCompatRunpath = builtins.elemAt oldHooks 2;
     };

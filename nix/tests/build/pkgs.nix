@@ -3,17 +3,26 @@
 # nixpkgs, no sandbox (sandbox = false, build-users-group = ""), as root.
 #
 # The bootstrap tools are the host's (bash, coreutils, binutils, patchelf
-# under hostPath; default.nix compiles its fixtures with the host's gcc).
-# cudapatch is a binary built from this checkout outside Nix and added to
-# the store with builtins.path. The rest has the shape of nixpkgs:
-# stdenv.mkDerivation over hooks/test/stdenv.sh (setup hooks, env hooks,
-# propagation, outputs, __structuredAttrs, fixupPhase with stdenv's default
-# hooks), runCommand, makeSetupHook with substitutions, callPackage with
-# .override, and stand-ins for the hooks cudaPatchelfHook takes over,
-# registered as nixpkgs registers them (hooks/).
+# under hostPath, the Go toolchain; default.nix compiles its fixtures with
+# the host's gcc). cudapatch and cudaPatchelfHook come from the flake's
+# overlay (nix/overlay.nix): cudapatch is nix/package.nix built from this
+# checkout by buildGoModule, its vendor directory a fixed-output derivation
+# that must match package.nix's vendorHash. The rest has the shape of
+# nixpkgs: stdenv.mkDerivation over hooks/test/stdenv.sh (setup hooks, env
+# hooks, propagation, outputs, __structuredAttrs, fixupPhase with stdenv's
+# default hooks), runCommand, makeSetupHook with substitutions, callPackage
+# with .override, lib.fileset, installShellFiles, and stand-ins for the
+# hooks cudaPatchelfHook takes over, registered as nixpkgs registers them
+# (hooks/).
 {
-  # Absolute path of the cudapatch binary to test.
-  cudapatchExe,
+  # Absolute path of a cudapatch binary to test instead of nix/package.nix
+  # (hooks' CUDAPATCH); null builds nix/package.nix.
+  cudapatchExe ? null,
+  # The host's go command and its module cache (`go env GOMODCACHE`, filled
+  # by `go mod download`): buildGoModule's vendor derivation runs
+  # `go mod vendor` offline against it.
+  hostGo ? null,
+  hostGoModCache ? null,
   # The host's patchelf, dynamic loader and libc.so.6.
   hostPatchelf,
   hostInterp,
@@ -28,6 +37,8 @@ let
     concatStringsSep
     functionArgs
     intersectAttrs
+    stringLength
+    substring
     isFunction
     listToAttrs
     map
@@ -138,15 +149,170 @@ let
     in
     result // { override = newArgs: callPackage fn (args // newArgs); };
 
-  # lib, as far as nix/hook.nix uses it.
+  hasSuffix =
+    suffix: s:
+    let
+      n = stringLength s;
+      k = stringLength suffix;
+    in
+    n >= k && substring (n - k) k s == suffix;
+
+  # lib, as far as nix/hook.nix and nix/package.nix use it.
   lib = {
     platforms.linux = [ "x86_64-linux" "aarch64-linux" ];
+    optionalString = cond: s: if cond then s else "";
+    # fileFilter and toSource, for a fileset that is one filter below a
+    # root. toSource copies the files the filter keeps (and the
+    # directories, empty ones too: they change nothing a build reads) into
+    # a store path named "source", as nixpkgs' does.
+    fileset = {
+      fileFilter = pred: root: { inherit pred root; };
+      toSource =
+        { root, fileset }:
+        builtins.path {
+          name = "source";
+          path = root;
+          filter =
+            path: type:
+            let
+              name = baseNameOf path;
+            in
+            if type == "directory" then
+              name != ".git"
+            else
+              fileset.pred {
+                inherit name type;
+                hasExt = ext: hasSuffix ".${ext}" name;
+              };
+        };
+    };
+  };
+
+  # The platform attributes package.nix reads: native builds only.
+  platforms = {
+    buildPlatform.canExecute = _: true;
+    hostPlatform = { inherit system; };
   };
 
   loaderName = baseNameOf hostInterp;
   driverLink = "/run/opengl-driver";
 
-  pkgs = {
+  # The set packages see: the base set with the flake's overlay applied (as
+  # `import nixpkgs { overlays = [ cudapatch.overlays.default ]; }`), and
+  # cudapatchExe, where given, in place of the overlay's cudapatch.
+  pkgs =
+    base
+    // import ../../overlay.nix pkgs base
+    // (if cudapatchExe == null then { } else { cudapatch = prebuiltCudapatch; });
+
+  # A cudapatch binary built outside Nix (hooks' CUDAPATCH).
+  prebuiltCudapatch = runCommand "cudapatch" {
+    exe = builtins.path {
+      path = /. + cudapatchExe;
+      name = "cudapatch-exe";
+    };
+  } ''
+    mkdir -p "$out/bin"
+    ln -s "$exe" "$out/bin/cudapatch"
+  '';
+
+  # nixpkgs' buildGoModule, in its shape: goModules is a fixed-output
+  # derivation holding `go mod vendor` (its NAR hash must be vendorHash;
+  # offline, the host's module cache stands in for the proxy), and the
+  # package is a mkDerivation that copies it to vendor/ and runs
+  # `go install` with -mod=vendor -trimpath, GOCACHE and GOPATH in the
+  # build directory. It builds with stdenvBoot: the stdenv's
+  # generate-ld-cache stand-in runs cudapatch, which is built here (nixpkgs
+  # has bootstrap stages for this).
+  buildGoModule =
+    {
+      pname,
+      version,
+      src,
+      vendorHash,
+      subPackages ? [ "." ],
+      ldflags ? [ ],
+      env ? { },
+      nativeBuildInputs ? [ ],
+      doCheck ? true,
+      meta ? { },
+      ...
+    }@args:
+    assert hostGo != null && hostGoModCache != null;
+    let
+      goEnv = {
+        GO111MODULE = "on";
+        GOTOOLCHAIN = "local";
+        GOPROXY = "off";
+        GOSUMDB = "off";
+      };
+      goModules = derivation (
+        goEnv
+        // {
+          name = "${pname}-${version}-go-modules";
+          inherit system src;
+          builder = shell;
+          PATH = "${pkgs.go}/bin:${hostPath}";
+          GOMODCACHE = hostGoModCache;
+          outputHashMode = "recursive";
+          outputHashAlgo = "sha256";
+          outputHash = vendorHash;
+          args = [
+            "-euc"
+            ''
+              export HOME=$TMPDIR GOCACHE=$TMPDIR/go-cache GOFLAGS=-mod=mod
+              cp -r "$src" "$TMPDIR/source"
+              chmod -R u+w "$TMPDIR/source"
+              cd "$TMPDIR/source"
+              go mod vendor
+              cp -r vendor "$out"
+            ''
+          ];
+        }
+      );
+    in
+    stdenvBoot.mkDerivation (
+      removeAttrs args [
+        "vendorHash"
+        "env"
+        "doCheck"
+      ]
+      // env
+      // goEnv
+      // {
+        name = "${pname}-${version}";
+        inherit goModules subPackages ldflags;
+        nativeBuildInputs = [ pkgs.go ] ++ nativeBuildInputs;
+        GOFLAGS = "-mod=vendor -trimpath";
+        configurePhase = ''
+          export HOME=$TMPDIR GOCACHE=$TMPDIR/go-cache GOPATH=$TMPDIR/go
+          cp -r "$src" "$TMPDIR/source"
+          chmod -R u+w "$TMPDIR/source"
+          cd "$TMPDIR/source"
+          cp -r "$goModules" vendor
+          chmod -R u+w vendor
+        '';
+        buildPhase = ''
+          for pkg in $subPackages; do
+            go install -ldflags "$ldflags" "./$pkg"
+          done
+        '';
+        installPhase = ''
+          runHook preInstall
+          mkdir -p "$out"
+          cp -r "$GOPATH/bin" "$out/"
+          runHook postInstall
+        '';
+        passthru = (args.passthru or { }) // { inherit goModules; };
+      }
+    );
+
+  # A stdenv without generate-ld-cache, for cudapatch itself.
+  stdenvBoot = platforms // {
+    mkDerivation = mkDerivationWith [ pkgs.patchelf ];
+  };
+
+  base = {
     inherit
       lib
       system
@@ -160,7 +326,7 @@ let
 
     # The derivation-facing stdenv: its default hooks are patchelf's
     # shrink-rpath and generate-ld-cache, as in nixpkgs.
-    stdenv = {
+    stdenv = platforms // {
       mkDerivation = mkDerivationWith [
         pkgs.patchelf
         pkgs.generateLDCacheHook
@@ -199,15 +365,13 @@ let
       cp "$hook" "$out/nix-support/setup-hook"
     '';
 
-    cudapatch = runCommand "cudapatch" {
-      exe = builtins.path {
-        path = /. + cudapatchExe;
-        name = "cudapatch-exe";
-      };
-    } ''
+    inherit buildGoModule;
+    # The host's Go toolchain (go finds its GOROOT through the link).
+    go = runCommand "go-host" { inherit hostGo; } ''
       mkdir -p "$out/bin"
-      ln -s "$exe" "$out/bin/cudapatch"
+      ln -s "$hostGo" "$out/bin/go"
     '';
+    installShellFiles = makeSetupHook { name = "install-shell-files"; } "${hookDir}/install-shell-files.sh";
 
     # cudapatch installed as `patchelf`, its drop-in front end: the patchelf
     # that generate-ld-cache runs.
@@ -226,8 +390,6 @@ let
       substitutions = { inherit driverLink; };
       passthru = { inherit driverLink; };
     } "${hookDir}/add-driver-runpath.sh";
-
-    cudaPatchelfHook = callPackage ../../hook.nix { };
 
     # The hooks cudaPatchelfHook takes over.
     autoPatchelfHook = makeSetupHook {
