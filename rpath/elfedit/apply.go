@@ -58,6 +58,15 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 		}
 		return nil
 	}
+	// Only the steps up to the last one whose failure rolls back need
+	// their old bytes: a failed hygiene step or truncation leaves the
+	// result, tidied less.
+	undoTo := -1
+	for i, st := range p.Steps[:n] {
+		if st.Kind != StepHygiene && st.Kind != StepTruncate {
+			undoTo = i
+		}
+	}
 	for i, st := range p.Steps[:n] {
 		if st.Kind == StepCommit {
 			if err := flush(); err != nil {
@@ -70,7 +79,7 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 			}
 			continue
 		}
-		if st.Off < p.OldSize {
+		if st.Off < p.OldSize && i <= undoTo {
 			end := min(st.Off+st.Len, p.OldSize)
 			old := make([]byte, end-st.Off)
 			if _, err := t.ReadAt(old, st.Off); err != nil {

@@ -347,7 +347,7 @@ func (b *builder) dynBytes(strAddr, strSize uint64, slots int) []byte {
 }
 
 func (b *builder) finish(s Strategy, newSize int64) *Plan {
-	p := &Plan{Strategy: s, Steps: b.steps, OldSize: b.f.size, NewSize: newSize, f: b.f}
+	p := &Plan{Strategy: s, Steps: b.f.coalesce(b.steps), OldSize: b.f.size, NewSize: newSize, f: b.f}
 	for _, st := range p.Steps {
 		if st.Kind != StepTruncate {
 			p.Written += st.Len

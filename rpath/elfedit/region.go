@@ -968,11 +968,15 @@ func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dyns
 			if err != nil {
 				break
 			}
-			runLo := -1
-			flush := func(hi int) {
+			// A run of changed symbols takes in the unchanged ones
+			// between changes less than a page apart (their bytes as
+			// they are): one write instead of many, and no page written
+			// that the changes would not dirty anyway (mergeGap).
+			runLo, runHi := -1, -1
+			flush := func() {
 				if runLo >= 0 {
 					steps = append(steps, Step{Kind: StepNeutral, What: "symbols renumbered or moved with their sections",
-						Off: int64(s.Offset + (i+uint64(runLo))*es), Len: int64(uint64(hi-runLo) * es), data: raw[uint64(runLo)*es : uint64(hi)*es]})
+						Off: int64(s.Offset + (i+uint64(runLo))*es), Len: int64(uint64(runHi-runLo) * es), data: raw[uint64(runLo)*es : uint64(runHi)*es]})
 					runLo = -1
 				}
 			}
@@ -1012,13 +1016,18 @@ func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dyns
 						changed = true
 					}
 				}
-				if changed && runLo < 0 {
-					runLo = int(j)
-				} else if !changed {
-					flush(int(j))
+				if !changed {
+					continue
 				}
+				if runLo >= 0 && (j-uint64(runHi))*es >= mergeGap {
+					flush()
+				}
+				if runLo < 0 {
+					runLo = int(j)
+				}
+				runHi = int(j) + 1
 			}
-			flush(int(m))
+			flush()
 		}
 		if isDynsym {
 			dynsym = append(dynsym, steps...)

@@ -1,0 +1,146 @@
+package elfedit
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+)
+
+// A plan's steps are its writes, and on a tree of small files their
+// number is much of the cost: each is a system call. coalesce merges
+// writes of the same kind that follow each other in a plan and touch the
+// same pages: unused bytes with unused bytes, neutral with neutral,
+// hygiene with hygiene. The commit stays a write of its own, after every
+// unused and neutral write and before every hygiene write, so a plan keeps
+// its crash-safe order. A merged write covers its parts and the bytes
+// between them, written as they are at that point of the plan (the
+// original bytes before the commit, the result's after it), so the file
+// goes through the same states a loader could see, with fewer stops in
+// between.
+
+// mergeGap bounds the bytes between two writes that coalesce fills in.
+// Below a page, those bytes lie in pages the two writes dirty anyway: the
+// merged write adds no page to write back, and saves a system call.
+const mergeGap = 4096
+
+// coalesce returns steps with each run of steps of one kind merged where
+// they overlap, touch, or lie less than mergeGap apart with the bytes
+// between them at hand (in the read cache, or a reader that is not a
+// file). A merged write takes the place of its first part. Commits and
+// truncations never merge.
+func (f *File) coalesce(steps []Step) []Step {
+	if len(steps) < 2 {
+		return steps
+	}
+	var out []Step
+	for i := 0; i < len(steps); {
+		k := steps[i].Kind
+		j := i + 1
+		for k != StepCommit && k != StepTruncate && j < len(steps) && steps[j].Kind == k {
+			j++
+		}
+		if j-i < 2 {
+			out = append(out, steps[i:j]...)
+		} else {
+			out = append(out, f.merge(steps[i:j], out)...)
+		}
+		i = j
+	}
+	return out
+}
+
+// merge coalesces group, steps of one kind, into as few writes as it can;
+// before are the steps that run before them (whose bytes the gaps after
+// the commit must show).
+func (f *File) merge(group, before []Step) []Step {
+	idx := make([]int, len(group))
+	for k := range idx {
+		idx[k] = k
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(group[a].Off, group[b].Off) })
+	type cluster struct {
+		lo, hi  int64
+		members []int // indexes into group
+		gaps    [][2]int64
+		first   int // smallest member index: the cluster's place in the order
+	}
+	var cs []*cluster
+	for _, k := range idx {
+		st := group[k]
+		if n := len(cs); n > 0 {
+			c := cs[n-1]
+			if gap := st.Off - c.hi; gap <= 0 || gap < mergeGap && st.Off <= f.size {
+				if gap > 0 {
+					c.gaps = append(c.gaps, [2]int64{c.hi, st.Off})
+				}
+				c.hi = max(c.hi, st.Off+st.Len)
+				c.members = append(c.members, k)
+				c.first = min(c.first, k)
+				continue
+			}
+		}
+		cs = append(cs, &cluster{lo: st.Off, hi: st.Off + st.Len, members: []int{k}, first: k})
+	}
+	slices.SortFunc(cs, func(a, b *cluster) int { return a.first - b.first })
+	var out []Step
+	for _, c := range cs {
+		if len(c.members) == 1 {
+			out = append(out, group[c.members[0]])
+			continue
+		}
+		buf := make([]byte, c.hi-c.lo)
+		ok := true
+		for _, g := range c.gaps {
+			if !f.stateAt(buf[g[0]-c.lo:g[1]-c.lo], g[0], before) {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			// The bytes between are not at hand: the parts stay apart.
+			slices.Sort(c.members)
+			for _, k := range c.members {
+				out = append(out, group[k])
+			}
+			continue
+		}
+		slices.Sort(c.members) // later steps win where parts overlap
+		var whats []string
+		for _, k := range c.members {
+			st := group[k]
+			copy(buf[st.Off-c.lo:], st.data)
+			if !slices.Contains(whats, st.What) {
+				whats = append(whats, st.What)
+			}
+		}
+		out = append(out, Step{Kind: group[0].Kind, What: strings.Join(whats, "; "), Off: c.lo, Len: c.hi - c.lo, data: buf})
+	}
+	return out
+}
+
+// stateAt fills b with the bytes at off as they are after the steps
+// before: the original bytes, with those steps' writes over them. It
+// reports false when the original bytes would take a read of the file
+// (a read cache that does not hold them) or lie past its end.
+func (f *File) stateAt(b []byte, off int64, before []Step) bool {
+	if off < 0 || off+int64(len(b)) > f.size {
+		return false
+	}
+	if c, ok := f.r.(*readCache); ok {
+		if !c.cachedOnly(b, off) {
+			return false
+		}
+	} else if _, err := f.r.ReadAt(b, off); err != nil {
+		return false
+	}
+	for _, st := range before {
+		if st.Kind == StepTruncate {
+			continue
+		}
+		lo, hi := max(off, st.Off), min(off+int64(len(b)), st.Off+st.Len)
+		if lo < hi {
+			copy(b[lo-off:hi-off], st.data[lo-st.Off:hi-st.Off])
+		}
+	}
+	return true
+}
