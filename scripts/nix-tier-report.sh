@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The facts of the Nix tier (nix/tests/build, hooks' TestNixBuild), read from
-# the store after a run: for each case, its derivation, and for each output
-# its store path, closure size (nix-store -q --requisites: paths, the sum of
-# nix-store -q --size, and du of the same paths) and references. Builds
-# nothing: run `go test ./hooks -run TestNixBuild` first (as root, with
-# nix-bin), from the same checkout (the store paths are evaluated again, so
-# a Go source changed since then shows as "not built").
+# The facts of the Nix tier (nix/tests/build, hooks' TestNixBuild): for each
+# case, its derivation, and for each output its store path, closure size
+# (nix-store -q --requisites: paths, the sum of nix-store -q --size, and du
+# of the same paths) and references. As the test does, it evaluates once
+# (--read-write-mode) and builds those .drv paths (nothing to do when the
+# test has built them from the same sources; cudapatch is rebuilt when a Go
+# source changed since). Checks nothing: `go test ./hooks -run TestNixBuild`
+# does. As root, with nix-bin, offline.
 #
 #   bash scripts/nix-tier-report.sh [--full]     # --full: hashes too
 set -euo pipefail
@@ -32,7 +33,16 @@ if [[ -n ${CUDAPATCH-} ]]; then
 	args+=(--argstr cudapatchExe "$(readlink -f "$CUDAPATCH")")
 fi
 
-manifest=$(nix-instantiate --eval --strict --json -A manifest nix/tests/build "${args[@]}")
+manifest=$(nix-instantiate --eval --strict --json --read-write-mode -A manifest nix/tests/build "${args[@]}")
+mapfile -t drvs < <(python3 -c 'import json, sys; print("\n".join(json.load(sys.stdin)["build"]))' <<<"$manifest")
+start=$SECONDS
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! nix-build --no-out-link --keep-going "${drvs[@]}" >/dev/null 2>"$log"; then
+	tail -40 "$log" >&2
+	echo "nix-build failed; the outputs below that were not built say so" >&2
+fi
+echo "built ${#drvs[@]} derivations in $((SECONDS - start)) s (0: already in the store)"
 
 name() {
 	if [[ -n $full ]]; then
@@ -56,7 +66,7 @@ for case in sorted(m["cases"]):
 		continue
 	fi
 	mapfile -t reqs < <(nix-store -q --requisites "$path")
-	mapfile -t refs < <(nix-store -q --references "$path")
+	mapfile -t refs < <(nix-store -q --references "$path" | sort -t- -k2)
 	bytes=0
 	for r in "${reqs[@]}"; do
 		bytes=$((bytes + $(nix-store -q --size "$r")))
