@@ -98,7 +98,8 @@ func TestNixEval(t *testing.T) {
 		"packageNativeBuildInputs": ["installShellFiles"],
 		"packagePostInstall": "installShellCompletion --cmd cudapatch \\\n  --bash <(\"$out/bin/cudapatch\" completion bash) \\\n  --zsh <(\"$out/bin/cudapatch\" completion zsh) \\\n  --fish <(\"$out/bin/cudapatch\" completion fish)\n\"$out/bin/cudapatch\" man > cudapatch.1\ninstallManPage cudapatch.1\n",
 		"lintName": "example-cudapatch-lint",
-		"lintCommand": "cudapatch lint '/nix/store/o' '/nix/store/l'"
+		"lintOutputs": "for p in '/nix/store/o' '/nix/store/l'; do",
+		"lintCommand": "if ((${#lintPaths[@]})); then cudapatch lint \"${lintPaths[@]}\"; fi"
 	}`
 	var want map[string]any
 	if err := json.Unmarshal([]byte(wantJSON), &want); err != nil {

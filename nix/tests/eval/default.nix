@@ -80,7 +80,10 @@ in
   packageNativeBuildInputs = package.nativeBuildInputs;
   packagePostInstall = package.postInstall;
   lintName = lint.name;
-  lintCommand = builtins.head (builtins.filter (l: builtins.match " *cudapatch lint.*" l != null) (
+  lintOutputs = builtins.head (builtins.filter (l: builtins.match " *for p in .*" l != null) (
+    builtins.filter builtins.isString (builtins.split "\n" lint.script)
+  ));
+  lintCommand = builtins.head (builtins.filter (l: builtins.match ".*cudapatch lint.*" l != null) (
     builtins.filter builtins.isString (builtins.split "\n" lint.script)
   ));
 }
