@@ -46,8 +46,8 @@ func WriteText(w io.Writer, r *Report, color bool) error {
 	for _, f := range r.Findings {
 		count[f.Severity]++
 	}
-	ew.printf("%d ELF files checked, %d with findings: %d errors, %d warnings, %d info\n",
-		len(r.Files), files, count[Error], count[Warning], count[Info])
+	ew.printf("%s checked, %d with findings: %s, %s, %d info\n",
+		countOf(len(r.Files), "ELF file"), files, countOf(count[Error], "error"), countOf(count[Warning], "warning"), count[Info])
 	return ew.err
 }
 
@@ -240,4 +240,12 @@ func (e *errWriter) printf(format string, args ...any) {
 	if e.err == nil {
 		_, e.err = fmt.Fprintf(e.w, format, args...)
 	}
+}
+
+// countOf writes "1 error", "2 errors", "0 errors".
+func countOf(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

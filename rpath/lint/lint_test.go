@@ -238,7 +238,7 @@ func TestTextColor(t *testing.T) {
 	require.NoError(t, lint.WriteText(&color, rep, true))
 	assert.NotContains(t, plain.String(), "\x1b[")
 	assert.Contains(t, color.String(), "\x1b[33;1mwarning\x1b[0m CP007")
-	assert.Equal(t, "a\n  warning CP007 duplicate-entry: m\n\n1 ELF files checked, 1 with findings: 0 errors, 1 warnings, 0 info\n", plain.String())
+	assert.Equal(t, "a\n  warning CP007 duplicate-entry: m\n\n1 ELF file checked, 1 with findings: 0 errors, 1 warning, 0 info\n", plain.String())
 }
 
 // TestIssueStaleStubNote is issue 11's failure end to end, on real files:
