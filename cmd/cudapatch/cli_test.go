@@ -198,6 +198,7 @@ func TestBadInput(t *testing.T) {
 	truncatedELF(t, c.p("truncated.so"))
 	c.write("notelf.so", "not an ELF file\n")
 	c.write("docs/README", "no ELF files here\n")
+	c.write("tiny.so", "\x7fELF\x02\x01\x01")
 	const trunc = "program header table: range 0x40+0x38 lies past the end of the file (size 0x40) (at 0x40)"
 	t.Chdir(c.root)
 	for _, tc := range []struct {
@@ -211,6 +212,11 @@ func TestBadInput(t *testing.T) {
 		{[]string{"truncated.so", "notelf.so"}, "",
 			"error: {root}/truncated.so: " + trunc + "\n" +
 				"cudapatch: nothing written: would patch 0 files, 0 unchanged, 1 skipped, 1 failed, 0 missing dependencies\n", exitUsage},
+		// The ELF magic and less than an identification is a truncated
+		// ELF file too, not a file to pass over.
+		{[]string{"--dry-run", "tiny.so"}, "",
+			"error: {root}/tiny.so: ELF identification: range 0x0+0x10 lies past the end of the file (size 0x7) (at 0x0)\n" +
+				"cudapatch: would patch 0 files, 0 unchanged, 0 skipped, 1 failed, 0 missing dependencies\n", exitUsage},
 		{[]string{"print", "truncated.so"}, "", "cudapatch: truncated.so: " + trunc + "\n", exitFindings},
 		{[]string{"explain", "truncated.so"}, "", "cudapatch: explain: truncated.so: " + trunc + "\n", exitUsage},
 		{[]string{"doctor", "--proc", "/nonexistent", "--sys", "/nonexistent", "truncated.so"}, "",

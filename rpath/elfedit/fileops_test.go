@@ -206,6 +206,10 @@ func TestErrorsNamePath(t *testing.T) {
 	require.NoError(t, os.WriteFile(notELF, []byte("#!/bin/sh\necho hi\n"), 0o755))
 	truncated := filepath.Join(dir, "truncated")
 	require.NoError(t, os.WriteFile(truncated, readFile(t, fx.Exe)[:3000], 0o755))
+	shortMagic := filepath.Join(dir, "short-magic")
+	require.NoError(t, os.WriteFile(shortMagic, []byte("\x7fELF\x02\x01\x01"), 0o755))
+	shortOther := filepath.Join(dir, "short-other")
+	require.NoError(t, os.WriteFile(shortOther, []byte("\x7fEL"), 0o755))
 	loop := filepath.Join(dir, "loop")
 	require.NoError(t, os.Symlink(loop, loop))
 	static := fixtures.ByName(t, "static").Copy(t).Exe
@@ -222,6 +226,10 @@ func TestErrorsNamePath(t *testing.T) {
 		{"fifo", fifo, long, nil},
 		{"not-elf", notELF, long, elfedit.ErrNotELF},
 		{"truncated", truncated, long, nil},
+		// The magic and less than an identification: a truncated ELF
+		// file, not a file to pass over.
+		{"truncated-identification", shortMagic, long, new(elfedit.FormatError)},
+		{"short-not-elf", shortOther, long, elfedit.ErrNotELF},
 		{"symlink-loop", loop, long, nil},
 		{"static", static, long, elfedit.ErrNotDynamic},
 		{"no-interpreter", fx.Libs[1], elfedit.Edit{Interpreter: str("/lib/ld.so")}, elfedit.ErrNoInterpreter},
@@ -235,7 +243,10 @@ func TestErrorsNamePath(t *testing.T) {
 			}
 			_, err := elfedit.EditFile(c.path, c.edit, elfedit.Options{})
 			oneLine(t, err, c.path)
-			if c.is != nil {
+			if fe, ok := c.is.(*elfedit.FormatError); ok {
+				assert.ErrorAs(t, err, &fe)
+				assert.NotErrorIs(t, err, elfedit.ErrNotELF)
+			} else if c.is != nil {
 				assert.ErrorIs(t, err, c.is)
 			}
 			if before != nil {

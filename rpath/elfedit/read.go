@@ -164,7 +164,13 @@ func NewFile(r io.ReaderAt, size int64) (*File, error) {
 func (f *File) readHeader() error {
 	ident, err := readAt(f.r, f.size, 0, elf.EI_NIDENT, "ELF identification")
 	if err != nil {
-		if _, ok := err.(*FormatError); ok {
+		if _, ok := err.(*FormatError); !ok {
+			return err
+		}
+		// Shorter than the identification: a file that starts with the
+		// magic is a truncated ELF file (a bad input to report), anything
+		// else is not ELF (passed over).
+		if magic, merr := readAt(f.r, f.size, 0, 4, "ELF magic"); merr != nil || !bytes.Equal(magic, []byte(elf.ELFMAG)) {
 			return ErrNotELF
 		}
 		return err
