@@ -16,8 +16,10 @@ func lintCommand(g *globals) *cli.Command {
 	return &cli.Command{
 		Name:  "lint",
 		Usage: "check the RUNPATHs, interpreters and dependencies of the ELF files in trees (exit 1 on findings)",
-		Description: "Rules are documented in docs/lint.md. A .cudapatch-lint.json at the root of each\n" +
-			"directory given (or --config) selects rules, changes severities and ignores paths.",
+		Description: "Each PATH is an ELF file or a directory, whose ELF files are checked (a named\n" +
+			"file that is not ELF is an error, exit 2). Rules are documented in docs/lint.md.\n" +
+			"A .cudapatch-lint.json at the root of each directory given (or --config) selects\n" +
+			"rules, changes severities and ignores paths.",
 		ArgsUsage: "PATH...",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "root", Usage: "resolve absolute paths inside `DIR` (the PATHs must lie under it)"},
