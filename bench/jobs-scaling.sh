@@ -6,7 +6,7 @@
 #
 # Needs only a cudapatch binary, bash, coreutils and python3, so it runs on
 # machines without Go. Cross-build it with
-#   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o cudapatch ./cmd/cudapatch
+#   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -buildvcs=true -o cudapatch ./cmd/cudapatch
 # (/cudapatch is gitignored: carry it).
 #
 # The tree: COUNT (default 10000) ELF files of at most 1 MiB from this

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Issue 15 on the GPU machine, one shot (about 2-4 minutes): what
 # `cudapatch doctor` says on a real NVIDIA host, checked against what really
-# loads. For docs/doctor-gpu.md.
+# loads. Recorded in docs/doctor.md and docs/doctor-gpu-*.log.
 #
 #   bash scripts/doctor-gpu.sh CUDAPATCH [WORKDIR]
 #
 # CUDAPATCH is a linux/amd64 binary, built where Go is:
-#   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -o cudapatch ./cmd/cudapatch
+#   CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -buildvcs=true -o cudapatch ./cmd/cudapatch
 # The log goes to stdout and to $OUT/doctor-gpu.log (else WORKDIR's).
 #
 # Steps:

@@ -14,7 +14,7 @@ O=$ROOT/bench/out/gpu-ldcache
 rm -rf "$O" && mkdir -p "$O"
 cp "$B/glibc-ldcache.tar.xz" "$O/"
 strip -o "$O/patchelf" "$PE"
-(cd "$ROOT" && CGO_ENABLED=0 PATH=$PATH:/usr/local/go/bin go build -o "$O/cudapatch" ./cmd/cudapatch)
+(cd "$ROOT" && CGO_ENABLED=0 PATH=$PATH:/usr/local/go/bin go build -buildvcs=true -o "$O/cudapatch" ./cmd/cudapatch)
 echo "cudapatch from $(git -C "$ROOT" rev-parse --short HEAD)" >"$O/VERSION"
 ls -l "$O"
 du -sh "$O"
