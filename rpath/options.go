@@ -65,6 +65,7 @@ type config struct {
 	log             *slog.Logger
 	progress        func(done, total int)
 	big             *bigGate
+	kept            *planBudget      // the bytes the plans kept for the write phase may take
 	bufs            *elfedit.Buffers // lent to every file read, by every job
 	libcHas         *sync.Map        // name → whether the libc directory has it
 	// newIndex makes the library index: buildIndex, or in tests the

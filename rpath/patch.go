@@ -76,7 +76,8 @@ type File struct {
 	Errors          []string         `json:"errors,omitempty"`
 
 	edit    elfedit.Edit
-	strSize int // dynamic string table size when decided, for the write phase's gate
+	plan    *elfedit.Plan // the prepared plan the write phase reuses, if kept
+	strSize int           // dynamic string table size when decided, for the write phase's gate
 	skip    skipWhy
 	target  target // the interpreter's, for the reason of a skip
 	machine elf.Machine
@@ -148,6 +149,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	}
 	target := c.interpreterTarget()
 	c.big = newBigGate()
+	c.kept = &planBudget{left: keptPlanBytes}
 	rep := &Report{Files: make([]*File, len(files))}
 	total := len(files)
 	done := 0
@@ -205,8 +207,10 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 			return
 		}
 		release := c.big.enterSize(f.strSize)
-		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs})
+		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan})
 		release()
+		c.kept.give(f.plan)
+		f.plan = nil
 		if err != nil {
 			f.Errors = append(f.Errors, errMsg(f.Path, err))
 			wmu.Lock()
@@ -247,6 +251,46 @@ func (g *bigGate) enterSize(n int) func() {
 	}
 	g.mu.Lock()
 	return g.mu.Unlock
+}
+
+// The write phase writes the plans decide prepared when the files still
+// hold the bytes they were made from (elfedit.File.Prepare), instead of
+// reading, planning and verifying every file a second time. Kept plans
+// hold what they write (but the zeros), so what they may hold is bounded:
+// a plan holding more than keptPlanMax, or one past keptPlanBytes for the
+// whole run, is dropped and its file planned again when written.
+const (
+	keptPlanMax   = 256 << 10
+	keptPlanBytes = 16 << 20
+)
+
+// planBudget counts the bytes the kept plans may still take.
+type planBudget struct {
+	mu   sync.Mutex
+	left int64
+}
+
+// take reports whether p may be kept, and if so counts it.
+func (b *planBudget) take(p *elfedit.Plan) bool {
+	if b == nil || !p.Prepared() || p.HeldBytes() > keptPlanMax {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p.HeldBytes() > b.left {
+		return false
+	}
+	b.left -= p.HeldBytes()
+	return true
+}
+
+// give returns what a kept plan took (nothing for nil).
+func (b *planBudget) give(p *elfedit.Plan) {
+	if b != nil && p != nil {
+		b.mu.Lock()
+		b.left += p.HeldBytes()
+		b.mu.Unlock()
+	}
 }
 
 // parallel runs fn(0..n-1) on jobs goroutines, stopping early when ctx ends.
@@ -527,7 +571,9 @@ func (c *config) decide(fd found, ix resolver, t target) *File {
 		out.Errors = append(out.Errors, err.Error())
 		return out
 	}
-	plan, err := f.Plan(e)
+	// A plan the write phase can reuse is verified now (the others when
+	// they are written, planned again).
+	plan, err := f.Prepare(e)
 	if err != nil {
 		out.Errors = append(out.Errors, err.Error())
 		return out
@@ -535,6 +581,9 @@ func (c *config) decide(fd found, ix resolver, t target) *File {
 	out.Changed = !plan.IsNoOp()
 	out.Strategy = plan.Strategy
 	out.edit = e
+	if out.Changed && !c.dryRun && c.kept.take(plan) {
+		out.plan = plan
+	}
 	// EditFile refuses a file with other hard links (writing it would
 	// change them too); finding out now, before anything is written,
 	// keeps the rule that a tree is written only when every file can be.

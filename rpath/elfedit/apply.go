@@ -101,6 +101,9 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 // Result reads the file as it will be after the plan, without writing
 // anything: the verifier runs on it before the plan is committed.
 func (p *Plan) Result() (*File, error) {
+	if p.f == nil {
+		return nil, fmt.Errorf("a prepared plan does not read its file")
+	}
 	return NewFile(&overlay{base: p.f.r, baseSize: p.f.size, steps: p.Steps, size: p.NewSize}, p.NewSize)
 }
 
@@ -168,6 +171,13 @@ type Options struct {
 	// Buffers lends the buffers the file is read through (see Buffers);
 	// nil allocates them.
 	Buffers *Buffers
+	// Prepared is a plan File.Prepare made of this file for the same
+	// edit, detached from it. When the file still holds every byte the
+	// plan was made from, it is written without planning and verifying
+	// again; otherwise (the file changed since, or the plan is not
+	// detached) the file is planned afresh. Not used with
+	// KeepOldSections.
+	Prepared *Plan
 }
 
 // Result of EditFile.
@@ -216,29 +226,17 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		return nil, fmt.Errorf("not a regular file")
 	}
-	f, err := NewFile(rc, st.Size)
-	if err != nil {
+	var res *Result
+	if p := opt.Prepared; p != nil && p.fp != nil && !opt.KeepOldSections && rc.matches(p.fp, &e) {
+		// The plan File.Prepare made and verified from these very bytes.
+		res = &Result{Plan: p, Before: p.fp.before, After: p.fp.after, Changed: !p.IsNoOp()}
+	} else if res, err = planFile(rc, st.Size, &e, opt.KeepOldSections); err != nil {
 		return nil, err
 	}
-	plan, err := f.Plan(e)
-	if err != nil {
-		return nil, err
-	}
-	if opt.KeepOldSections {
-		plan.dropHygiene()
-	}
-	res := &Result{Plan: plan, Before: f.Info(), After: f.Info()}
-	if plan.IsNoOp() {
+	plan := res.Plan
+	if !res.Changed {
 		return res, nil
 	}
-	after, err := plan.Result()
-	if err != nil {
-		return nil, fmt.Errorf("%w: planned result does not read back: %v", ErrVerify, err)
-	}
-	if err := checkResult(f, after, &e); err != nil {
-		return nil, err
-	}
-	res.After, res.Changed = after.Info(), true
 	if opt.DryRun {
 		return res, nil
 	}
@@ -266,6 +264,36 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	if err := wf.Close(); err != nil {
 		return nil, unwrapPath(err)
 	}
+	return res, nil
+}
+
+// planFile reads the file rc reads, plans e and verifies the planned
+// result: every invariant the original met must still hold, and the
+// result must carry the requested values.
+func planFile(rc *readCache, size int64, e *Edit, keepOld bool) (*Result, error) {
+	f, err := NewFile(rc, size)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := f.Plan(*e)
+	if err != nil {
+		return nil, err
+	}
+	if keepOld {
+		plan.dropHygiene()
+	}
+	res := &Result{Plan: plan, Before: f.Info(), After: f.Info()}
+	if plan.IsNoOp() {
+		return res, nil
+	}
+	after, err := plan.Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: planned result does not read back: %v", ErrVerify, err)
+	}
+	if err := checkResult(f, after, e); err != nil {
+		return nil, err
+	}
+	res.After, res.Changed = after.Info(), true
 	return res, nil
 }
 

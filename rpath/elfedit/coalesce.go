@@ -23,6 +23,10 @@ import (
 // merged write adds no page to write back, and saves a system call.
 const mergeGap = 4096
 
+// mergeMax bounds a merged write: past it, a copy of the parts into one
+// buffer costs more than the system calls it saves.
+const mergeMax = 1 << 20
+
 // coalesce returns steps with each run of steps of one kind merged where
 // they overlap, touch, or lie less than mergeGap apart with the bytes
 // between them at hand (in the read cache, or a reader that is not a
@@ -69,7 +73,7 @@ func (f *File) merge(group, before []Step) []Step {
 		st := group[k]
 		if n := len(cs); n > 0 {
 			c := cs[n-1]
-			if gap := st.Off - c.hi; gap <= 0 || gap < mergeGap && st.Off <= f.size {
+			if gap := st.Off - c.hi; (gap <= 0 || gap < mergeGap && st.Off <= f.size) && max(c.hi, st.Off+st.Len)-c.lo <= mergeMax {
 				if gap > 0 {
 					c.gaps = append(c.gaps, [2]int64{c.hi, st.Off})
 				}
@@ -143,4 +147,23 @@ func (f *File) stateAt(b []byte, off int64, before []Step) bool {
 		}
 	}
 	return true
+}
+
+// zeroPage is zero bytes, never written to: the data of the steps that
+// clear up to its size (an old string table, moved sections), which plans
+// then neither allocate nor hold. Pages of it that are only read take no
+// memory of their own.
+var zeroPage = make([]byte, 1<<20)
+
+// zeros returns n zero bytes that no one may write to.
+func zeros(n uint64) []byte {
+	if n <= uint64(len(zeroPage)) {
+		return zeroPage[:n:n]
+	}
+	return make([]byte, n)
+}
+
+// isZeroPage reports whether b is a slice of zeroPage.
+func isZeroPage(b []byte) bool {
+	return len(b) > 0 && &b[0] == &zeroPage[0]
 }

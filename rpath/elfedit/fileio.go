@@ -244,7 +244,17 @@ type readCache struct {
 	wins   []window
 	next   int // the window a miss replaces once maxWindows are held
 	closed bool
+	// spans lists every read of the file, in order: the head, then each
+	// window. With neither a read past the cache (bypass) nor a window
+	// replaced (evicted), the cache still holds every byte read, which is
+	// what a fingerprint covers (prepare.go).
+	spans   []span
+	bypass  bool
+	evicted bool
 }
+
+// span is a range of a file, [off, end).
+type span struct{ off, end int64 }
 
 // source is what a readCache reads: an *fdFile, or in tests a counting
 // reader.
@@ -289,6 +299,7 @@ func (c *readCache) ReadAt(b []byte, off int64) (int, error) {
 		}
 		rest := int64(len(b) - n)
 		if rest > windowSize {
+			c.bypass = true
 			m, err := c.f.ReadAt(b[n:], at)
 			return n + m, err
 		}
@@ -309,6 +320,7 @@ func (c *readCache) fillHead() error {
 		return err
 	}
 	c.head = buf[:m]
+	c.spans = append(c.spans, span{0, int64(m)})
 	return nil
 }
 
@@ -331,24 +343,34 @@ func (c *readCache) fill(off, n int64) error {
 	end := min(c.size, (off+n+4095)&^4095)
 	start := max(0, min(off, end-windowSize))
 	end = min(end, start+windowSize)
+	_, err := c.fillRange(start, end)
+	return err
+}
+
+// fillRange reads [start, end) of the file, at most windowSize bytes,
+// into a window: a new one while fewer than maxWindows are held, else the
+// oldest. It returns the bytes read, which the file may have cut short.
+func (c *readCache) fillRange(start, end int64) ([]byte, error) {
 	i := c.next
 	if len(c.wins) < maxWindows {
 		c.wins = append(c.wins, window{b: c.bufs.get(windowSize)[:0]})
 		i = len(c.wins) - 1
 	} else {
 		c.next = (c.next + 1) % maxWindows
+		c.evicted = true
 	}
 	buf := c.wins[i].b[:cap(c.wins[i].b)]
 	c.wins[i] = window{off: start, b: buf[:0]}
 	m, err := c.f.ReadAt(buf[:end-start], start)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return err
+		return nil, err
 	}
 	if m == 0 {
-		return io.EOF // the file is shorter than it was
+		return nil, io.EOF // the file is shorter than it was
 	}
 	c.wins[i].b = buf[:m]
-	return nil
+	c.spans = append(c.spans, span{start, start + int64(m)})
+	return buf[:m], nil
 }
 
 // cachedOnly copies [off, off+len(b)) into b if the cache holds all of it.

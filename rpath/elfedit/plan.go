@@ -59,7 +59,8 @@ type Plan struct {
 	// Written is the number of bytes the plan writes (holes excluded).
 	Written int64 `json:"bytes_written"`
 
-	f *File
+	f  *File
+	fp *fingerprint // set by Prepare when the plan is detached from f
 }
 
 // IsNoOp reports a plan that changes nothing: applying it does not even
@@ -503,7 +504,7 @@ func (b *builder) scrubOld() {
 				return r.overlaps(rng{s.Offset, s.Offset + s.Size}) && r != (rng{s.Offset, s.Offset + s.Size})
 			})
 		if alone && s.Size > 0 {
-			b.add(StepHygiene, "zero the old .dynstr", s.Offset, make([]byte, s.Size))
+			b.add(StepHygiene, "zero the old .dynstr", s.Offset, zeros(s.Size))
 		}
 	}
 	dead := slices.Clone(b.sl.dead)

@@ -882,14 +882,14 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			continue
 		}
 		if lo := max(bl.lo, tblEnd); lo < bl.hi {
-			b.add(StepHygiene, "clear moved sections", lo, make([]byte, bl.hi-lo))
+			b.add(StepHygiene, "clear moved sections", lo, zeros(bl.hi-lo))
 		}
 	}
 	if L.moveInterp && b.interpChanged && f.interpProg >= 0 && !live.contains(f.Progs[f.interpProg].Off) {
 		for _, o := range f.interpOwn() {
 			if _, moved := reloc(o.lo); !moved {
 				if lo := max(o.lo, tblEnd); lo < o.hi {
-					b.add(StepHygiene, "clear the old interpreter", lo, make([]byte, o.hi-lo))
+					b.add(StepHygiene, "clear the old interpreter", lo, zeros(o.hi-lo))
 				}
 			}
 		}
@@ -901,7 +901,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		if z.hi <= h.Phoff+uint64(h.Phnum)*ps && z.lo >= h.Phoff {
 			continue // under the table
 		}
-		b.add(StepHygiene, "zero the removed note", z.lo, make([]byte, z.hi-z.lo))
+		b.add(StepHygiene, "zero the removed note", z.lo, zeros(z.hi-z.lo))
 	}
 	newSize := max(int64(off+L.total), f.size)
 	if live != nil {
@@ -909,7 +909,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			newSize = int64(off + L.total)
 			b.steps = append(b.steps, Step{Kind: StepTruncate, What: "drop the old region", Len: newSize})
 		} else {
-			b.add(StepHygiene, "zero the old region", live.off, make([]byte, live.end-live.off))
+			b.add(StepHygiene, "zero the old region", live.off, zeros(live.end-live.off))
 		}
 	}
 	return b.finish(Region, newSize), true, nil

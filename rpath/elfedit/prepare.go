@@ -1,0 +1,151 @@
+package elfedit
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"reflect"
+)
+
+// A tree is written only when every file of it has been planned without
+// error, so a caller plans every file first and writes them later. Planning
+// and verifying each file twice doubles most of the work on small files;
+// Prepare lets the write reuse the first plan, and only when the file
+// still holds, in every byte the plan was made from, what it held then.
+// A plan is a function of those bytes, the file's size and the edit, so
+// the plan made again would be the same: reusing it skips the work, not
+// a check.
+
+// fingerprint identifies the bytes a prepared plan was made from: every
+// range its file's read cache read (the head, then each window), and a
+// hash of their offsets and contents under a seed of its own.
+type fingerprint struct {
+	spans []span
+	seed  maphash.Seed
+	sum   uint64
+	size  int64
+	edit  Edit
+	// The file's values before and after the plan, which EditFile reports.
+	before, after Info
+}
+
+// Prepare plans e as Plan does and, when it can, detaches the plan from
+// the file for a later write: when the file was read through a read cache
+// (Open, Buffers.Open) that still holds every byte it read, the planned
+// result is verified as EditFile verifies it before writing, and the plan
+// keeps its own copy of what it writes and a fingerprint of what it was
+// made from. The file may then be closed, and EditFile with
+// Options.Prepared writes the plan without planning or verifying again as
+// long as the file still reads the same. Otherwise (a table larger than
+// the cache, a file not read through one) the plan is returned as Plan
+// returns it, tied to the file, and EditFile plans and verifies afresh.
+func (f *File) Prepare(e Edit) (*Plan, error) {
+	p, err := f.Plan(e)
+	if err != nil || p.IsNoOp() {
+		return p, err
+	}
+	c, ok := f.r.(*readCache)
+	if !ok {
+		return p, nil
+	}
+	c.mu.Lock()
+	held := !c.closed && !c.bypass && !c.evicted
+	c.mu.Unlock()
+	if !held {
+		return p, nil
+	}
+	after, err := p.Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: planned result does not read back: %v", ErrVerify, err)
+	}
+	if err := checkResult(f, after, &e); err != nil {
+		return nil, err
+	}
+	fp := &fingerprint{seed: maphash.MakeSeed(), size: f.size, edit: e, before: f.Info(), after: after.Info()}
+	c.mu.Lock()
+	// Verifying read through the same cache: it must still hold all.
+	held = !c.closed && !c.bypass && !c.evicted && len(c.spans) == len(c.wins)+1
+	if held {
+		fp.spans = append([]span(nil), c.spans...)
+		fp.sum = c.sum(fp.seed)
+	}
+	c.mu.Unlock()
+	if !held {
+		return p, nil
+	}
+	p.fp, p.f = fp, nil
+	// One allocation for what the steps write, but the shared zeros: a
+	// step's data may be a slice of a larger buffer (a chunk of a symbol
+	// table) that the plan would otherwise keep alive.
+	buf := make([]byte, 0, p.HeldBytes())
+	for i := range p.Steps {
+		if st := &p.Steps[i]; st.Kind != StepTruncate && !isZeroPage(st.data) {
+			buf = append(buf, st.data...)
+			st.data = buf[len(buf)-len(st.data) : len(buf) : len(buf)]
+		}
+	}
+	return p, nil
+}
+
+// Prepared reports whether the plan is detached from its file, with a
+// fingerprint EditFile can check (see Prepare).
+func (p *Plan) Prepared() bool { return p.fp != nil }
+
+// HeldBytes is the memory a prepared plan's data takes: what it writes,
+// less the zeros it clears with, which it shares.
+func (p *Plan) HeldBytes() int64 {
+	var n int64
+	for _, st := range p.Steps {
+		if st.Kind != StepTruncate && !isZeroPage(st.data) {
+			n += st.Len
+		}
+	}
+	return n
+}
+
+// sum hashes the offsets and contents of the cache's spans, which it
+// holds: the head, then its windows in the order they were read.
+// The caller holds c.mu.
+func (c *readCache) sum(seed maphash.Seed) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	var hdr [16]byte
+	for i, s := range c.spans {
+		binary.LittleEndian.PutUint64(hdr[:8], uint64(s.off))
+		binary.LittleEndian.PutUint64(hdr[8:], uint64(s.end))
+		h.Write(hdr[:])
+		if i == 0 {
+			h.Write(c.head)
+		} else {
+			h.Write(c.wins[i-1].b)
+		}
+	}
+	return h.Sum64()
+}
+
+// matches reads the ranges of fp into the cache c, which must not have
+// read anything yet, in the same order, and reports whether they hold
+// what they held when the plan was prepared, for the same edit. Either
+// way the cache keeps what it read, for what comes next.
+func (c *readCache) matches(fp *fingerprint, e *Edit) bool {
+	if fp.size != c.size || len(fp.spans) == 0 || !reflect.DeepEqual(&fp.edit, e) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.head != nil {
+		return false
+	}
+	if err := c.fillHead(); err != nil || c.spans[0] != fp.spans[0] {
+		return false
+	}
+	for _, s := range fp.spans[1:] {
+		if s.end-s.off > windowSize || len(c.wins) == maxWindows {
+			return false
+		}
+		if _, err := c.fillRange(s.off, s.end); err != nil || c.spans[len(c.spans)-1] != s {
+			return false
+		}
+	}
+	return c.sum(fp.seed) == fp.sum
+}
