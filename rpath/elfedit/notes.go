@@ -130,7 +130,20 @@ func noteAlign(a uint64) uint64 {
 // a range two PT_NOTEs cover is read once), then those of SHT_NOTE sections
 // no PT_NOTE covers. It stops at the first malformed container and returns
 // what it read before with the error.
+//
+// The result is read once per File (a File's bytes do not change under it)
+// and each caller gets its own copy of the slice: Info, Verify and the
+// planner each ask for it, several times per edit.
 func (f *File) allNotes() ([]parsedNote, error) {
+	if !f.notes.read {
+		f.notes.all, f.notes.err = f.readAllNotes()
+		f.notes.read = true
+	}
+	return slices.Clone(f.notes.all), f.notes.err
+}
+
+// readAllNotes is allNotes without the memo.
+func (f *File) readAllNotes() ([]parsedNote, error) {
 	var out []parsedNote
 	seen := map[int64]bool{}
 	var noteProgs []elf.ProgHeader

@@ -96,6 +96,13 @@ type File struct {
 	strAddr    uint64 // DT_STRTAB
 	region     *regionInfo
 	debugOnly  bool // separate debug object: contents are NOBITS
+
+	// notes memoizes allNotes. A File is not for concurrent use.
+	notes struct {
+		read bool
+		all  []parsedNote
+		err  error
+	}
 }
 
 // Size is the size of the file in bytes.
