@@ -417,3 +417,31 @@ func TestSummaryWriteFailure(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"/opt/x"}, rp, "the locked file is as it was")
 }
+
+// TestMemoryLimitFollowsJobs: the main job's heap limit grows with --jobs
+// (memoryPerJob), never below memoryLimit, and is only set by the patch
+// command.
+func TestMemoryLimitFollowsJobs(t *testing.T) {
+	for _, tc := range []struct {
+		jobs int
+		want int64
+	}{{1, 56 << 20}, {2, 56 << 20}, {3, 56 << 20}, {4, 64 << 20}, {8, 128 << 20}, {16, 256 << 20}} {
+		assert.Equal(t, tc.want, memoryLimitFor(tc.jobs), "jobs %d", tc.jobs)
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want int64
+	}{
+		{[]string{"cudapatch", "--dry-run", "-j", "16", dir}, 256 << 20},
+		{[]string{"cudapatch", "patch", "--dry-run", "--jobs", "1", dir}, 56 << 20},
+		{[]string{"cudapatch", "print", dir}, -1},
+	} {
+		var stdout, stderr bytes.Buffer
+		g := newGlobals(&stdout, &stderr, nil)
+		got := int64(-1)
+		g.setMemoryLimit = func(n int64) { got = n }
+		g.main(context.Background(), tc.args)
+		assert.Equal(t, tc.want, got, "%q: %s", tc.args, stderr.String())
+	}
+}

@@ -170,7 +170,7 @@ Read by \fBexplain\fR (without \fB\-\-root\fR) and \fBdoctor\fR, which report wh
 Turns off the colours of \fBlint\fR's text output.
 .TP
 .B GOMEMLIMIT
-The Go heap's soft limit; 56 MiB unless set.
+The Go heap's soft limit; unless set, 56 MiB, and for the main job 16 MiB a job when that is more.
 .TP
 .B GOGC
 How much the Go heap may grow between collections, in percent of what is live; 400 unless set.

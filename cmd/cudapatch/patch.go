@@ -127,6 +127,7 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
 	if !cmd.IsSet("jobs") {
 		jobs = runtime.NumCPU()
 	}
+	g.setMemoryLimit(memoryLimitFor(jobs))
 	buildDirs := []string{"/build"}
 	if top := g.getenv("NIX_BUILD_TOP"); top != "" {
 		buildDirs = append(buildDirs, top)
