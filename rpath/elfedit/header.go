@@ -179,7 +179,9 @@ func checkFields(after *File, e *Edit) []string {
 		}
 		needed := after.Needed()
 		for _, r := range e.ReplaceNeeded {
-			if r.Old != r.New && slices.Contains(files, r.Old) && !slices.Contains(needed, r.Old) {
+			// A name RemoveNeeded also names is removed, not renamed
+			// (removals come first, as in patchelf): nothing to follow.
+			if r.Old != r.New && !slices.Contains(e.RemoveNeeded, r.Old) && slices.Contains(files, r.Old) && !slices.Contains(needed, r.Old) {
 				bad = append(bad, fmt.Sprintf(".gnu.version_r still names %q", r.Old))
 			}
 		}
