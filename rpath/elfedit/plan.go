@@ -573,21 +573,7 @@ func (f *File) interpOwn() []rng {
 		if s.Size == 0 || s.Type == elf.SHT_NOBITS || s.Flags&elf.SHF_ALLOC == 0 || s.Name == ".interp" || (s.Type == elf.SHT_PROGBITS && s.Addr == p.Vaddr) {
 			continue
 		}
-		o := rng{s.Offset, s.Offset + s.Size}
-		var next []rng
-		for _, r := range own {
-			if !r.overlaps(o) {
-				next = append(next, r)
-				continue
-			}
-			if r.lo < o.lo {
-				next = append(next, rng{r.lo, o.lo})
-			}
-			if o.hi < r.hi {
-				next = append(next, rng{o.hi, r.hi})
-			}
-		}
-		own = next
+		own = without(own, rng{s.Offset, s.Offset + s.Size})
 	}
 	return own
 }

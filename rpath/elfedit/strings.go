@@ -248,6 +248,24 @@ type rng struct{ lo, hi uint64 }
 
 func (r rng) overlaps(o rng) bool { return r.lo < o.hi && o.lo < r.hi }
 
+// without returns the parts of rs that cut does not cover, in order.
+func without(rs []rng, cut rng) []rng {
+	var out []rng
+	for _, r := range rs {
+		if !r.overlaps(cut) {
+			out = append(out, r)
+			continue
+		}
+		if r.lo < cut.lo {
+			out = append(out, rng{r.lo, cut.lo})
+		}
+		if cut.hi < r.hi {
+			out = append(out, rng{cut.hi, r.hi})
+		}
+	}
+	return out
+}
+
 // strLayout is the decided content of the dynamic string table.
 type strLayout struct {
 	image      []byte // final table: old bytes with in-place changes, then appended strings
@@ -268,20 +286,7 @@ type strLayout struct {
 func (sl *strLayout) unkept(r rng) []rng {
 	out := []rng{r}
 	for _, k := range sl.kept {
-		var next []rng
-		for _, o := range out {
-			if !o.overlaps(k) {
-				next = append(next, o)
-				continue
-			}
-			if o.lo < k.lo {
-				next = append(next, rng{o.lo, k.lo})
-			}
-			if k.hi < o.hi {
-				next = append(next, rng{k.hi, o.hi})
-			}
-		}
-		out = next
+		out = without(out, k)
 	}
 	return out
 }
