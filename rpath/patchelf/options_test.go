@@ -54,6 +54,27 @@ func readelf(t *testing.T, args ...string) string {
 	return string(out)
 }
 
+// patchProgs rewrites, in the 64-bit little-endian file at path, every
+// program header of type typ with edit (given the header's 56 bytes), and
+// returns the file's new bytes. There must be one.
+func patchProgs(t *testing.T, path string, typ elf.ProgType, edit func(ph []byte)) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	o := binary.LittleEndian
+	phoff, phnum := o.Uint64(b[32:]), int(o.Uint16(b[56:]))
+	found := false
+	for i := range phnum {
+		if ph := b[phoff+uint64(i)*56:][:56]; elf.ProgType(o.Uint32(ph)) == typ {
+			edit(ph)
+			found = true
+		}
+	}
+	require.True(t, found, "no %v", typ)
+	require.NoError(t, os.WriteFile(path, b, 0o755))
+	return b
+}
+
 // TestOSABI: --print-os-abi names EI_OSABI as readelf does, --set-os-abi
 // takes patchelf's names (case and surrounding blanks ignored) and refuses
 // others with patchelf's message; the program runs again once set back.
@@ -322,20 +343,9 @@ func TestHighAddresses(t *testing.T) {
 // describes no dynamic linking; the interpreter can still be set.
 func TestEmptyDynamic(t *testing.T) {
 	c := working(t, "bfd-pie")
-	b, err := os.ReadFile(c.Exe)
-	require.NoError(t, err)
-	o := binary.LittleEndian
-	phoff, phnum := o.Uint64(b[32:]), int(o.Uint16(b[56:]))
-	found := false
-	for i := range phnum {
-		ph := b[phoff+uint64(i)*56:]
-		if elf.ProgType(o.Uint32(ph)) == elf.PT_DYNAMIC {
-			clear(ph[8:48]) // p_offset, p_vaddr, p_paddr, p_filesz, p_memsz
-			found = true
-		}
-	}
-	require.True(t, found)
-	require.NoError(t, os.WriteFile(c.Exe, b, 0o755))
+	patchProgs(t, c.Exe, elf.PT_DYNAMIC, func(ph []byte) {
+		clear(ph[8:48]) // p_offset, p_vaddr, p_paddr, p_filesz, p_memsz
+	})
 	mustRun(t, "--set-interpreter", "/lib64/ld.so", c.Exe)
 	assert.Equal(t, "/lib64/ld.so\n", mustRun(t, "--print-interpreter", c.Exe))
 	// patchelf reads .dynamic through its section header and prints the
@@ -504,19 +514,12 @@ func TestInterpOverNotes(t *testing.T) {
 	}
 	ef.Close()
 	require.NotZero(t, end, "no note section after .interp")
-	b, err := os.ReadFile(c.Exe)
-	require.NoError(t, err)
 	o := binary.LittleEndian
-	phoff, phnum := o.Uint64(b[32:]), int(o.Uint16(b[56:]))
-	for i := range phnum {
-		ph := b[phoff+uint64(i)*56:]
-		if elf.ProgType(o.Uint32(ph)) == elf.PT_INTERP {
-			require.Equal(t, interp.Offset, o.Uint64(ph[8:]))
-			o.PutUint64(ph[32:], end-interp.Offset) // p_filesz
-			o.PutUint64(ph[40:], end-interp.Offset) // p_memsz
-		}
-	}
-	require.NoError(t, os.WriteFile(c.Exe, b, 0o755))
+	patchProgs(t, c.Exe, elf.PT_INTERP, func(ph []byte) {
+		require.Equal(t, interp.Offset, o.Uint64(ph[8:]))
+		o.PutUint64(ph[32:], end-interp.Offset) // p_filesz
+		o.PutUint64(ph[40:], end-interp.Offset) // p_memsz
+	})
 	out, err := c.Run(t, c.Exe)
 	require.NoError(t, err, "the stretched PT_INTERP does not run: %s", out)
 	// readelf -n, one block a note section, in any order (moved notes
@@ -608,20 +611,9 @@ func TestNoteSectionAlignedEight(t *testing.T) {
 // reads it: readelf -d of its output finds no dynamic section.
 func TestUnloadedDynamic(t *testing.T) {
 	c := working(t, "bfd-pie")
-	b, err := os.ReadFile(c.Exe)
-	require.NoError(t, err)
-	o := binary.LittleEndian
-	phoff, phnum := o.Uint64(b[32:]), int(o.Uint16(b[56:]))
-	found := false
-	for i := range phnum {
-		ph := b[phoff+uint64(i)*56:]
-		if elf.ProgType(o.Uint32(ph)) == elf.PT_DYNAMIC {
-			o.PutUint32(ph, uint32(elf.PT_NULL))
-			found = true
-		}
-	}
-	require.True(t, found)
-	require.NoError(t, os.WriteFile(c.Exe, b, 0o755))
+	b := patchProgs(t, c.Exe, elf.PT_DYNAMIC, func(ph []byte) {
+		binary.LittleEndian.PutUint32(ph, uint32(elf.PT_NULL))
+	})
 	_, errOut, code := run("--set-rpath", "/x", c.Exe)
 	assert.Equal(t, 1, code)
 	assert.Equal(t, "patchelf: section '.dynamic' is not loaded (no PT_DYNAMIC describes it), so no loader reads it\n", errOut)
