@@ -756,28 +756,19 @@ func compareClosures(t *testing.T, n *nix, name string, c nixCase, otherName str
 			t.Errorf("%s has output %s, %s has not", name, oname, otherName)
 			continue
 		}
-		var got, want []string
-		for _, r := range n.query(t, "--references", c.Outputs[oname].Path) {
-			got = append(got, norm(c, r))
+		// query: a nix-store query of one output, its own paths named.
+		query := func(cc nixCase, q, path string) []string {
+			var out []string
+			for _, r := range n.query(t, q, path) {
+				out = append(out, norm(cc, r))
+			}
+			slices.Sort(out)
+			return out
 		}
-		for _, r := range n.query(t, "--references", o.Path) {
-			want = append(want, norm(other, r))
-		}
-		slices.Sort(got)
-		slices.Sort(want)
-		if !slices.Equal(got, want) {
+		if got, want := query(c, "--references", c.Outputs[oname].Path), query(other, "--references", o.Path); !slices.Equal(got, want) {
 			t.Errorf("%s.%s references %v; %s.%s references %v", name, oname, got, otherName, oname, want)
 		}
-		got, want = nil, nil
-		for _, r := range n.query(t, "--requisites", c.Outputs[oname].Path) {
-			got = append(got, norm(c, r))
-		}
-		for _, r := range n.query(t, "--requisites", o.Path) {
-			want = append(want, norm(other, r))
-		}
-		slices.Sort(got)
-		slices.Sort(want)
-		if !slices.Equal(got, want) {
+		if got, want := query(c, "--requisites", c.Outputs[oname].Path), query(other, "--requisites", o.Path); !slices.Equal(got, want) {
 			t.Errorf("%s.%s has the closure %v; %s.%s has %v", name, oname, got, otherName, oname, want)
 		}
 		gr, wr := runpaths(t, c.Outputs[oname].Path), runpaths(t, o.Path)
