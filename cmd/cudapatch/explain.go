@@ -44,11 +44,11 @@ func explainCommand(g *globals) *cli.Command {
 				logical = insideRoot(root, file)
 				host = filepath.Join(root, filepath.FromSlash(logical))
 			}
-			if p := fileProblem(file, host); p != "" {
-				return withCode(exitUsage, fmt.Errorf("explain: %s: %s", file, p))
-			}
 			f, err := elfedit.Open(host)
 			if err != nil {
+				if p := openProblem(file, host, err); p != "" {
+					return withCode(exitUsage, fmt.Errorf("explain: %s: %s", file, p))
+				}
 				return withCode(exitUsage, fmt.Errorf("explain: %s: %w", file, err))
 			}
 			in := f.Info()

@@ -8,11 +8,12 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 )
 
 // fileProblem says in a few words why the file a user named (name, at host
 // on disk: they differ under --root) cannot be read as an ELF file, before
-// the ELF reader tries: "no such file or directory", "permission denied",
+// the ELF reader tries (doctor, whose reading also opens other paths): "no such file or directory", "permission denied",
 // "is a directory, not an ELF file". The reader's own errors for these
 // name the path twice ("X: open X: …") or its internals ("ELF
 // identification: reading 0x10 bytes at 0x0: read X: is a directory").
@@ -28,7 +29,25 @@ func fileProblem(name, host string) string {
 	case err != nil:
 		return pathProblem(name, host, err)
 	case st.IsDir():
-		return "is a directory, not an ELF file"
+		return isDirectory
+	}
+	return ""
+}
+
+const isDirectory = "is a directory, not an ELF file"
+
+// openProblem is fileProblem for a file the ELF reader already failed to
+// open or read, from the reader's error: "" when the error is not about
+// the path itself (a corrupt file keeps the reader's message, which names
+// the offset). Commands that read many files use it rather than opening
+// each file once more beforehand.
+func openProblem(name, host string, err error) string {
+	if errors.Is(err, syscall.EISDIR) {
+		return isDirectory
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Op == "open" {
+		return pathProblem(name, host, err)
 	}
 	return ""
 }

@@ -34,15 +34,14 @@ func printCommand(g *globals) *cli.Command {
 			failed := false
 			var bufs elfedit.Buffers
 			for _, path := range files {
-				if p := fileProblem(path, path); p != "" {
-					failed = true
-					out = append(out, entry{Path: path, Error: p})
-					continue
-				}
 				f, err := bufs.Open(path)
 				if err != nil {
 					failed = true
-					out = append(out, entry{Path: path, Error: err.Error()})
+					msg := err.Error()
+					if p := openProblem(path, path, err); p != "" {
+						msg = p
+					}
+					out = append(out, entry{Path: path, Error: msg})
 					continue
 				}
 				in := f.Info()

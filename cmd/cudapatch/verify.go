@@ -27,15 +27,13 @@ func verifyCommand(g *globals) *cli.Command {
 			var out []entry
 			bad := false
 			for _, path := range files {
-				if p := fileProblem(path, path); p != "" {
-					bad = true
-					out = append(out, entry{Path: path, Error: path + ": " + p})
-					continue
-				}
 				ps, err := elfedit.VerifyFile(path)
 				e := entry{Path: path, Problems: ps}
 				if err != nil {
 					e.Error = err.Error()
+					if p := openProblem(path, path, err); p != "" {
+						e.Error = path + ": " + p
+					}
 				}
 				bad = bad || err != nil || len(ps) > 0
 				out = append(out, e)
