@@ -576,8 +576,10 @@ func (c *config) decide(fd found, ix resolver, t target) *File {
 		out.Errors = append(out.Errors, err.Error())
 		return out
 	}
-	// A plan the write phase can reuse is verified now (the others when
-	// they are written, planned again).
+	// Prepare verifies the planned result now wherever the read cache
+	// held the file's tables, so a verifier failure stops the tree before
+	// anything is written. The write phase reuses the plans the budget
+	// keeps; it plans and verifies the others again.
 	plan, err := f.Prepare(e)
 	if err != nil {
 		out.Errors = append(out.Errors, err.Error())
