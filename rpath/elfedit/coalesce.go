@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // A plan's steps are its writes, and on a tree of small files their
@@ -150,10 +151,25 @@ func (f *File) stateAt(b []byte, off int64, before []Step) bool {
 }
 
 // zeroPage is zero bytes, never written to: the data of the steps that
-// clear up to its size (an old string table, moved sections), which plans
-// then neither allocate nor hold. Pages of it that are only read take no
-// memory of their own.
-var zeroPage = make([]byte, 1<<20)
+// clear (an old string table, moved sections), which plans then neither
+// allocate nor hold. It is a read-only anonymous mapping, outside the Go
+// heap: its pages, only ever read, are the kernel's one zero page, so even
+// a library's megabytes of old string table are cleared without a buffer
+// (a heap slice would count against the collector's heap goal, and a
+// fresh one per plan was, on a tree of libraries, a twentieth of all that
+// planning allocated). A write to it faults, as it should. Where the
+// mapping cannot be made, a heap slice of 1 MiB stands in.
+var zeroPage = func() []byte {
+	b, err := syscall.Mmap(-1, 0, zeroMax, syscall.PROT_READ, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	if err != nil {
+		return make([]byte, 1<<20)
+	}
+	return b
+}()
+
+// zeroMax is the size of the zero mapping: virtual memory only, larger
+// than any string table a loader would accept in practice.
+const zeroMax = 256 << 20
 
 // zeros returns n zero bytes that no one may write to.
 func zeros(n uint64) []byte {

@@ -266,7 +266,7 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 		}
 		ents = all[:len(ents)]
 	} else {
-		sl = &strLayout{image: f.strtab}
+		sl = &strLayout{old: f.strtab, limit: uint64(len(f.strtab))}
 	}
 	b := &builder{f: f, ents: ents, sl: sl, interp: interp, interpChanged: interpChanged, dynChanged: dynChanged, notes: notes}
 	if vn, err := f.renamedVerneed(&e, ents); err != nil {
@@ -386,10 +386,10 @@ func (b *builder) inPlace() (*Plan, bool) {
 	var commits, hyg []Step
 	if b.dynChanged {
 		for _, r := range b.sl.overwrites {
-			commits = append(commits, Step{Kind: StepCommit, What: "dynamic string in place", Off: int64(f.strOff + r.lo), data: b.sl.image[r.lo:r.hi]})
+			commits = append(commits, Step{Kind: StepCommit, What: "dynamic string in place", Off: int64(f.strOff + r.lo), data: b.sl.at(r)})
 		}
 		for _, r := range b.sl.scrub {
-			hyg = append(hyg, Step{Kind: StepHygiene, What: "scrub replaced string", Off: int64(f.strOff + r.lo), data: b.sl.image[r.lo:r.hi]})
+			hyg = append(hyg, Step{Kind: StepHygiene, What: "scrub replaced string", Off: int64(f.strOff + r.lo), data: b.sl.at(r)})
 		}
 		old := make([]byte, len(f.Dynamic)*int(f.dynSize()))
 		for i, d := range f.Dynamic {
@@ -456,7 +456,7 @@ func (b *builder) slack() (*Plan, bool) {
 			fileLimit = min(fileLimit, r.lo)
 		}
 	}
-	n := uint64(len(b.sl.image))
+	n := b.sl.size()
 	endVaddr := first.Vaddr + first.Filesz
 	if start+n > fileLimit || endVaddr+n > memLimit || start+n < start {
 		return nil, false
@@ -465,7 +465,7 @@ func (b *builder) slack() (*Plan, bool) {
 	if err != nil || bytes.ContainsFunc(pad, func(r rune) bool { return r != 0 }) {
 		return nil, false
 	}
-	b.add(StepUnused, ".dynstr copy in padding after the first PT_LOAD", start, b.sl.image)
+	b.add(StepUnused, ".dynstr copy in padding after the first PT_LOAD", start, b.sl.bytes())
 	grown := first
 	grown.Filesz += n
 	grown.Memsz += n

@@ -489,7 +489,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 	}
 	if L.moveStr {
 		L.strRel = rel
-		rel += uint64(len(b.sl.image))
+		rel += b.sl.size()
 	}
 	L.segSize = rel
 	// The unloaded tail: a copy of the section name table when a name was
@@ -718,8 +718,8 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 	}
 	strAddr, strSize := f.strAddr, uint64(len(f.strtab))
 	if L.moveStr {
-		copy(buf[L.strRel:], b.sl.image)
-		strAddr, strSize = vaddr+L.strRel, uint64(len(b.sl.image))
+		b.sl.copyTo(buf[L.strRel : L.strRel+b.sl.size()])
+		strAddr, strSize = vaddr+L.strRel, b.sl.size()
 	}
 	if L.moveDyn {
 		for i, d := range b.ents {
@@ -962,12 +962,22 @@ func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dyns
 		var steps []Step
 		n := s.Size / es
 		const chunk = 4096 // symbols per read: a huge table is not read at once
+		// One buffer for the chunks, until a step takes a slice of one:
+		// most chunks of a big table change nothing.
+		var buf []byte
 		for i := uint64(0); i < n; i += chunk {
 			m := min(chunk, n-i)
-			raw, err := readAt(f.r, f.size, s.Offset+i*es, m*es, "symbol table")
-			if err != nil {
+			if buf == nil {
+				buf = make([]byte, min(chunk, n)*es)
+			}
+			raw, at := buf[:m*es], s.Offset+i*es
+			if at > uint64(f.size) || m*es > uint64(f.size)-at {
+				break // past the end of the file: readAt's check
+			}
+			if _, err := f.r.ReadAt(raw, int64(at)); err != nil {
 				break
 			}
+			taken := len(steps)
 			// A run of changed symbols takes in the unchanged ones
 			// between changes less than a page apart (their bytes as
 			// they are): one write instead of many, and no page written
@@ -1028,6 +1038,9 @@ func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dyns
 				runHi = int(j) + 1
 			}
 			flush()
+			if len(steps) > taken {
+				buf = nil // the steps hold slices of it
+			}
 		}
 		if isDynsym {
 			dynsym = append(dynsym, steps...)

@@ -266,16 +266,69 @@ func without(rs []rng, cut rng) []rng {
 	return out
 }
 
-// strLayout is the decided content of the dynamic string table.
+// strLayout is the decided content of the dynamic string table: the old
+// table's first limit bytes with the in-place changes over them, then the
+// appended strings. It is kept as those parts, not as one copy: a library's
+// table runs to megabytes, and every layout but slack copies the result
+// into a buffer of its own anyway (copyTo), so a copy here would be a
+// second one, made for every file and for nothing.
 type strLayout struct {
-	image      []byte // final table: old bytes with in-place changes, then appended strings
-	grown      bool   // image is longer than the old table: it must move
-	overwrites []rng  // old-table ranges rewritten with a replacing string (in place)
-	scrub      []rng  // old-table ranges of strings nothing references any more: 'X'
-	dead       []rng  // every old string that was replaced or removed (scrubbed in a dead copy)
-	// kept are the old-table spans of the symbol and version names, NUL
-	// included; nil when they are unknown.
-	kept []rng
+	old     []byte     // the table as read (File.strtab); never written to
+	limit   uint64     // bytes of old the result starts with
+	patches []strPatch // in-place changes over old, applied in order
+	tail    []byte     // appended strings, each with its NUL
+	grown   bool       // the result is longer than the old table: it must move
+	// overwrites are old-table ranges rewritten with a replacing string
+	// (in place), scrub those of strings nothing references any more
+	// ('X'), dead every old string that was replaced or removed (scrubbed
+	// in a dead copy).
+	overwrites []rng
+	scrub      []rng
+	dead       []rng
+	// refs are the offsets of the symbol and version names (refsOK: all
+	// of them are known); unkept finds the spans among them that a scrub
+	// of a dead copy leaves alone.
+	refs   []uint64
+	refsOK bool
+}
+
+// strPatch is an in-place change of the old table: data at off.
+type strPatch struct {
+	off  uint64
+	data []byte
+}
+
+// size is the length of the result.
+func (sl *strLayout) size() uint64 { return sl.limit + uint64(len(sl.tail)) }
+
+// copyTo writes the result into dst, which holds size() bytes.
+func (sl *strLayout) copyTo(dst []byte) {
+	copy(dst, sl.old[:sl.limit])
+	for _, p := range sl.patches {
+		if p.off < sl.limit {
+			copy(dst[p.off:sl.limit], p.data)
+		}
+	}
+	copy(dst[sl.limit:], sl.tail)
+}
+
+// bytes returns the result in a buffer of its own.
+func (sl *strLayout) bytes() []byte {
+	b := make([]byte, sl.size())
+	sl.copyTo(b)
+	return b
+}
+
+// at returns the result's bytes in r, a range within the old table.
+func (sl *strLayout) at(r rng) []byte {
+	b := slices.Clone(sl.old[r.lo:r.hi])
+	for _, p := range sl.patches {
+		lo, hi := max(r.lo, p.off), min(r.hi, p.off+uint64(len(p.data)))
+		if lo < hi {
+			copy(b[lo-r.lo:hi-r.lo], p.data[lo-p.off:hi-p.off])
+		}
+	}
+	return b
 }
 
 // unkept returns the parts of r that no kept string covers: what a scrub
@@ -283,12 +336,38 @@ type strLayout struct {
 // a symbol name shares its bytes (tests/shared-rpath.sh); a dead copy is
 // referenced by nothing, so this only decides how much of it keeps its text,
 // and a store path that merely ends in a symbol name still loses the rest.
+// Without the references every byte is kept. A name kept over r starts
+// after the last NUL before r (else it ends before r) and at most at r.hi,
+// so only those names' ends are looked up: a table has thousands of names
+// and a plan a handful of dead strings.
 func (sl *strLayout) unkept(r rng) []rng {
+	if !sl.refsOK {
+		return []rng{r}
+	}
+	from := uint64(0)
+	if r.lo > 0 && r.lo <= uint64(len(sl.old)) {
+		if n := bytes.LastIndexByte(sl.old[:r.lo], 0); n >= 0 {
+			from = uint64(n) + 1
+		}
+	}
 	out := []rng{r}
-	for _, k := range sl.kept {
-		out = without(out, k)
+	for _, x := range sl.refs {
+		if x >= from && x <= r.hi {
+			out = without(out, rng{x, strEnd(sl.old, x) + 1})
+		}
 	}
 	return out
+}
+
+// strEnd is the offset of the NUL that ends the string at x in tab (x
+// itself when x lies outside tab or no NUL follows it).
+func strEnd(tab []byte, x uint64) uint64 {
+	if x < uint64(len(tab)) {
+		if n := bytes.IndexByte(tab[x:], 0); n >= 0 {
+			return x + uint64(n)
+		}
+	}
+	return x
 }
 
 // layoutStrings gives every string entry of ents an offset in the final
@@ -296,7 +375,7 @@ func (sl *strLayout) unkept(r rng) []rng {
 // one is long enough and unshared, reuse an identical string (or string
 // tail) already in the table, else append.
 func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
-	sl := &strLayout{image: f.strtab}
+	sl := &strLayout{old: f.strtab, limit: uint64(len(f.strtab))}
 	// Strings of the original dynamic section that the result no longer
 	// points to in the same way.
 	keep := map[uint64]bool{}
@@ -314,9 +393,8 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 		}
 	}
 	if len(dropped) == 0 && !slices.ContainsFunc(ents, func(d dent) bool { return d.changed }) {
-		return sl, nil // nothing changes: image is the table itself, never written to
+		return sl, nil // nothing changes: the result is the table itself
 	}
-	sl.image = slices.Clone(f.strtab)
 	for _, o := range dropped {
 		s, _ := cstring(f.strtab, o)
 		sl.dead = append(sl.dead, rng{o, o + uint64(len(s))})
@@ -327,10 +405,13 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 	if err != nil && !errors.Is(err, errUnknownRefs) {
 		return nil, err
 	}
+	// Symbol and version names only: in a dead copy the dynamic entries
+	// point elsewhere, and their strings are scrubbed (unkept).
 	nameRefs := len(refs)
 	for o := range keep {
 		refs = append(refs, o)
 	}
+	sl.refs, sl.refsOK = refs[:nameRefs], refsOK
 	// A reference shares a string's bytes when its own string, from where
 	// it points up to its NUL, overlaps them: tail merging makes it point
 	// inside; a crafted table can also make it start before and run on.
@@ -338,22 +419,7 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 	// the references at or before a range's NUL the last one reaches
 	// furthest: one pass over the references and one NUL search decide
 	// (a file has thousands of symbols, and a plan asks this a few times).
-	end := func(x uint64) uint64 {
-		if x < uint64(len(f.strtab)) {
-			if n := bytes.IndexByte(f.strtab[x:], 0); n >= 0 {
-				return x + uint64(n)
-			}
-		}
-		return x
-	}
-	if refsOK {
-		// Symbol and version names only: in a dead copy the dynamic
-		// entries point elsewhere, and their strings are scrubbed.
-		sl.kept = make([]rng, 0, nameRefs)
-		for _, x := range refs[:nameRefs] {
-			sl.kept = append(sl.kept, rng{x, end(x) + 1})
-		}
-	}
+	end := func(x uint64) uint64 { return strEnd(f.strtab, x) }
 	shared := func(r rng) bool {
 		if !refsOK {
 			return true
@@ -384,11 +450,12 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 		if len(d.str) > len(old) || claimed[o] > 1 || shared(r) {
 			continue
 		}
-		copy(sl.image[o:], d.str)
-		sl.image[o+uint64(len(d.str))] = 0
-		for j := o + uint64(len(d.str)) + 1; j < r.hi; j++ {
-			sl.image[j] = 'X'
+		p := make([]byte, r.hi-o)
+		copy(p, d.str) // and its NUL
+		for j := len(d.str) + 1; j < len(p); j++ {
+			p[j] = 'X'
 		}
+		sl.patches = append(sl.patches, strPatch{o, p})
 		sl.overwrites = append(sl.overwrites, r)
 		d.val, d.changed, d.placed = o, false, true
 	}
@@ -398,9 +465,7 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 			continue
 		}
 		if !shared(r) {
-			for j := r.lo; j < r.hi; j++ {
-				sl.image[j] = 'X'
-			}
+			sl.patches = append(sl.patches, strPatch{r.lo, bytes.Repeat([]byte{'X'}, int(r.hi-r.lo))})
 			sl.scrub = append(sl.scrub, r)
 		}
 	}
@@ -408,7 +473,7 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 	// A table that grows moves, and its copy ends with the last string
 	// anything still references: old values that earlier edits appended are
 	// left behind, or every edit would grow the table (and the file) again.
-	limit := uint64(len(sl.image))
+	limit := uint64(len(f.strtab))
 	if refsOK {
 		limit = min(limit, 1) // offset 0, the empty string
 		// The last reference that has a NUL after it ends furthest (see
@@ -444,11 +509,11 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 			continue
 		}
 		if !sl.grown {
-			sl.image = sl.image[:limit]
+			sl.limit = limit
 		}
-		d.val = uint64(len(sl.image))
+		d.val = sl.size()
 		appended[d.str] = d.val
-		sl.image = append(append(sl.image, d.str...), 0)
+		sl.tail = append(append(sl.tail, d.str...), 0)
 		sl.grown = true
 	}
 	return sl, nil
