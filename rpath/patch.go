@@ -275,17 +275,18 @@ type planBudget struct {
 	left int64
 }
 
-// take reports whether p may be kept, and if so counts it.
-func (b *planBudget) take(p *elfedit.Plan) bool {
-	if b == nil || !p.Prepared() || p.HeldBytes() > keptPlanMax {
+// take reports whether a plan holding held bytes may be kept, and if so
+// counts it.
+func (b *planBudget) take(held int64) bool {
+	if b == nil || held > keptPlanMax {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if p.HeldBytes() > b.left {
+	if held > b.left {
 		return false
 	}
-	b.left -= p.HeldBytes()
+	b.left -= held
 	return true
 }
 
@@ -580,7 +581,11 @@ func (c *config) decide(fd found, ix resolver, t target) *File {
 	// held the file's tables, so a verifier failure stops the tree before
 	// anything is written. The write phase reuses the plans the budget
 	// keeps; it plans and verifies the others again.
-	plan, err := f.Prepare(e)
+	keep := c.kept.take
+	if c.dryRun {
+		keep = func(int64) bool { return false } // nothing will be written
+	}
+	plan, err := f.Prepare(e, keep)
 	if err != nil {
 		out.Errors = append(out.Errors, err.Error())
 		return out
@@ -588,7 +593,7 @@ func (c *config) decide(fd found, ix resolver, t target) *File {
 	out.Changed = !plan.IsNoOp()
 	out.Strategy = plan.Strategy
 	out.edit = e
-	if out.Changed && !c.dryRun && c.kept.take(plan) {
+	if out.Changed && plan.Prepared() {
 		out.plan = plan
 	}
 	// EditFile refuses a file with other hard links (writing it would

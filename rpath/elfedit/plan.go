@@ -81,7 +81,8 @@ type dent struct {
 // desiredDyn applies the edit to the dynamic entries, before any string is
 // placed.
 func (f *File) desiredDyn(e *Edit) []dent {
-	var ents []dent
+	// Room for what an edit adds: a RUNPATH, a SONAME, flags, needed names.
+	ents := make([]dent, 0, f.dynLen+4+len(e.AddNeeded))
 	for _, d := range f.Dynamic[:f.dynLen] {
 		x := dent{tag: d.Tag, val: d.Val, origOff: -1}
 		if isStringTag(d.Tag) {
@@ -116,7 +117,9 @@ func (f *File) desiredDyn(e *Edit) []dent {
 			add = append(add, newStr(elf.DT_NEEDED, name))
 		}
 	}
-	ents = append(add, ents...)
+	if len(add) > 0 {
+		ents = slices.Insert(ents, 0, add...)
+	}
 	// DT_SONAME
 	if e.Soname != nil {
 		if i := slices.IndexFunc(ents, func(d dent) bool { return d.tag == elf.DT_SONAME }); i >= 0 {
@@ -268,7 +271,8 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 	} else {
 		sl = &strLayout{old: f.strtab, limit: uint64(len(f.strtab))}
 	}
-	b := &builder{f: f, ents: ents, sl: sl, interp: interp, interpChanged: interpChanged, dynChanged: dynChanged, notes: notes}
+	b := &builder{f: f, ents: ents, sl: sl, interp: interp, interpChanged: interpChanged, dynChanged: dynChanged, notes: notes,
+		steps: make([]Step, 0, 16)} // a region plan has about a dozen
 	if vn, err := f.renamedVerneed(&e, ents); err != nil {
 		return nil, err
 	} else if vn != nil {

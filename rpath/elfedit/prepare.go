@@ -32,14 +32,17 @@ type fingerprint struct {
 // Prepare plans e as Plan does and, when it can, detaches the plan from
 // the file for a later write: when the file was read through a read cache
 // (Open, Buffers.Open) that still holds every byte it read, the planned
-// result is verified as EditFile verifies it before writing, and the plan
-// keeps its own copy of what it writes and a fingerprint of what it was
-// made from. The file may then be closed, and EditFile with
+// result is verified as EditFile verifies it before writing, and, if keep
+// (nil keeps all) accepts the bytes the plan would hold (HeldBytes), the
+// plan keeps its own copy of what it writes and a fingerprint of what it
+// was made from. The file may then be closed, and EditFile with
 // Options.Prepared writes the plan without planning or verifying again as
 // long as the file still reads the same. Otherwise (a table larger than
-// the cache, a file not read through one) the plan is returned as Plan
-// returns it, tied to the file, and EditFile plans and verifies afresh.
-func (f *File) Prepare(e Edit) (*Plan, error) {
+// the cache, a file not read through one, a plan keep refuses) the plan
+// is returned as Plan returns it, tied to the file, and EditFile plans
+// and verifies afresh; a refused plan is verified all the same, and costs
+// no copy.
+func (f *File) Prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
 	p, err := f.Plan(e)
 	if err != nil || p.IsNoOp() {
 		return p, err
@@ -70,7 +73,7 @@ func (f *File) Prepare(e Edit) (*Plan, error) {
 		fp.sum = c.sum(fp.seed)
 	}
 	c.mu.Unlock()
-	if !held {
+	if !held || keep != nil && !keep(p.HeldBytes()) {
 		return p, nil
 	}
 	p.fp, p.f = fp, nil

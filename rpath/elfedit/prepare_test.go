@@ -22,7 +22,7 @@ func TestPrepared(t *testing.T) {
 		f, err := elfedit.Open(path)
 		require.NoError(t, err)
 		defer f.Close()
-		p, err := f.Prepare(e)
+		p, err := f.Prepare(e, nil)
 		require.NoError(t, err)
 		require.True(t, p.Prepared(), "a small file read through the cache: %s", planString(p))
 		return p
@@ -74,4 +74,38 @@ func TestPrepared(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPrepareRefused: keep is asked with the bytes the detached plan would
+// hold; a plan it refuses stays tied to its file (nothing copied, nothing
+// for EditFile to reuse), and the same edit written afresh gives the same
+// file as the accepted plan does.
+func TestPrepareRefused(t *testing.T) {
+	t.Parallel()
+	fx := fixtures.ByName(t, "bfd-pie").Copy(t)
+	other := fixtures.ByName(t, "bfd-pie").Copy(t)
+	e := elfedit.Edit{SetPath: str(pad(300, fx.LibDir)), SetNote: cacheNote("prep", 200), Derived: []elfedit.NoteID{cacheID}}
+	prepare := func(path string, keep func(int64) bool) *elfedit.Plan {
+		f, err := elfedit.Open(path)
+		require.NoError(t, err)
+		defer f.Close()
+		p, err := f.Prepare(e, keep)
+		require.NoError(t, err)
+		return p
+	}
+	var asked int64
+	refused := prepare(fx.Exe, func(held int64) bool { asked = held; return false })
+	assert.False(t, refused.Prepared(), "refused: %s", planString(refused))
+	kept := prepare(other.Exe, func(held int64) bool { return held == asked })
+	require.True(t, kept.Prepared(), "the same held bytes accepted: %s", planString(kept))
+	assert.Equal(t, asked, kept.HeldBytes())
+	assert.Positive(t, asked)
+
+	res, err := elfedit.EditFile(fx.Exe, e, elfedit.Options{Prepared: refused})
+	require.NoError(t, err)
+	assert.NotSame(t, refused, res.Plan, "a refused plan is planned again")
+	res, err = elfedit.EditFile(other.Exe, e, elfedit.Options{Prepared: kept})
+	require.NoError(t, err)
+	assert.Same(t, kept, res.Plan)
+	assert.Equal(t, readFile(t, other.Exe), readFile(t, fx.Exe), "the same bytes either way")
 }
