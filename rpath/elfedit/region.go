@@ -961,7 +961,9 @@ func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dyns
 		}
 		var steps []Step
 		n := s.Size / es
-		const chunk = 4096 // symbols per read: a huge table is not read at once
+		// Symbols per read: a huge table is not read at once, and a big one
+		// (node: 2.6 MiB of .symtab) not in a hundred reads either.
+		chunk := uint64(1<<20) / es
 		// One buffer for the chunks, until a step takes a slice of one:
 		// most chunks of a big table change nothing.
 		var buf []byte
