@@ -249,13 +249,7 @@ func (ix *index) growOne() {
 				continue
 			}
 			ix.seen[dir] = true
-			ix.listAhead(dir)
-			got, ok := ix.ahead[dir]
-			if !ok {
-				got.l, got.err = listDir(dir)
-			}
-			delete(ix.ahead, dir)
-			l, err := got.l, got.err
+			l, err := ix.list(dir)
 			if err != nil {
 				ix.finish(fmt.Errorf("library index: %w", err))
 				return
@@ -274,10 +268,8 @@ func (ix *index) growOne() {
 			return
 		}
 		if len(ix.pending) > 0 {
-			ix.probeAhead()
-			l := ix.pending[0]
+			ix.queue = append(ix.queue, ix.runpaths(ix.pending)...)
 			ix.pending = ix.pending[1:]
-			ix.queue = append(ix.queue, ix.runpaths(l)...)
 			continue
 		}
 		if len(ix.rounds) > 0 {
@@ -298,15 +290,17 @@ func (ix *index) growOne() {
 // early wastes at most this much.
 const lookAhead = 4
 
-// listAhead lists, on the index's jobs, dir (not yet listed) and the
-// directories queued after it, up to lookAhead per job, keeping what it
-// finds (errors included) for their turn. Called with grow held.
-func (ix *index) listAhead(dir string) {
-	if ix.jobs < 2 {
-		return
+// list lists dir, which a listing made ahead of its turn may hold. With
+// more than one job it lists, on the index's jobs, dir and the directories
+// queued after it, up to lookAhead per job, keeping what it finds (errors
+// included) for their turn. Called with grow held.
+func (ix *index) list(dir string) (*listing, error) {
+	if got, ok := ix.ahead[dir]; ok {
+		delete(ix.ahead, dir)
+		return got.l, got.err
 	}
-	if _, ok := ix.ahead[dir]; ok {
-		return
+	if ix.jobs < 2 {
+		return listDir(dir)
 	}
 	dirs := []string{dir}
 	for _, q := range ix.queue {
@@ -320,33 +314,12 @@ func (ix *index) listAhead(dir string) {
 	}
 	got := make([]listed, len(dirs))
 	if parallel(ix.ctx, ix.jobs, len(dirs), func(i int) { got[i].l, got[i].err = listDir(dirs[i]) }) != nil {
-		return // canceled: growOne lists dir itself, and stops
+		return listDir(dir) // canceled: growOne stops at its next step
 	}
-	for i, d := range dirs {
-		if got[i].l != nil || got[i].err != nil || i == 0 {
-			ix.ahead[d] = got[i]
-		}
+	for i, d := range dirs[1:] {
+		ix.ahead[d] = got[i+1]
 	}
-}
-
-// probeAhead reads, on the index's jobs, the headers of the libraries of
-// the oldest pending listing and of those after it, up to lookAhead
-// libraries per job, so that following their RUNPATHs one listing at a
-// time finds them read. Called with grow held.
-func (ix *index) probeAhead() {
-	if ix.jobs < 2 {
-		return
-	}
-	var ents []entry
-	for i, l := range ix.pending {
-		if i > 0 && len(ents) >= lookAhead*ix.jobs {
-			break
-		}
-		for _, e := range l.ents {
-			ents = append(ents, entry{l.dir, e})
-		}
-	}
-	_ = parallel(context.Background(), ix.jobs, len(ents), func(i int) { ix.probe(ents[i]) })
+	return got[0].l, got[0].err
 }
 
 // finish ends growing: with an error, or with every reachable directory
@@ -394,14 +367,25 @@ func listDir(dir string) (*listing, error) {
 	return &listing{dir: dir, ents: ents}, nil
 }
 
-// runpaths reads the headers of every library of l (on jobs goroutines:
-// a directory of a big tree holds hundreds) and returns the RUNPATH
-// directories they name, in name order.
-func (ix *index) runpaths(l *listing) []string {
-	_ = parallel(context.Background(), ix.jobs, len(l.ents), func(i int) { ix.probe(entry{l.dir, l.ents[i]}) })
+// runpaths reads the headers of every library of the oldest pending
+// listing, ls[0], and returns the RUNPATH directories they name, in name
+// order. It reads them on the index's jobs (a directory of a big tree
+// holds hundreds), and with more than one job those of the listings after
+// it too, up to lookAhead libraries per job, for their turn.
+func (ix *index) runpaths(ls []*listing) []string {
+	var ents []entry
+	for i, l := range ls {
+		if i > 0 && (ix.jobs < 2 || len(ents) >= lookAhead*ix.jobs) {
+			break
+		}
+		for _, e := range l.ents {
+			ents = append(ents, entry{l.dir, e})
+		}
+	}
+	_ = parallel(context.Background(), ix.jobs, len(ents), func(i int) { ix.probe(ents[i]) })
 	var more []string
-	for _, e := range l.ents {
-		more = append(more, ix.probe(entry{l.dir, e}).runpath...)
+	for _, e := range ls[0].ents {
+		more = append(more, ix.probe(entry{ls[0].dir, e}).runpath...)
 	}
 	return more
 }

@@ -149,7 +149,9 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	}
 	target := c.interpreterTarget()
 	c.big = newBigGate()
-	c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
+	if !c.dryRun { // a dry run writes nothing: no plan is kept for it
+		c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
+	}
 	rep := &Report{Files: make([]*File, len(files))}
 	total := len(files)
 	done := 0
@@ -276,7 +278,7 @@ type planBudget struct {
 }
 
 // take reports whether a plan holding held bytes may be kept, and if so
-// counts it.
+// counts it. A nil budget keeps nothing.
 func (b *planBudget) take(held int64) bool {
 	if b == nil || held > keptPlanMax {
 		return false
@@ -581,11 +583,7 @@ func (c *config) decide(fd found, ix resolver, t target) *File {
 	// held the file's tables, so a verifier failure stops the tree before
 	// anything is written. The write phase reuses the plans the budget
 	// keeps; it plans and verifies the others again.
-	keep := c.kept.take
-	if c.dryRun {
-		keep = func(int64) bool { return false } // nothing will be written
-	}
-	plan, err := f.Prepare(e, keep)
+	plan, err := f.Prepare(e, c.kept.take)
 	if err != nil {
 		out.Errors = append(out.Errors, err.Error())
 		return out

@@ -964,8 +964,8 @@ func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dyns
 		// Symbols per read: a huge table is not read at once, and a big one
 		// (node: 2.6 MiB of .symtab) not in a hundred reads either.
 		chunk := uint64(1<<20) / es
-		// One buffer for the chunks, until a step takes a slice of one:
-		// most chunks of a big table change nothing.
+		// One buffer for the chunks, read over until a step takes a
+		// slice of one (a chunk where nothing moved or was renumbered).
 		var buf []byte
 		for i := uint64(0); i < n; i += chunk {
 			m := min(chunk, n-i)

@@ -419,7 +419,6 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 	// the references at or before a range's NUL the last one reaches
 	// furthest: one pass over the references and one NUL search decide
 	// (a file has thousands of symbols, and a plan asks this a few times).
-	end := func(x uint64) uint64 { return strEnd(f.strtab, x) }
 	shared := func(r rng) bool {
 		if !refsOK {
 			return true
@@ -430,7 +429,7 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 				last, any = x, true
 			}
 		}
-		return any && end(last) >= r.lo
+		return any && strEnd(f.strtab, last) >= r.lo
 	}
 	// Entries that replace a dropped string may take its bytes.
 	claimed := map[uint64]int{}
@@ -487,7 +486,7 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 				}
 			}
 			if any {
-				limit = max(limit, end(last)+1)
+				limit = max(limit, strEnd(f.strtab, last)+1)
 			}
 		}
 		for _, r := range sl.overwrites {
