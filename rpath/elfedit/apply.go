@@ -115,6 +115,28 @@ type overlay struct {
 	size     int64
 }
 
+// view returns the bytes at [off, off+n) of the planned file without a
+// copy when one step writes them all and no later step overlaps them: a
+// slice of that step's data, which nothing writes to once planned. The
+// verifier reads the moved string table this way, which a copy made it
+// allocate a second time for every plan.
+func (o *overlay) view(off, n int64) ([]byte, bool) {
+	if off < 0 || n <= 0 || off+n > o.size {
+		return nil, false
+	}
+	for i := len(o.steps) - 1; i >= 0; i-- {
+		st := &o.steps[i]
+		if st.Kind == StepTruncate || off+n <= st.Off || off >= st.Off+st.Len {
+			continue
+		}
+		if off >= st.Off && off+n <= st.Off+st.Len && int64(len(st.data)) == st.Len {
+			return st.data[off-st.Off : off-st.Off+n : off-st.Off+n], true
+		}
+		return nil, false // a later step covers part of it
+	}
+	return nil, false
+}
+
 func (o *overlay) ReadAt(b []byte, off int64) (int, error) {
 	if off >= o.size {
 		return 0, io.EOF

@@ -547,9 +547,13 @@ func (f *File) readDynamic() error {
 	if !ok {
 		return formatErr(int64(p.Off), "DT_STRTAB 0x%x (size 0x%x) maps to no PT_LOAD", strtab, strsz)
 	}
-	f.strtab, err = readAt(f.r, f.size, off, strsz, "dynamic string table")
-	if err != nil {
-		return err
+	if o, ok := f.r.(*overlay); ok && strsz <= uint64(f.size) {
+		f.strtab, _ = o.view(int64(off), int64(strsz))
+	}
+	if f.strtab == nil {
+		if f.strtab, err = readAt(f.r, f.size, off, strsz, "dynamic string table"); err != nil {
+			return err
+		}
 	}
 	f.strOff, f.strAddr = off, strtab
 	for i, d := range f.Dynamic[:f.dynLen] {
