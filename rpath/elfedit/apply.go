@@ -118,8 +118,8 @@ type overlay struct {
 // view returns the bytes at [off, off+n) of the planned file without a
 // copy when one step writes them all and no later step overlaps them: a
 // slice of that step's data, which nothing writes to once planned. The
-// verifier reads the moved string table this way, which a copy made it
-// allocate a second time for every plan.
+// verifier reads the moved string table this way instead of copying it
+// once more for every plan.
 func (o *overlay) view(off, n int64) ([]byte, bool) {
 	if off < 0 || n <= 0 || off+n > o.size {
 		return nil, false
@@ -129,7 +129,7 @@ func (o *overlay) view(off, n int64) ([]byte, bool) {
 		if st.Kind == StepTruncate || off+n <= st.Off || off >= st.Off+st.Len {
 			continue
 		}
-		if off >= st.Off && off+n <= st.Off+st.Len && int64(len(st.data)) == st.Len {
+		if off >= st.Off && off+n <= st.Off+st.Len {
 			return st.data[off-st.Off : off-st.Off+n : off-st.Off+n], true
 		}
 		return nil, false // a later step covers part of it

@@ -547,7 +547,7 @@ func (f *File) readDynamic() error {
 	if !ok {
 		return formatErr(int64(p.Off), "DT_STRTAB 0x%x (size 0x%x) maps to no PT_LOAD", strtab, strsz)
 	}
-	if o, ok := f.r.(*overlay); ok && strsz <= uint64(f.size) {
+	if o, ok := f.r.(*overlay); ok {
 		f.strtab, _ = o.view(int64(off), int64(strsz))
 	}
 	if f.strtab == nil {
