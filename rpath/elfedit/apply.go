@@ -32,6 +32,9 @@ func (p *Plan) Apply(t Target, sync bool) error {
 // apply runs the first n steps (all of them in normal use; fewer in tests
 // that simulate a crash, which is why nothing is undone in that case).
 func (p *Plan) apply(t Target, sync bool, n int) error {
+	if p.spent() {
+		return errSpent
+	}
 	type undo struct {
 		off int64
 		old []byte
@@ -104,7 +107,24 @@ func (p *Plan) Result() (*File, error) {
 	if p.f == nil {
 		return nil, fmt.Errorf("a prepared plan does not read its file")
 	}
+	if p.spent() {
+		return nil, errSpent
+	}
 	return NewFile(&overlay{base: p.f.r, baseSize: p.f.size, steps: p.Steps, size: p.NewSize}, p.NewSize)
+}
+
+// errSpent refuses a plan whose file was closed after lending it scratch.
+var errSpent = errors.New("the plan's file was closed, and with it the buffers the plan writes from: plan again")
+
+// spent reports whether the plan's data may have been given back: it is
+// tied to a file read through a cache that has been closed after lending
+// it scratch (File.scratch). A prepared plan holds its own data.
+func (p *Plan) spent() bool {
+	if p.f == nil {
+		return false
+	}
+	c, ok := p.f.r.(*readCache)
+	return ok && c.spent()
 }
 
 // overlay reads a file through the writes of a plan.

@@ -3,6 +3,7 @@ package elfedit
 import (
 	"errors"
 	"io"
+	"math/bits"
 	"os"
 	"runtime"
 	"sync"
@@ -29,9 +30,63 @@ const maxWindows = 8
 
 // Buffers lends the buffers files are read through. A tree's files are
 // read a few at a time, each through a 64 KiB head; lending the same
-// buffers again keeps the garbage collector idle. The zero value is ready
-// to use, and it is safe for concurrent use. A nil *Buffers allocates.
-type Buffers struct{ pool sync.Pool }
+// buffers again keeps the garbage collector idle. It also lends the
+// scratch a file's planning builds in (lend): the copy of its string
+// table, the region, the renumbered symbols. Those die with the file, and
+// on a tree of small files they were most of what a run allocated; a heap
+// that fills and is collected every few files costs, besides the
+// collections, the page faults of memory handed back to the kernel and
+// taken again (bench/NOTES.md). The zero value is ready to use, and it is
+// safe for concurrent use. A nil *Buffers allocates.
+type Buffers struct {
+	pool    sync.Pool
+	scratch [scratchClasses]sync.Pool // by size class: 512 bytes << i
+}
+
+// The scratch size classes: powers of two from 512 bytes (most small
+// libraries' string tables are a few KiB) to 4 MiB. Smaller slices are
+// cheap to allocate; larger ones are few (a file with a big table is
+// planned alone, see rpath's bigGate), and pooled they would pin their
+// megabytes between collections.
+const (
+	scratchMinShift = 9
+	scratchClasses  = 14
+)
+
+// scratchClass is the size class of n bytes, -1 if n is outside them.
+func scratchClass(n uint64) int {
+	if n < 1<<scratchMinShift || n > 1<<(scratchMinShift+scratchClasses-1) {
+		return -1
+	}
+	return bits.Len64(n-1) - scratchMinShift
+}
+
+// lend returns n zero bytes, from the pool of their size class when there
+// is one (the capacity is then the class's size); without a pool it
+// allocates. What is lent goes back with giveBack.
+func (b *Buffers) lend(n uint64) []byte {
+	k := scratchClass(n)
+	if b == nil || k < 0 {
+		return make([]byte, n)
+	}
+	if v, ok := b.scratch[k].Get().(*[]byte); ok {
+		buf := (*v)[:n]
+		clear(buf)
+		return buf
+	}
+	return make([]byte, n, 1<<(k+scratchMinShift))
+}
+
+// giveBack returns a slice lend made; the caller must not use it again.
+// Slices that are not a class's size are left to the collector.
+func (b *Buffers) giveBack(buf []byte) {
+	k := scratchClass(uint64(cap(buf)))
+	if b == nil || k < 0 || cap(buf) != 1<<(k+scratchMinShift) {
+		return
+	}
+	buf = buf[:cap(buf)]
+	b.scratch[k].Put(&buf)
+}
 
 // get lends a buffer of windowSize bytes; without a pool it allocates
 // only the n bytes needed.
@@ -251,6 +306,11 @@ type readCache struct {
 	spans   []span
 	bypass  bool
 	evicted bool
+	// lent is the scratch lent through the cache (File.scratch), given
+	// back to bufs on Close; gaveBack says that happened, after which
+	// nothing planned from this file may be written (Plan.apply).
+	lent     [][]byte
+	gaveBack bool
 }
 
 // span is a range of a file, [off, end).
@@ -402,7 +462,31 @@ func (c *readCache) Close() error {
 		for _, w := range c.wins {
 			c.bufs.put(w.b)
 		}
-		c.head, c.wins = nil, nil
+		for _, b := range c.lent {
+			c.bufs.giveBack(b)
+		}
+		c.gaveBack = len(c.lent) > 0
+		c.head, c.wins, c.lent = nil, nil, nil
 	}
 	return c.f.Close()
+}
+
+// lend lends n zero bytes of scratch until Close (see Buffers.lend).
+func (c *readCache) lend(n uint64) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bufs == nil || c.closed || scratchClass(n) < 0 {
+		return make([]byte, n)
+	}
+	b := c.bufs.lend(n)
+	c.lent = append(c.lent, b)
+	return b
+}
+
+// spent reports whether the cache gave back scratch that a plan of its
+// file may hold.
+func (c *readCache) spent() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gaveBack
 }

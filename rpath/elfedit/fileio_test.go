@@ -118,6 +118,56 @@ func TestClosedFileReadsNothingStale(t *testing.T) {
 	_, err = a.Plan(elfedit.Edit{SetPath: str(pad(300, "/nix/store/x/lib"))})
 	require.Error(t, err, "planning a closed file that must read its symbols")
 	assert.True(t, errors.Is(err, os.ErrClosed) || strings.Contains(err.Error(), "closed"), "error %v", err)
+	// Its string table, scratch that b may now hold, reads as empty.
+	for _, n := range a.Needed() {
+		assert.Empty(t, n, "a name read after Close")
+	}
+	assert.Zero(t, a.StringTableSize())
+	bi := b.Info()
 	_, err = b.Plan(elfedit.Edit{SetPath: str(pad(300, "/nix/store/x/lib"))})
 	assert.NoError(t, err, "the file opened since is unaffected")
+	assert.Equal(t, bi, b.Info(), "and reads as it did")
+}
+
+// TestScratchGoesWithItsFile: a plan tied to a file opened with Buffers
+// writes from scratch the file lent it; once the file is closed that
+// scratch may be another file's, so the plan is refused (neither applied
+// nor read back) rather than written from it. A plan Prepare kept holds
+// its own bytes and is written as before.
+func TestScratchGoesWithItsFile(t *testing.T) {
+	t.Parallel()
+	fx := fixtures.ByName(t, "bfd-pie").Copy(t)
+	var bufs elfedit.Buffers
+	e := elfedit.Edit{SetPath: str(pad(300, "/nix/store/x/lib"))}
+	f, err := bufs.Open(fx.Exe)
+	require.NoError(t, err)
+	tied, err := f.Plan(e)
+	require.NoError(t, err)
+	kept, err := f.Prepare(e, nil)
+	require.NoError(t, err)
+	require.True(t, kept.Prepared(), planString(kept))
+	require.NoError(t, f.Close())
+	// Lend the scratch again, and scribble on it through another plan.
+	g, err := bufs.Open(fx.Libs[0])
+	require.NoError(t, err)
+	defer g.Close()
+	_, err = g.Plan(elfedit.Edit{SetPath: str(pad(500, "/nix/store/y/lib"))})
+	require.NoError(t, err)
+
+	before := readFile(t, fx.Exe)
+	wf, err := os.OpenFile(fx.Exe, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer wf.Close()
+	assert.ErrorContains(t, tied.Apply(wf, false), "plan again")
+	assert.Equal(t, before, readFile(t, fx.Exe), "a refused plan writes nothing")
+	_, err = tied.Result()
+	assert.ErrorContains(t, err, "plan again")
+
+	res, err := elfedit.EditFile(fx.Exe, e, elfedit.Options{Prepared: kept, Buffers: &bufs})
+	require.NoError(t, err)
+	assert.Same(t, kept, res.Plan, "the kept plan is written")
+	other := fixtures.ByName(t, "bfd-pie").Copy(t)
+	_, err = elfedit.EditFile(other.Exe, e, elfedit.Options{})
+	require.NoError(t, err)
+	assert.Equal(t, readFile(t, other.Exe), readFile(t, fx.Exe), "as planning without Buffers writes it")
 }

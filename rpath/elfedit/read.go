@@ -117,14 +117,68 @@ func (f *File) ByteOrder() binary.ByteOrder { return f.order }
 func Open(path string) (*File, error) { return (*Buffers)(nil).Open(path) }
 
 // Close closes the file opened by Open; it does nothing for a File made by
-// NewFile.
+// NewFile. The string table goes with it (it may be scratch lent by the
+// Buffers the file was opened with, see File.scratch, and lent next to
+// another file): what was read from the file before Close (Info, the
+// headers) stays, and what a File reads from its string table after
+// Close (names, paths) reads as empty, never as another file's.
 func (f *File) Close() error {
 	if f.closer == nil {
 		return nil
 	}
 	err := f.closer.Close()
 	f.closer = nil
+	f.strtab = nil
 	return err
+}
+
+// scratch returns n zero bytes that live as long as the file is open: lent
+// by the Buffers it was opened with, if any (a File made by NewFile, or
+// opened without Buffers, allocates). Nothing that outlives the file may
+// hold them: Prepare copies what a kept plan writes, and a plan still tied
+// to the file is refused once the file is closed (Plan.apply).
+func (f *File) scratch(n uint64) []byte {
+	if c, ok := f.r.(*readCache); ok {
+		return c.lend(n)
+	}
+	return make([]byte, n)
+}
+
+// readScratch is readAt into scratch.
+func (f *File) readScratch(off, n uint64, what string) ([]byte, error) {
+	if err := f.inFile(off, n, what); err != nil {
+		return nil, err
+	}
+	buf := f.scratch(n)
+	if err := readInto(f.r, buf, off, what); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// readFull is readAt into b, a buffer the caller has.
+func (f *File) readFull(b []byte, off uint64, what string) error {
+	if err := f.inFile(off, uint64(len(b)), what); err != nil {
+		return err
+	}
+	return readInto(f.r, b, off, what)
+}
+
+// inFile refuses a range that overflows or lies past the end of the file.
+func (f *File) inFile(off, n uint64, what string) error {
+	if off > uint64(f.size) || n > uint64(f.size)-off {
+		return formatErr(int64(min(off, uint64(f.size))), "%s: range 0x%x+0x%x lies past the end of the file (size 0x%x)", what, off, n, f.size)
+	}
+	return nil
+}
+
+// readInto fills b with the bytes at off, which the caller has checked lie
+// within the file.
+func readInto(r io.ReaderAt, b []byte, off uint64, what string) error {
+	if _, err := r.ReadAt(b, int64(off)); err != nil && !(errors.Is(err, io.EOF) && len(b) == 0) {
+		return fmt.Errorf("%s: reading 0x%x bytes at 0x%x: %w", what, len(b), off, err)
+	}
+	return nil
 }
 
 // readAt reads n bytes at off, refusing ranges that overflow or lie past the
@@ -135,8 +189,8 @@ func readAt(r io.ReaderAt, size int64, off, n uint64, what string) ([]byte, erro
 		return nil, formatErr(int64(min(off, uint64(size))), "%s: range 0x%x+0x%x lies past the end of the file (size 0x%x)", what, off, n, size)
 	}
 	buf := make([]byte, n)
-	if _, err := r.ReadAt(buf, int64(off)); err != nil && !(errors.Is(err, io.EOF) && n == 0) {
-		return nil, fmt.Errorf("%s: reading 0x%x bytes at 0x%x: %w", what, n, off, err)
+	if err := readInto(r, buf, off, what); err != nil {
+		return nil, err
 	}
 	return buf, nil
 }
@@ -551,7 +605,7 @@ func (f *File) readDynamic() error {
 		f.strtab, _ = o.view(int64(off), int64(strsz))
 	}
 	if f.strtab == nil {
-		if f.strtab, err = readAt(f.r, f.size, off, strsz, "dynamic string table"); err != nil {
+		if f.strtab, err = f.readScratch(off, strsz, "dynamic string table"); err != nil {
 			return err
 		}
 	}

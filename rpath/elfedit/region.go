@@ -661,7 +661,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 	}
 	progs[loadAt] = elf.ProgHeader{Type: elf.PT_LOAD, Flags: flags, Off: off, Vaddr: vaddr, Paddr: vaddr, Filesz: L.segSize, Memsz: L.segSize, Align: A}
 
-	buf := make([]byte, L.total)
+	buf := f.scratch(L.total)
 	copy(buf, regionMagic[:])
 	base := uint64(f.size)
 	if live != nil {
@@ -673,11 +673,9 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		f.order.PutUint64(buf[24:], regionPhdrs)
 	}
 	for _, bl := range L.blobs {
-		old, err := readAt(f.r, f.size, bl.lo, bl.hi-bl.lo, "moved section")
-		if err != nil {
+		if err := f.readFull(buf[bl.rel:bl.rel+(bl.hi-bl.lo)], bl.lo, "moved section"); err != nil {
 			return nil, false, err
 		}
-		copy(buf[bl.rel:], old)
 	}
 	if L.moveInterp {
 		// A copy of the interpreter that came with the moved blobs (or the
@@ -970,7 +968,7 @@ func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dyns
 		for i := uint64(0); i < n; i += chunk {
 			m := min(chunk, n-i)
 			if buf == nil {
-				buf = make([]byte, min(chunk, n)*es)
+				buf = f.scratch(min(chunk, n) * es)
 			}
 			raw, at := buf[:m*es], s.Offset+i*es
 			if at > uint64(f.size) || m*es > uint64(f.size)-at {
