@@ -19,10 +19,20 @@ import (
 // goes through the same states a loader could see, with fewer stops in
 // between.
 
-// mergeGap bounds the bytes between two writes that coalesce fills in.
-// Below a page, those bytes lie in pages the two writes dirty anyway: the
-// merged write adds no page to write back, and saves a system call.
+// mergeGap bounds the bytes between two writes that coalesce fills in,
+// unless the plan writes all but at most one page between them anyway.
+// Below a page, those bytes lie in pages the two writes dirty anyway; past
+// it, mostly in pages other writes of the plan dirty (a renumbered symbol
+// table between an old interpreter and an old string table that are both
+// cleared, with the unchanged undefined symbols before it). The merged
+// write then adds at most one page to write back, as a gap of a page
+// would, and saves a system call: on the small-files tree, 365 of 1,215
+// written files took a fifth write for the second clearing (7 write-side
+// calls), 127 with only the pages dirtied anyway.
 const mergeGap = 4096
+
+// pageSize is the unit of write-back that the merge rule counts in.
+const pageSize = 4096
 
 // mergeMax bounds a merged write: past it, a copy of the parts into one
 // buffer costs more than the system calls it saves.
@@ -37,6 +47,7 @@ func (f *File) coalesce(steps []Step) []Step {
 	if len(steps) < 2 {
 		return steps
 	}
+	dirty := dirtyPages(steps)
 	var out []Step
 	for i := 0; i < len(steps); {
 		k := steps[i].Kind
@@ -47,17 +58,50 @@ func (f *File) coalesce(steps []Step) []Step {
 		if j-i < 2 {
 			out = append(out, steps[i:j]...)
 		} else {
-			out = append(out, f.merge(steps[i:j], out)...)
+			out = append(out, f.merge(steps[i:j], out, dirty)...)
 		}
 		i = j
 	}
 	return out
 }
 
+// pageRun is a run of pages [lo, hi), in page numbers.
+type pageRun struct{ lo, hi int64 }
+
+// dirtyPages returns the pages the steps write, as sorted, disjoint runs.
+func dirtyPages(steps []Step) []pageRun {
+	var runs []pageRun
+	for _, st := range steps {
+		if st.Kind != StepTruncate && st.Len > 0 {
+			runs = append(runs, pageRun{st.Off / pageSize, (st.Off+st.Len-1)/pageSize + 1})
+		}
+	}
+	slices.SortFunc(runs, func(a, b pageRun) int { return cmp.Compare(a.lo, b.lo) })
+	var out []pageRun
+	for _, r := range runs {
+		if n := len(out); n > 0 && r.lo <= out[n-1].hi {
+			out[n-1].hi = max(out[n-1].hi, r.hi)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// unwritten counts the pages of [lo, hi) bytes that no run covers.
+func unwritten(runs []pageRun, lo, hi int64) int64 {
+	first, end := lo/pageSize, (hi-1)/pageSize+1
+	n := end - first
+	for _, r := range runs {
+		n -= max(0, min(r.hi, end)-max(r.lo, first))
+	}
+	return n
+}
+
 // merge coalesces group, steps of one kind, into as few writes as it can;
 // before are the steps that run before them (whose bytes the gaps after
-// the commit must show).
-func (f *File) merge(group, before []Step) []Step {
+// the commit must show), dirty the pages the whole plan writes.
+func (f *File) merge(group, before []Step, dirty []pageRun) []Step {
 	idx := make([]int, len(group))
 	for k := range idx {
 		idx[k] = k
@@ -74,7 +118,9 @@ func (f *File) merge(group, before []Step) []Step {
 		st := group[k]
 		if n := len(cs); n > 0 {
 			c := cs[n-1]
-			if gap := st.Off - c.hi; (gap <= 0 || gap < mergeGap && st.Off <= f.size) && max(c.hi, st.Off+st.Len)-c.lo <= mergeMax {
+			gap := st.Off - c.hi
+			near := gap <= 0 || st.Off <= f.size && (gap < mergeGap || unwritten(dirty, c.hi, st.Off) <= 1)
+			if near && max(c.hi, st.Off+st.Len)-c.lo <= mergeMax {
 				if gap > 0 {
 					c.gaps = append(c.gaps, [2]int64{c.hi, st.Off})
 				}

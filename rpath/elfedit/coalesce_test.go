@@ -14,7 +14,8 @@ import (
 // interpreter for executables, the resolution note) for every dynamic
 // variant of the matrix, from a reader that holds every byte, and checks
 // the shape coalescing gives a plan: no two writes of one kind in a row
-// that touch the same pages (less than a page apart), exactly one commit,
+// that touch the same pages (less than a page apart) or that only one page
+// no other write dirties lies between, exactly one commit,
 // with only unused and neutral writes before it and only hygiene writes
 // and truncation after it. That the merged plan is crash-safe and gives
 // the right file is TestCrash's and TestWriteFailure's business.
@@ -58,9 +59,30 @@ func TestPlanWritesCoalesced(t *testing.T) {
 				}
 				if hi <= p.OldSize {
 					assert.GreaterOrEqual(t, hi-end, int64(page), "%s: steps %d and %d (%s) lie %d bytes apart from 0x%x", what, i-1, i, s.Kind, hi-end, lo)
+					// Apart, they leave at least two pages between them
+					// that no write of the plan dirties (or would make a
+					// write past a MiB).
+					free := 0
+					for pg := end / page; pg <= (hi-1)/page; pg++ {
+						if !dirties(p, pg*page, page) {
+							free++
+						}
+					}
+					assert.True(t, free >= 2 || max(hi, s.Off+s.Len, prev.Off+prev.Len)-lo > 1<<20,
+						"%s: steps %d and %d (%s) apart with %d clean pages between them", what, i-1, i, s.Kind, free)
 				}
 			}
 			assert.Equal(t, 1, commits, what)
 		}
 	}
+}
+
+// dirties reports whether a write of p touches [off, off+n).
+func dirties(p *elfedit.Plan, off, n int64) bool {
+	for _, st := range p.Steps {
+		if st.Kind != elfedit.StepTruncate && st.Off < off+n && off < st.Off+st.Len {
+			return true
+		}
+	}
+	return false
 }
