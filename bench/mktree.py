@@ -57,7 +57,12 @@ def pool(max_size):
 
 def main():
     args = sys.argv[1:]
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        sys.exit(0 if args else 2)
     dest = args[0]
+    if dest.startswith("-"):
+        sys.exit(f"mktree: DEST comes first, got option {dest!r} (see --help)")
     count = max_size = 0
     if "--count" in args:
         count = int(args[args.index("--count") + 1])

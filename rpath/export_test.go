@@ -42,7 +42,7 @@ func buildEagerIndex(ctx context.Context, c *config, roots []string) (*eagerInde
 		case !st.IsDir():
 			outputs = append(outputs, r)
 		case c.recurse:
-			dirs, err := dirsBelow(r)
+			dirs, err := walkDirsBelow(r)
 			if err != nil {
 				return nil, err
 			}
@@ -53,7 +53,7 @@ func buildEagerIndex(ctx context.Context, c *config, roots []string) (*eagerInde
 	}
 	search := slices.Clone(c.search)
 	for _, r := range c.searchRecursive {
-		dirs, err := dirsBelow(r)
+		dirs, err := walkDirsBelow(r)
 		if err != nil {
 			return nil, err
 		}
@@ -165,7 +165,7 @@ func (ix *eagerIndex) sonameHint(name string, class elf.Class, machine elf.Machi
 // index.
 func WithEagerIndex() Option {
 	return func(c *config) error {
-		c.newIndex = func(ctx context.Context, c *config, roots []string) (resolver, error) {
+		c.newIndex = func(ctx context.Context, c *config, roots []string, _ map[string][]string) (resolver, error) {
 			return buildEagerIndex(ctx, c, roots)
 		}
 		return nil
@@ -191,7 +191,7 @@ func IndexLookups(ctx context.Context, paths, names []string, opts ...Option) ([
 	if err != nil {
 		return nil, IndexStats{}, err
 	}
-	ix, err := buildIndex(ctx, c, roots)
+	ix, err := buildIndex(ctx, c, roots, nil)
 	if err != nil {
 		return nil, IndexStats{}, err
 	}
@@ -231,7 +231,7 @@ func CompareIndexes(ctx context.Context, seed uint64, fresh int, paths, extra []
 		// The eager index fails on the first directory it cannot read;
 		// the lazy one fails where it must, or fails the lookups that
 		// reach that directory: a name found nowhere reaches them all.
-		lazy, lerr := buildIndex(ctx, c, roots)
+		lazy, lerr := buildIndex(ctx, c, roots, nil)
 		if lerr != nil {
 			if lerr.Error() != err.Error() {
 				return []string{fmt.Sprintf("building the index:\n  lazy  %v\n  eager %v", lerr, err)}, 1, nil
@@ -304,7 +304,7 @@ func CompareIndexes(ctx context.Context, seed uint64, fresh int, paths, extra []
 		diffs = append(diffs, fmt.Sprintf("%s %v (%s):\n  lazy  %s\n  eager %s", q.name, q.a, how, got, want))
 	}
 	// All questions, shuffled, on one lazy index shared by jobs goroutines.
-	lazy, err := buildIndex(ctx, c, roots)
+	lazy, err := buildIndex(ctx, c, roots, nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -326,7 +326,7 @@ func CompareIndexes(ctx context.Context, seed uint64, fresh int, paths, extra []
 		fresh = len(qs)
 	}
 	for i, q := range qs[:fresh] {
-		fresh, err := buildIndex(ctx, c, roots)
+		fresh, err := buildIndex(ctx, c, roots, nil)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -340,4 +340,21 @@ func CompareIndexes(ctx context.Context, seed uint64, fresh int, paths, extra []
 	}
 	slices.Sort(diffs)
 	return diffs, len(qs) + fresh, nil
+}
+
+// walkDirsBelow is dirsBelow as filepath.WalkDir gives it, one directory
+// at a time: the eager oracle lists its directories independently of the
+// walk Patch makes.
+func walkDirsBelow(dir string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out, err
 }

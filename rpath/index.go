@@ -114,8 +114,9 @@ type probe struct {
 
 // buildIndex works out the directories of both rounds (roots and search
 // directories; recursive ones are walked, names only) and returns the
-// index that searches them lazily.
-func buildIndex(ctx context.Context, c *config, roots []string) (*index, error) {
+// index that searches them lazily. below holds the directories below
+// roots that collect walked already.
+func buildIndex(ctx context.Context, c *config, roots []string, below map[string][]string) (*index, error) {
 	var outputs []string
 	for _, r := range roots {
 		st, err := os.Stat(r)
@@ -126,9 +127,11 @@ func buildIndex(ctx context.Context, c *config, roots []string) (*index, error) 
 		case !st.IsDir():
 			outputs = append(outputs, r) // a library named directly is indexed too
 		case c.recurse:
-			dirs, err := dirsBelow(r)
-			if err != nil {
-				return nil, err
+			dirs, ok := below[r]
+			if !ok {
+				if dirs, err = dirsBelow(ctx, r, c.jobs); err != nil {
+					return nil, err
+				}
 			}
 			outputs = append(outputs, dirs...)
 		default:
@@ -137,7 +140,7 @@ func buildIndex(ctx context.Context, c *config, roots []string) (*index, error) 
 	}
 	search := slices.Clone(c.search)
 	for _, r := range c.searchRecursive {
-		dirs, err := dirsBelow(r)
+		dirs, err := dirsBelow(ctx, r, c.jobs)
 		if err != nil {
 			return nil, err
 		}
@@ -154,19 +157,18 @@ func buildIndex(ctx context.Context, c *config, roots []string) (*index, error) 
 }
 
 // dirsBelow lists dir and every directory below it, in lexical order,
-// without following symlinks.
-func dirsBelow(dir string) ([]string, error) {
-	var out []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			out = append(out, p)
-		}
-		return nil
-	})
-	return out, err
+// without following symlinks (nothing when dir is not a directory, as
+// filepath.WalkDir visits no directory of it).
+func dirsBelow(ctx context.Context, dir string, jobs int) ([]string, error) {
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return nil, nil
+	}
+	_, dirs, err := walkTree(ctx, dir, jobs, true)
+	return dirs, err
 }
 
 // lookup returns the first compatible candidate for a file name, listing

@@ -70,7 +70,7 @@ type config struct {
 	libcHas         *sync.Map        // name → whether the libc directory has it
 	// newIndex makes the library index: buildIndex, or in tests the
 	// eager oracle it is checked against.
-	newIndex func(context.Context, *config, []string) (resolver, error)
+	newIndex func(ctx context.Context, c *config, roots []string, below map[string][]string) (resolver, error)
 }
 
 // Option configures Patch. Options that can be wrong return an error, so a
@@ -89,8 +89,8 @@ func newConfig(opts []Option) (*config, error) {
 		log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 		bufs:          &elfedit.Buffers{},
 		libcHas:       &sync.Map{},
-		newIndex: func(ctx context.Context, c *config, roots []string) (resolver, error) {
-			return buildIndex(ctx, c, roots)
+		newIndex: func(ctx context.Context, c *config, roots []string, below map[string][]string) (resolver, error) {
+			return buildIndex(ctx, c, roots, below)
 		},
 	}
 	for _, o := range opts {

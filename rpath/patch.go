@@ -139,11 +139,11 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	if err != nil {
 		return nil, err
 	}
-	files, err := collect(ctx, roots, c.recurse)
+	files, below, err := collect(ctx, roots, c.recurse, c.jobs)
 	if err != nil {
 		return nil, err
 	}
-	ix, err := c.newIndex(ctx, c, roots)
+	ix, err := c.newIndex(ctx, c, roots, below)
 	if err != nil {
 		return nil, err
 	}
@@ -343,14 +343,17 @@ func parallel(ctx context.Context, jobs, n int, fn func(int)) error {
 type found struct{ path, root string }
 
 // collect lists the regular files below the roots, root by root, each
-// root's files in sorted order. Symbolic links are never followed: a link
-// may point out of the tree being patched.
-func collect(ctx context.Context, roots []string, recurse bool) ([]found, error) {
+// root's files in sorted order (walkTree, jobs directories at a time), and,
+// when it recurses, the directories below each root that is a directory,
+// for the index. Symbolic links are never followed: a link may point out
+// of the tree being patched.
+func collect(ctx context.Context, roots []string, recurse bool, jobs int) ([]found, map[string][]string, error) {
 	var out []found
+	below := map[string][]string{}
 	for _, r := range roots {
 		st, err := os.Lstat(r)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if st.Mode().IsRegular() {
 			out = append(out, found{r, r})
@@ -359,26 +362,18 @@ func collect(ctx context.Context, roots []string, recurse bool) ([]found, error)
 		if !st.IsDir() {
 			continue
 		}
-		err = filepath.WalkDir(r, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if d.IsDir() && p != r && !recurse {
-				return filepath.SkipDir
-			}
-			if d.Type().IsRegular() {
-				out = append(out, found{p, r})
-			}
-			return nil
-		})
+		files, dirs, err := walkTree(ctx, r, jobs, recurse)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		for _, p := range files {
+			out = append(out, found{p, r})
+		}
+		if recurse {
+			below[r] = dirs
 		}
 	}
-	return out, nil
+	return out, below, nil
 }
 
 // target is the architecture of the interpreter: files of others are not

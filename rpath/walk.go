@@ -1,0 +1,95 @@
+package rpath
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// A run starts by listing its trees: every file below the PATHs to patch,
+// and every directory below them for the index. On a 16-core machine that
+// walk, made one directory at a time, was a seventh of a 10,000-file run
+// (25 ms of 330, with every other core idle), and the index walked the same
+// trees a second time for their directories (23 ms more). walkTree lists a
+// tree once, directories on up to jobs goroutines at a time, and gives both
+// lists in the order filepath.WalkDir visits them.
+
+// walkTree returns the regular files below root and the directories
+// (root first), each in filepath.WalkDir's lexical pre-order, without
+// following symbolic links; with recurse false only root's own entries are
+// listed. root must be a directory. The first error in that order (a
+// directory that cannot be read) is returned, as WalkDir would stop at it.
+func walkTree(ctx context.Context, root string, jobs int, recurse bool) (files, dirs []string, err error) {
+	t := &treeWalk{ctx: ctx, recurse: recurse, slots: make(chan struct{}, max(jobs, 1))}
+	top := &dirNode{path: root}
+	t.wg.Add(1)
+	t.list(top, true)
+	t.wg.Wait()
+	err = top.emit(&files, &dirs)
+	return files, dirs, err
+}
+
+type treeWalk struct {
+	ctx     context.Context
+	recurse bool
+	slots   chan struct{} // bounds the directories read at once
+	wg      sync.WaitGroup
+}
+
+// dirNode is a listed directory: its entries, sorted by name, and the
+// nodes of the subdirectories among them (by entry index).
+type dirNode struct {
+	path string
+	ents []fs.DirEntry
+	kids map[int]*dirNode
+	err  error
+}
+
+// list reads n and starts listing its subdirectories. A goroutine waiting
+// for a slot holds none, so the recursion cannot deadlock.
+func (t *treeWalk) list(n *dirNode, top bool) {
+	defer t.wg.Done()
+	if n.err = t.ctx.Err(); n.err != nil {
+		return
+	}
+	t.slots <- struct{}{}
+	n.ents, n.err = os.ReadDir(n.path)
+	<-t.slots
+	if n.err != nil || !t.recurse && !top {
+		return
+	}
+	for i, e := range n.ents {
+		if !e.IsDir() || !t.recurse {
+			continue
+		}
+		if n.kids == nil {
+			n.kids = map[int]*dirNode{}
+		}
+		k := &dirNode{path: filepath.Join(n.path, e.Name())}
+		n.kids[i] = k
+		t.wg.Add(1)
+		go t.list(k, false)
+	}
+}
+
+// emit appends n's directories and regular files, depth first.
+func (n *dirNode) emit(files, dirs *[]string) error {
+	*dirs = append(*dirs, n.path)
+	if n.err != nil {
+		return n.err
+	}
+	for i, e := range n.ents {
+		if k := n.kids[i]; k != nil {
+			if err := k.emit(files, dirs); err != nil {
+				return err
+			}
+			continue
+		}
+		if e.Type().IsRegular() {
+			*files = append(*files, filepath.Join(n.path, e.Name()))
+		}
+	}
+	return nil
+}
