@@ -412,7 +412,7 @@ func (c *config) decideSafe(fd found, ix resolver, t target) (out *File) {
 func (c *config) decide(fd found, ix resolver, t target) *File {
 	path := fd.path
 	out := &File{Path: path, Root: fd.root}
-	f, err := c.bufs.Open(path)
+	f, err := c.bufs.OpenForEdit(path)
 	if err != nil {
 		if errors.Is(err, elfedit.ErrNotELF) {
 			out.Skipped = "not ELF"
@@ -428,7 +428,7 @@ func (c *config) decide(fd found, ix resolver, t target) *File {
 	if n := f.StringTableSize(); n >= bigTable {
 		f.Close()
 		defer c.big.enterSize(n)()
-		if f, err = c.bufs.Open(path); err != nil {
+		if f, err = c.bufs.OpenForEdit(path); err != nil {
 			out.Errors = append(out.Errors, errMsg(path, err))
 			return out
 		}

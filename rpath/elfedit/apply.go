@@ -264,6 +264,7 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 		return nil, unwrapPath(err)
 	}
 	rc := newReadCache(rf, st.Size, opt.Buffers)
+	rc.editing = true
 	defer rc.Close()
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
 		return nil, fmt.Errorf("not a regular file")

@@ -34,3 +34,11 @@ type CachedReader interface {
 func NewCachedReader(src *CountingReader, size int64, bufs *Buffers) CachedReader {
 	return newReadCache(src, size, bufs)
 }
+
+// NewEditingReader is the read cache EditFile and Buffers.OpenForEdit
+// read a file about to be planned through: it prefetches the tables.
+func NewEditingReader(src *CountingReader, size int64, bufs *Buffers) CachedReader {
+	c := newReadCache(src, size, bufs)
+	c.editing = true
+	return c
+}

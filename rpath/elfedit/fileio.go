@@ -111,6 +111,10 @@ func (b *Buffers) put(buf []byte) {
 // through a buffer lent by b. The caller must Close the file, which gives
 // the buffer back.
 func (b *Buffers) Open(path string) (*File, error) {
+	return b.open(path, false)
+}
+
+func (b *Buffers) open(path string, editing bool) (*File, error) {
 	fd, err := openFD(path, syscall.O_RDONLY)
 	if err != nil {
 		return nil, err
@@ -121,6 +125,7 @@ func (b *Buffers) Open(path string) (*File, error) {
 		return nil, err
 	}
 	c := newReadCache(fd, st.Size, b)
+	c.editing = editing
 	f, err := NewFile(c, st.Size)
 	if err != nil {
 		c.Close()
@@ -128,6 +133,15 @@ func (b *Buffers) Open(path string) (*File, error) {
 	}
 	f.closer = c
 	return f, nil
+}
+
+// OpenForEdit is Open for a file about to be planned (File.Plan,
+// File.Prepare): the dynamic-linking tables a plan reads come in one
+// read where they lie together (see File.prefetchTables), not a read
+// each. Reading only the headers and names (print, an index's probes),
+// Open reads less.
+func (b *Buffers) OpenForEdit(path string) (*File, error) {
+	return b.open(path, true)
 }
 
 // fdFile is an open file descriptor, read and written with pread and
@@ -303,12 +317,24 @@ type readCache struct {
 	// window. With neither a read past the cache (bypass) nor a window
 	// replaced (evicted), the cache still holds every byte read, which is
 	// what a fingerprint covers (prepare.go).
-	spans   []span
+	spans []span
+	// spanData holds the bytes of each span, in the same order (a window
+	// replaced since holds others, but then evicted is set).
+	spanData [][]byte
+	// big holds ranges read whole ahead of need (prefetch): never
+	// replaced, in scratch lent until Close.
+	big []window
+	// editing says the file is about to be planned (EditFile,
+	// Buffers.OpenForEdit): its dynamic-linking tables are read in one
+	// read when they lie together (File.prefetchTables).
+	editing bool
 	bypass  bool
 	evicted bool
 	// lent is the scratch lent through the cache (File.scratch), given
-	// back to bufs on Close; gaveBack says that happened, after which
-	// nothing planned from this file may be written (Plan.apply).
+	// back to bufs on Close; gaveBack says buffers went back to bufs then
+	// (the head, which the string table may be a view of, included),
+	// after which nothing planned from this file may be written
+	// (Plan.apply).
 	lent     [][]byte
 	gaveBack bool
 }
@@ -381,6 +407,7 @@ func (c *readCache) fillHead() error {
 	}
 	c.head = buf[:m]
 	c.spans = append(c.spans, span{0, int64(m)})
+	c.spanData = append(c.spanData, c.head)
 	return nil
 }
 
@@ -394,7 +421,60 @@ func (c *readCache) cached(b []byte, off int64) (int, bool) {
 			return copy(b, w.b[off-w.off:]), true
 		}
 	}
+	for _, w := range c.big {
+		if off >= w.off && off < w.off+int64(len(w.b)) {
+			return copy(b, w.b[off-w.off:]), true
+		}
+	}
 	return 0, false
+}
+
+// prefetch reads [start, end) whole, past what the head holds, into
+// scratch kept until Close: the dynamic-linking tables of a file about
+// to be planned, which would otherwise take a window or a read past the
+// cache each. A failed read leaves the cache as it was (the reads that
+// need the bytes then fail or read them as before). The caller holds
+// c.mu, and the head has been read.
+func (c *readCache) prefetch(start, end int64) {
+	start = max(start, int64(len(c.head)))
+	end = min(end, c.size)
+	if c.closed || start >= end {
+		return
+	}
+	buf := c.lendLocked(uint64(end - start))
+	m, err := c.f.ReadAt(buf, start)
+	if err != nil && !errors.Is(err, io.EOF) || m == 0 {
+		return
+	}
+	c.big = append(c.big, window{off: start, b: buf[:m]})
+	c.spans = append(c.spans, span{start, start + int64(m)})
+	c.spanData = append(c.spanData, buf[:m])
+}
+
+// view returns the n bytes at off without a copy when the head or a
+// prefetched range holds them all: bytes nothing writes to, valid until
+// Close (a window may be replaced before then, so none is used).
+func (c *readCache) view(off, n int64) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || off < 0 || n <= 0 {
+		return nil, false
+	}
+	if off+n <= int64(len(c.head)) {
+		return c.head[off : off+n : off+n], true
+	}
+	for _, w := range c.big {
+		if off >= w.off && off+n <= w.off+int64(len(w.b)) {
+			return w.b[off-w.off : off-w.off+n : off-w.off+n], true
+		}
+	}
+	return nil, false
+}
+
+// holdsAll reports whether the cache still holds every byte it read: no
+// read past it, no window replaced. The caller holds c.mu.
+func (c *readCache) holdsAll() bool {
+	return !c.closed && !c.bypass && !c.evicted && len(c.spans) == 1+len(c.wins)+len(c.big)
 }
 
 // fill reads a window holding [off, off+n), n <= windowSize: the window
@@ -430,6 +510,7 @@ func (c *readCache) fillRange(start, end int64) ([]byte, error) {
 	}
 	c.wins[i].b = buf[:m]
 	c.spans = append(c.spans, span{start, start + int64(m)})
+	c.spanData = append(c.spanData, buf[:m])
 	return buf[:m], nil
 }
 
@@ -465,8 +546,8 @@ func (c *readCache) Close() error {
 		for _, b := range c.lent {
 			c.bufs.giveBack(b)
 		}
-		c.gaveBack = len(c.lent) > 0
-		c.head, c.wins, c.lent = nil, nil, nil
+		c.gaveBack = c.bufs != nil
+		c.head, c.wins, c.lent, c.big, c.spanData = nil, nil, nil, nil, nil
 	}
 	return c.f.Close()
 }
@@ -475,6 +556,10 @@ func (c *readCache) Close() error {
 func (c *readCache) lend(n uint64) []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.lendLocked(n)
+}
+
+func (c *readCache) lendLocked(n uint64) []byte {
 	if c.bufs == nil || c.closed || scratchClass(n) < 0 {
 		return make([]byte, n)
 	}

@@ -2,10 +2,15 @@ package elfedit_test
 
 import (
 	"bytes"
+	"debug/elf"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -170,4 +175,72 @@ func TestScratchGoesWithItsFile(t *testing.T) {
 	_, err = elfedit.EditFile(other.Exe, e, elfedit.Options{})
 	require.NoError(t, err)
 	assert.Equal(t, readFile(t, other.Exe), readFile(t, fx.Exe), "as planning without Buffers writes it")
+}
+
+// TestTablesReadTogether: a library whose dynamic-linking tables outgrow
+// the 64 KiB head (3,000 exported functions, built here) has them read in
+// one call when it is read to be planned: planning and verifying an edit
+// takes fewer reads than through the plain cache, at most four (the head,
+// the section headers at the end, the dynamic section, the tables); and
+// the plan is the same either way.
+func TestTablesReadTogether(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var src strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&src, "int exported_function_with_a_long_name_%04d(void) { return %d; }\n", i, i)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "many.c"), []byte(src.String()), 0o644))
+	lib := filepath.Join(dir, "libmany.so")
+	// Stripped, as distributions and Nix builds ship libraries: a .symtab
+	// (read whole when sections move, to renumber it) is one read more.
+	out, err := exec.Command("gcc", "-shared", "-fPIC", "-O0", "-s", "-o", lib, filepath.Join(dir, "many.c")).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	raw, err := os.ReadFile(lib)
+	require.NoError(t, err)
+	f0, err := elfedit.NewFile(bytes.NewReader(raw), int64(len(raw)))
+	require.NoError(t, err)
+	var tables uint64
+	for _, s := range f0.Sections {
+		if s.Type == elf.SHT_DYNSYM || s.Name == ".dynstr" {
+			tables += s.Size
+		}
+	}
+	require.Greater(t, tables, uint64(65536), "the tables outgrow the head")
+
+	e := elfedit.Edit{SetPath: str(pad(300, "/nix/store/x/lib")), SetNote: cacheNote("many", 200), Derived: []elfedit.NoteID{cacheID}}
+	plan := func(newReader func(*elfedit.CountingReader, int64, *elfedit.Buffers) elfedit.CachedReader) (int, []byte) {
+		counter := &elfedit.CountingReader{R: bytes.NewReader(raw)}
+		c := newReader(counter, int64(len(raw)), &elfedit.Buffers{})
+		defer c.Close()
+		f, err := elfedit.NewFile(c, int64(len(raw)))
+		require.NoError(t, err)
+		p, err := f.Plan(e)
+		require.NoError(t, err)
+		after, err := p.Result()
+		require.NoError(t, err)
+		require.NoError(t, elfedit.CheckResult(f, after, &e))
+		m := &memTarget{b: slices.Clone(raw)}
+		require.NoError(t, p.Apply(m, false))
+		return counter.Calls, m.b
+	}
+	plain, plainOut := plan(elfedit.NewCachedReader)
+	editing, editingOut := plan(elfedit.NewEditingReader)
+	assert.LessOrEqual(t, editing, 4, "read calls to plan the library")
+	assert.Less(t, editing, plain, "read calls: %d through the plain cache", plain)
+	assert.True(t, bytes.Equal(plainOut, editingOut), "the same result either way")
+
+	// The prefetched range is part of what a prepared plan was made
+	// from: read again whole, it lets the write reuse the plan.
+	var bufs elfedit.Buffers
+	f, err := bufs.OpenForEdit(lib)
+	require.NoError(t, err)
+	p, err := f.Prepare(e, nil)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.True(t, p.Prepared(), planString(p))
+	res, err := elfedit.EditFile(lib, e, elfedit.Options{Prepared: p, Buffers: &bufs})
+	require.NoError(t, err)
+	assert.Same(t, p, res.Plan, "the prepared plan is written")
+	assert.True(t, bytes.Equal(editingOut, readFile(t, lib)), "as planned")
 }

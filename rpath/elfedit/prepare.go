@@ -67,7 +67,7 @@ func (f *File) Prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
 	fp := &fingerprint{seed: maphash.MakeSeed(), size: f.size, edit: e, before: f.Info(), after: after.Info()}
 	c.mu.Lock()
 	// Verifying read through the same cache: it must still hold all.
-	held = !c.closed && !c.bypass && !c.evicted && len(c.spans) == len(c.wins)+1
+	held = c.holdsAll()
 	if held {
 		fp.spans = append([]span(nil), c.spans...)
 		fp.sum = c.sum(fp.seed)
@@ -107,7 +107,8 @@ func (p *Plan) HeldBytes() int64 {
 }
 
 // sum hashes the offsets and contents of the cache's spans, which it
-// holds: the head, then its windows in the order they were read.
+// holds: the head, then its windows and prefetched ranges in the order
+// they were read.
 // The caller holds c.mu.
 func (c *readCache) sum(seed maphash.Seed) uint64 {
 	var h maphash.Hash
@@ -117,11 +118,7 @@ func (c *readCache) sum(seed maphash.Seed) uint64 {
 		binary.LittleEndian.PutUint64(hdr[:8], uint64(s.off))
 		binary.LittleEndian.PutUint64(hdr[8:], uint64(s.end))
 		h.Write(hdr[:])
-		if i == 0 {
-			h.Write(c.head)
-		} else {
-			h.Write(c.wins[i-1].b)
-		}
+		h.Write(c.spanData[i])
 	}
 	return h.Sum64()
 }
@@ -143,10 +140,14 @@ func (c *readCache) matches(fp *fingerprint, e *Edit) bool {
 		return false
 	}
 	for _, s := range fp.spans[1:] {
-		if s.end-s.off > windowSize || len(c.wins) == maxWindows {
+		if s.end-s.off > windowSize {
+			c.prefetch(s.off, s.end) // a prefetched range: read again whole
+		} else if len(c.wins) == maxWindows {
+			return false
+		} else if _, err := c.fillRange(s.off, s.end); err != nil {
 			return false
 		}
-		if _, err := c.fillRange(s.off, s.end); err != nil || c.spans[len(c.spans)-1] != s {
+		if c.spans[len(c.spans)-1] != s {
 			return false
 		}
 	}

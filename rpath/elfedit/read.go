@@ -132,6 +132,50 @@ func (f *File) Close() error {
 	return err
 }
 
+// prefetchTables reads the file's dynamic-linking tables (the dynamic
+// symbols, their names, versions and hash table: what a plan reads) in one
+// read, when the section headers place them together, as linkers do, at
+// the start of the file: a library whose tables outgrow the 64 KiB head
+// took a read past the cache for its string table and a window or two for
+// the rest, in each phase. Tables spread out (more than a window of other
+// bytes among them) or over maxPrefetch are read as before.
+func (f *File) prefetchTables(c *readCache) {
+	lo, hi, tables := uint64(f.size), uint64(0), uint64(0)
+	strtab := -1
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_DYNSYM {
+			strtab = int(s.Link)
+		}
+	}
+	for i, s := range f.Sections {
+		switch {
+		case s.Flags&elf.SHF_ALLOC == 0 || s.Type == elf.SHT_NOBITS || s.Size == 0:
+			continue
+		case s.Type == elf.SHT_DYNSYM, s.Type == elf.SHT_GNU_HASH, s.Type == elf.SHT_HASH,
+			s.Type == elf.SHT_GNU_VERSYM, s.Type == elf.SHT_GNU_VERNEED, s.Type == elf.SHT_GNU_VERDEF,
+			i == strtab && s.Type == elf.SHT_STRTAB:
+		default:
+			continue
+		}
+		if s.Offset > uint64(f.size) || s.Size > uint64(f.size)-s.Offset {
+			return // the reads that need it say what is wrong
+		}
+		lo, hi, tables = min(lo, s.Offset), max(hi, s.Offset+s.Size), tables+s.Size
+	}
+	if tables == 0 || hi-lo > maxPrefetch || hi-lo > tables+windowSize {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.head != nil && hi > uint64(len(c.head)) {
+		c.prefetch(int64(lo), int64(hi))
+	}
+}
+
+// maxPrefetch bounds what prefetchTables reads at once: the largest
+// scratch class, which a pool lends again.
+const maxPrefetch = 4 << 20
+
 // scratch returns n zero bytes that live as long as the file is open: lent
 // by the Buffers it was opened with, if any (a File made by NewFile, or
 // opened without Buffers, allocates). Nothing that outlives the file may
@@ -601,8 +645,14 @@ func (f *File) readDynamic() error {
 	if !ok {
 		return formatErr(int64(p.Off), "DT_STRTAB 0x%x (size 0x%x) maps to no PT_LOAD", strtab, strsz)
 	}
-	if o, ok := f.r.(*overlay); ok {
-		f.strtab, _ = o.view(int64(off), int64(strsz))
+	switch r := f.r.(type) {
+	case *overlay:
+		f.strtab, _ = r.view(int64(off), int64(strsz))
+	case *readCache:
+		if r.editing {
+			f.prefetchTables(r)
+		}
+		f.strtab, _ = r.view(int64(off), int64(strsz))
 	}
 	if f.strtab == nil {
 		if f.strtab, err = f.readScratch(off, strsz, "dynamic string table"); err != nil {
