@@ -61,17 +61,22 @@ func scratchClass(n uint64) int {
 	return bits.Len64(n-1) - scratchMinShift
 }
 
-// lend returns n zero bytes, from the pool of their size class when there
-// is one (the capacity is then the class's size); without a pool it
-// allocates. What is lent goes back with giveBack.
-func (b *Buffers) lend(n uint64) []byte {
+// lend returns n bytes, from the pool of their size class when there is
+// one (the capacity is then the class's size); without a pool it
+// allocates. They are zero with zero set; without it, a slice from the
+// pool holds what its last borrower left, for a caller that reads over
+// all of it (a read of a table: clearing megabytes first cost as much as
+// the read). What is lent goes back with giveBack.
+func (b *Buffers) lend(n uint64, zero bool) []byte {
 	k := scratchClass(n)
 	if b == nil || k < 0 {
 		return make([]byte, n)
 	}
 	if v, ok := b.scratch[k].Get().(*[]byte); ok {
 		buf := (*v)[:n]
-		clear(buf)
+		if zero {
+			clear(buf)
+		}
 		return buf
 	}
 	return make([]byte, n, 1<<(k+scratchMinShift))
@@ -441,7 +446,7 @@ func (c *readCache) prefetch(start, end int64) {
 	if c.closed || start >= end {
 		return
 	}
-	buf := c.lendLocked(uint64(end - start))
+	buf := c.lendLocked(uint64(end-start), false)
 	m, err := c.f.ReadAt(buf, start)
 	if err != nil && !errors.Is(err, io.EOF) || m == 0 {
 		return
@@ -552,18 +557,19 @@ func (c *readCache) Close() error {
 	return c.f.Close()
 }
 
-// lend lends n zero bytes of scratch until Close (see Buffers.lend).
-func (c *readCache) lend(n uint64) []byte {
+// lend lends n bytes of scratch until Close, zero with zero set (see
+// Buffers.lend).
+func (c *readCache) lend(n uint64, zero bool) []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.lendLocked(n)
+	return c.lendLocked(n, zero)
 }
 
-func (c *readCache) lendLocked(n uint64) []byte {
+func (c *readCache) lendLocked(n uint64, zero bool) []byte {
 	if c.bufs == nil || c.closed || scratchClass(n) < 0 {
 		return make([]byte, n)
 	}
-	b := c.bufs.lend(n)
+	b := c.bufs.lend(n, zero)
 	c.lent = append(c.lent, b)
 	return b
 }

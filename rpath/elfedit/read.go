@@ -183,7 +183,17 @@ const maxPrefetch = 4 << 20
 // to the file is refused once the file is closed (Plan.apply).
 func (f *File) scratch(n uint64) []byte {
 	if c, ok := f.r.(*readCache); ok {
-		return c.lend(n)
+		return c.lend(n, true)
+	}
+	return make([]byte, n)
+}
+
+// scratchToRead is scratch that the caller reads over, all of it, before
+// using it: it is not cleared first, and may hold another file's bytes
+// until then.
+func (f *File) scratchToRead(n uint64) []byte {
+	if c, ok := f.r.(*readCache); ok {
+		return c.lend(n, false)
 	}
 	return make([]byte, n)
 }
@@ -193,7 +203,7 @@ func (f *File) readScratch(off, n uint64, what string) ([]byte, error) {
 	if err := f.inFile(off, n, what); err != nil {
 		return nil, err
 	}
-	buf := f.scratch(n)
+	buf := f.scratchToRead(n)
 	if err := readInto(f.r, buf, off, what); err != nil {
 		return nil, err
 	}

@@ -968,7 +968,7 @@ func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dyns
 		for i := uint64(0); i < n; i += chunk {
 			m := min(chunk, n-i)
 			if buf == nil {
-				buf = f.scratch(min(chunk, n) * es)
+				buf = f.scratchToRead(min(chunk, n) * es)
 			}
 			raw, at := buf[:m*es], s.Offset+i*es
 			if at > uint64(f.size) || m*es > uint64(f.size)-at {

@@ -40,9 +40,9 @@ func (f *File) stringRefs() ([]uint64, error) {
 			// buffer (only st_name is kept, and a copy of the whole table
 			// would be garbage at once); a bigger one in one read.
 			refs = make([]uint64, 0, n+16)
-			buf := f.scratch(340 * sym64Size) // a multiple of both entry sizes
+			buf := f.scratchToRead(340 * sym64Size) // a multiple of both entry sizes
 			if n*es > windowSize {
-				buf = f.scratch(n * es)
+				buf = f.scratchToRead(n * es)
 			}
 			for i := uint64(0); i < n; {
 				m := min(n-i, uint64(len(buf))/es)
