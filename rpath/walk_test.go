@@ -92,3 +92,18 @@ func TestWalkTreeStops(t *testing.T) {
 	_, _, err = walkTree(context.Background(), filepath.Join(root, "missing"), 4, true)
 	assert.ErrorIs(t, err, fs.ErrNotExist)
 }
+
+// TestWriteOrder: the write phase takes the changed files largest first,
+// files of one size in the tree's order, and leaves the others out.
+func TestWriteOrder(t *testing.T) {
+	t.Parallel()
+	files := []*File{
+		{Changed: true, size: 10},
+		{Changed: false, size: 1000},
+		{Changed: true, size: 500},
+		{Changed: true, size: 10},
+		{Changed: true, size: 70},
+	}
+	assert.Equal(t, []int{2, 4, 0, 3}, writeOrder(files))
+	assert.Empty(t, writeOrder([]*File{{size: 5}}))
+}
