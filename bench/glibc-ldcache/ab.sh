@@ -18,7 +18,7 @@ ab_lddebug() {
 	shift
 	for v in on off; do
 		ab_toggle "$v"
-		rm -rf "$AB_DIR/lddebug" && mkdir -p "$AB_DIR/lddebug"
+		rm -rf "${AB_DIR:?}/lddebug" && mkdir -p "$AB_DIR/lddebug"
 		LD_DEBUG=libs LD_DEBUG_OUTPUT="$AB_DIR/lddebug/out" "$@" >/dev/null 2>&1
 		echo "$label note=$v rc=$? $(python3 "$AB_HERE/lddebug-count.py" "$AB_DIR"/lddebug/out.*)"
 	done
