@@ -113,12 +113,12 @@ func (p *Plan) Result() (*File, error) {
 	return NewFile(&overlay{base: p.f.r, baseSize: p.f.size, steps: p.Steps, size: p.NewSize}, p.NewSize)
 }
 
-// errSpent refuses a plan whose file was closed after lending it scratch.
+// errSpent refuses a plan whose file was closed and gave its buffers back.
 var errSpent = errors.New("the plan's file was closed, and with it the buffers the plan writes from: plan again")
 
 // spent reports whether the plan's data may have been given back: it is
-// tied to a file read through a cache that has been closed after lending
-// it scratch (File.scratch). A prepared plan holds its own data.
+// tied to a file read through a cache with Buffers that has been closed
+// (readCache.spent). A prepared plan holds its own data.
 func (p *Plan) spent() bool {
 	if p.f == nil {
 		return false

@@ -65,35 +65,26 @@ func (f *File) coalesce(steps []Step) []Step {
 	return out
 }
 
-// pageRun is a run of pages [lo, hi), in page numbers.
-type pageRun struct{ lo, hi int64 }
-
-// dirtyPages returns the pages the steps write, as sorted, disjoint runs.
-func dirtyPages(steps []Step) []pageRun {
-	var runs []pageRun
+// dirtyPages returns the pages the steps write (page numbers), as sorted,
+// disjoint runs.
+func dirtyPages(steps []Step) []rng {
+	var runs []rng
 	for _, st := range steps {
 		if st.Kind != StepTruncate && st.Len > 0 {
-			runs = append(runs, pageRun{st.Off / pageSize, (st.Off+st.Len-1)/pageSize + 1})
+			runs = append(runs, rng{uint64(st.Off / pageSize), uint64((st.Off+st.Len-1)/pageSize + 1)})
 		}
 	}
-	slices.SortFunc(runs, func(a, b pageRun) int { return cmp.Compare(a.lo, b.lo) })
-	var out []pageRun
-	for _, r := range runs {
-		if n := len(out); n > 0 && r.lo <= out[n-1].hi {
-			out[n-1].hi = max(out[n-1].hi, r.hi)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
+	return union(runs)
 }
 
-// unwritten counts the pages of [lo, hi) bytes that no run covers.
-func unwritten(runs []pageRun, lo, hi int64) int64 {
-	first, end := lo/pageSize, (hi-1)/pageSize+1
-	n := end - first
+// unwritten counts the pages of [lo, hi) bytes that no run of pages covers.
+func unwritten(runs []rng, lo, hi int64) int64 {
+	first, end := uint64(lo/pageSize), uint64((hi-1)/pageSize+1)
+	n := int64(end - first)
 	for _, r := range runs {
-		n -= max(0, min(r.hi, end)-max(r.lo, first))
+		if r.hi > first && r.lo < end {
+			n -= int64(min(r.hi, end) - max(r.lo, first))
+		}
 	}
 	return n
 }
@@ -101,7 +92,7 @@ func unwritten(runs []pageRun, lo, hi int64) int64 {
 // merge coalesces group, steps of one kind, into as few writes as it can;
 // before are the steps that run before them (whose bytes the gaps after
 // the commit must show), dirty the pages the whole plan writes.
-func (f *File) merge(group, before []Step, dirty []pageRun) []Step {
+func (f *File) merge(group, before []Step, dirty []rng) []Step {
 	idx := make([]int, len(group))
 	for k := range idx {
 		idx[k] = k

@@ -318,14 +318,13 @@ type readCache struct {
 	wins   []window
 	next   int // the window a miss replaces once maxWindows are held
 	closed bool
-	// spans lists every read of the file, in order: the head, then each
-	// window. With neither a read past the cache (bypass) nor a window
-	// replaced (evicted), the cache still holds every byte read, which is
-	// what a fingerprint covers (prepare.go).
-	spans []span
-	// spanData holds the bytes of each span, in the same order (a window
-	// replaced since holds others, but then evicted is set).
-	spanData [][]byte
+	// reads lists every read of the file and its bytes, in order: the
+	// head, then each window and prefetched range. With neither a read
+	// past the cache (bypass) nor a window replaced (evicted, after which
+	// a replaced window's bytes are another range's), the cache still
+	// holds every byte read, which is what a fingerprint covers
+	// (prepare.go).
+	reads []window
 	// big holds ranges read whole ahead of need (prefetch): never
 	// replaced, in scratch lent until Close.
 	big []window
@@ -336,12 +335,8 @@ type readCache struct {
 	bypass  bool
 	evicted bool
 	// lent is the scratch lent through the cache (File.scratch), given
-	// back to bufs on Close; gaveBack says buffers went back to bufs then
-	// (the head, which the string table may be a view of, included),
-	// after which nothing planned from this file may be written
-	// (Plan.apply).
-	lent     [][]byte
-	gaveBack bool
+	// back to bufs on Close.
+	lent [][]byte
 }
 
 // span is a range of a file, [off, end).
@@ -358,6 +353,9 @@ type window struct {
 	off int64
 	b   []byte
 }
+
+// span is the range of the file w holds.
+func (w window) span() span { return span{w.off, w.off + int64(len(w.b))} }
 
 func newReadCache(f source, size int64, bufs *Buffers) *readCache {
 	return &readCache{f: f, size: size, bufs: bufs}
@@ -411,8 +409,7 @@ func (c *readCache) fillHead() error {
 		return err
 	}
 	c.head = buf[:m]
-	c.spans = append(c.spans, span{0, int64(m)})
-	c.spanData = append(c.spanData, c.head)
+	c.reads = append(c.reads, window{0, c.head})
 	return nil
 }
 
@@ -421,14 +418,11 @@ func (c *readCache) cached(b []byte, off int64) (int, bool) {
 	if off < int64(len(c.head)) {
 		return copy(b, c.head[off:]), true
 	}
-	for _, w := range c.wins {
-		if off >= w.off && off < w.off+int64(len(w.b)) {
-			return copy(b, w.b[off-w.off:]), true
-		}
-	}
-	for _, w := range c.big {
-		if off >= w.off && off < w.off+int64(len(w.b)) {
-			return copy(b, w.b[off-w.off:]), true
+	for _, ws := range [2][]window{c.wins, c.big} {
+		for _, w := range ws {
+			if off >= w.off && off < w.off+int64(len(w.b)) {
+				return copy(b, w.b[off-w.off:]), true
+			}
 		}
 	}
 	return 0, false
@@ -452,8 +446,7 @@ func (c *readCache) prefetch(start, end int64) {
 		return
 	}
 	c.big = append(c.big, window{off: start, b: buf[:m]})
-	c.spans = append(c.spans, span{start, start + int64(m)})
-	c.spanData = append(c.spanData, buf[:m])
+	c.reads = append(c.reads, window{start, buf[:m]})
 }
 
 // view returns the n bytes at off without a copy when the head or a
@@ -479,7 +472,7 @@ func (c *readCache) view(off, n int64) ([]byte, bool) {
 // holdsAll reports whether the cache still holds every byte it read: no
 // read past it, no window replaced. The caller holds c.mu.
 func (c *readCache) holdsAll() bool {
-	return !c.closed && !c.bypass && !c.evicted && len(c.spans) == 1+len(c.wins)+len(c.big)
+	return !c.closed && !c.bypass && !c.evicted && len(c.reads) == 1+len(c.wins)+len(c.big)
 }
 
 // fill reads a window holding [off, off+n), n <= windowSize: the window
@@ -514,8 +507,7 @@ func (c *readCache) fillRange(start, end int64) ([]byte, error) {
 		return nil, io.EOF // the file is shorter than it was
 	}
 	c.wins[i].b = buf[:m]
-	c.spans = append(c.spans, span{start, start + int64(m)})
-	c.spanData = append(c.spanData, buf[:m])
+	c.reads = append(c.reads, c.wins[i])
 	return buf[:m], nil
 }
 
@@ -551,8 +543,7 @@ func (c *readCache) Close() error {
 		for _, b := range c.lent {
 			c.bufs.giveBack(b)
 		}
-		c.gaveBack = c.bufs != nil
-		c.head, c.wins, c.lent, c.big, c.spanData = nil, nil, nil, nil, nil
+		c.head, c.wins, c.lent, c.big, c.reads = nil, nil, nil, nil, nil
 	}
 	return c.f.Close()
 }
@@ -574,10 +565,12 @@ func (c *readCache) lendLocked(n uint64, zero bool) []byte {
 	return b
 }
 
-// spent reports whether the cache gave back scratch that a plan of its
-// file may hold.
+// spent reports whether the cache gave its buffers back to a Buffers
+// (Close): the head, which the string table may be a view of, and the
+// scratch a plan of its file may hold. Nothing planned from the file may
+// be written after that (Plan.apply).
 func (c *readCache) spent() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.gaveBack
+	return c.closed && c.bufs != nil
 }

@@ -69,7 +69,10 @@ func (f *File) Prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
 	// Verifying read through the same cache: it must still hold all.
 	held = c.holdsAll()
 	if held {
-		fp.spans = append([]span(nil), c.spans...)
+		fp.spans = make([]span, len(c.reads))
+		for i, w := range c.reads {
+			fp.spans[i] = w.span()
+		}
 		fp.sum = c.sum(fp.seed)
 	}
 	c.mu.Unlock()
@@ -106,7 +109,7 @@ func (p *Plan) HeldBytes() int64 {
 	return n
 }
 
-// sum hashes the offsets and contents of the cache's spans, which it
+// sum hashes the offsets and contents of the cache's reads, which it
 // holds: the head, then its windows and prefetched ranges in the order
 // they were read.
 // The caller holds c.mu.
@@ -114,11 +117,12 @@ func (c *readCache) sum(seed maphash.Seed) uint64 {
 	var h maphash.Hash
 	h.SetSeed(seed)
 	var hdr [16]byte
-	for i, s := range c.spans {
+	for _, w := range c.reads {
+		s := w.span()
 		binary.LittleEndian.PutUint64(hdr[:8], uint64(s.off))
 		binary.LittleEndian.PutUint64(hdr[8:], uint64(s.end))
 		h.Write(hdr[:])
-		h.Write(c.spanData[i])
+		h.Write(w.b)
 	}
 	return h.Sum64()
 }
@@ -136,7 +140,7 @@ func (c *readCache) matches(fp *fingerprint, e *Edit) bool {
 	if c.closed || c.head != nil {
 		return false
 	}
-	if err := c.fillHead(); err != nil || c.spans[0] != fp.spans[0] {
+	if err := c.fillHead(); err != nil || c.reads[0].span() != fp.spans[0] {
 		return false
 	}
 	for _, s := range fp.spans[1:] {
@@ -147,7 +151,7 @@ func (c *readCache) matches(fp *fingerprint, e *Edit) bool {
 		} else if _, err := c.fillRange(s.off, s.end); err != nil {
 			return false
 		}
-		if c.spans[len(c.spans)-1] != s {
+		if c.reads[len(c.reads)-1].span() != s {
 			return false
 		}
 	}

@@ -200,7 +200,7 @@ func (f *File) scratchToRead(n uint64) []byte {
 
 // readScratch is readAt into scratch.
 func (f *File) readScratch(off, n uint64, what string) ([]byte, error) {
-	if err := f.inFile(off, n, what); err != nil {
+	if err := inFile(f.size, off, n, what); err != nil {
 		return nil, err
 	}
 	buf := f.scratchToRead(n)
@@ -212,16 +212,17 @@ func (f *File) readScratch(off, n uint64, what string) ([]byte, error) {
 
 // readFull is readAt into b, a buffer the caller has.
 func (f *File) readFull(b []byte, off uint64, what string) error {
-	if err := f.inFile(off, uint64(len(b)), what); err != nil {
+	if err := inFile(f.size, off, uint64(len(b)), what); err != nil {
 		return err
 	}
 	return readInto(f.r, b, off, what)
 }
 
-// inFile refuses a range that overflows or lies past the end of the file.
-func (f *File) inFile(off, n uint64, what string) error {
-	if off > uint64(f.size) || n > uint64(f.size)-off {
-		return formatErr(int64(min(off, uint64(f.size))), "%s: range 0x%x+0x%x lies past the end of the file (size 0x%x)", what, off, n, f.size)
+// inFile refuses a range that overflows or lies past the end of a file
+// of the given size.
+func inFile(size int64, off, n uint64, what string) error {
+	if off > uint64(size) || n > uint64(size)-off {
+		return formatErr(int64(min(off, uint64(size))), "%s: range 0x%x+0x%x lies past the end of the file (size 0x%x)", what, off, n, size)
 	}
 	return nil
 }
@@ -239,8 +240,8 @@ func readInto(r io.ReaderAt, b []byte, off uint64, what string) error {
 // end of the file before allocating anything (the shape of the standard
 // library's internal/saferio: a lying size ends in an error, not a huge make).
 func readAt(r io.ReaderAt, size int64, off, n uint64, what string) ([]byte, error) {
-	if off > uint64(size) || n > uint64(size)-off {
-		return nil, formatErr(int64(min(off, uint64(size))), "%s: range 0x%x+0x%x lies past the end of the file (size 0x%x)", what, off, n, size)
+	if err := inFile(size, off, n, what); err != nil {
+		return nil, err
 	}
 	buf := make([]byte, n)
 	if err := readInto(r, buf, off, what); err != nil {

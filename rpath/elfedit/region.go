@@ -282,15 +282,7 @@ func (f *File) gapBlobs(k int) ([]blob, bool, bool) {
 			}
 		}
 	}
-	slices.SortFunc(set, func(a, b rng) int { return int(int64(a.lo) - int64(b.lo)) })
-	var merged []rng
-	for _, r := range set {
-		if n := len(merged); n > 0 && r.lo <= merged[n-1].hi {
-			merged[n-1].hi = max(merged[n-1].hi, r.hi)
-			continue
-		}
-		merged = append(merged, r)
-	}
+	merged := union(set)
 	covered := func(x rng) bool {
 		return slices.ContainsFunc(merged, func(m rng) bool { return x.lo >= m.lo && x.hi <= m.hi })
 	}

@@ -2,6 +2,7 @@ package elfedit
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -246,6 +247,21 @@ func (f *File) versionRefs(refs *[]uint64) error {
 type rng struct{ lo, hi uint64 }
 
 func (r rng) overlaps(o rng) bool { return r.lo < o.hi && o.lo < r.hi }
+
+// union sorts rs and returns the ranges they cover, ranges that overlap or
+// touch merged into one, in order.
+func union(rs []rng) []rng {
+	slices.SortFunc(rs, func(a, b rng) int { return cmp.Compare(a.lo, b.lo) })
+	var out []rng
+	for _, r := range rs {
+		if n := len(out); n > 0 && r.lo <= out[n-1].hi {
+			out[n-1].hi = max(out[n-1].hi, r.hi)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
 
 // without returns the parts of rs that cut does not cover, in order.
 func without(rs []rng, cut rng) []rng {
