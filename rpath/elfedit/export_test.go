@@ -10,14 +10,17 @@ func ApplyPrefix(p *Plan, t Target, n int) error { return p.apply(t, false, n) }
 // CheckResult is what EditFile checks of a planned result before writing.
 func CheckResult(before, after *File, e *Edit) error { return checkResult(before, after, e) }
 
-// CountingReader counts the ReadAt calls that reach a file.
+// CountingReader counts the ReadAt calls that reach a file, and the
+// bytes they asked for.
 type CountingReader struct {
 	R     io.ReaderAt
 	Calls int
+	Bytes int
 }
 
 func (c *CountingReader) ReadAt(b []byte, off int64) (int, error) {
 	c.Calls++
+	c.Bytes += len(b)
 	return c.R.ReadAt(b, off)
 }
 

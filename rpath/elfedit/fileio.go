@@ -14,8 +14,8 @@ import (
 // costs, per file, a few header reads and a few small writes, so their
 // number is the cost: a File reads through a window cache that takes the
 // first 64 KiB (headers, and in small files everything: notes, .dynsym,
-// .dynstr, .dynamic, the section headers) in one read, and each later miss
-// in one more; descriptors are used with pread and pwrite directly,
+// .dynstr, .dynamic, the section headers) in one read, a file of up to
+// 128 KiB whole, and each later miss in one more; descriptors are used with pread and pwrite directly,
 // because os.File registers every descriptor with the runtime's poller
 // (fcntl and epoll_ctl calls that fail for regular files: five wasted
 // system calls per open).
@@ -399,10 +399,19 @@ func (c *readCache) ReadAt(b []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// fillHead reads the first window of the file.
+// fillHead reads the first window of the file, or the whole file when it
+// is at most two windows long: its section headers are at its end, past
+// the first window, and the window that would read them would overlap
+// the head, reading more bytes in two calls than one call reads whole.
 func (c *readCache) fillHead() error {
-	n := min(int64(windowSize), c.size)
-	buf := c.bufs.get(n)
+	var buf []byte
+	n := c.size
+	if n > windowSize && n <= 2*windowSize {
+		buf = c.lendLocked(uint64(n), false)
+	} else {
+		n = min(int64(windowSize), n)
+		buf = c.bufs.get(n)
+	}
 	m, err := c.f.ReadAt(buf[:n], 0)
 	if err != nil && !errors.Is(err, io.EOF) {
 		c.bufs.put(buf)

@@ -28,7 +28,7 @@ import (
 func TestReadCacheReadsLikeTheFile(t *testing.T) {
 	t.Parallel()
 	rng := rand.New(rand.NewPCG(14, 0))
-	for _, size := range []int{1, 100, 4095, 65535, 65536, 65537, 200_000, 1<<20 + 123} {
+	for _, size := range []int{1, 100, 4095, 65535, 65536, 65537, 100_000, 131072, 131073, 200_000, 1<<20 + 123} {
 		data := make([]byte, size)
 		for i := range data {
 			data[i] = byte(rng.Uint32())
@@ -56,7 +56,7 @@ func TestReadCacheReadsLikeTheFile(t *testing.T) {
 				}
 				require.True(t, bytes.Equal(want[:wn], got[:gn]), "size %d: ReadAt(%d bytes at %d): wrong bytes", size, n, off)
 			}
-			if size <= 65536 {
+			if size <= 2*65536 {
 				assert.Equal(t, 1, src.Calls, "a file of %d bytes is read once", size)
 			}
 			require.NoError(t, c.Close())
@@ -104,6 +104,60 @@ func TestSmallFileIsReadOnce(t *testing.T) {
 			assert.Equal(t, 1, src.Calls, "%s: read calls", p)
 			require.NoError(t, c.Close())
 		}
+	}
+}
+
+// TestFileOfTwoWindowsIsReadOnce: a library longer than the head but at
+// most two windows long is read whole in one call, not as the head and a
+// window for its section headers that would overlap it (more calls and
+// more bytes). From NewFile through planning an edit that moves its string
+// table, reading the result back and verifying it, it takes one read of
+// its size; a longer file still takes the head and windows, never itself
+// whole.
+func TestFileOfTwoWindowsIsReadOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		pad       int // bytes of .rodata, to set the library's size
+		min, max  int // its size must fall in [min, max]
+		calls     int // read calls, 0 for more than one
+		wholeRead bool
+	}{
+		{pad: 20_000, min: 1, max: 65536, calls: 1, wholeRead: true},
+		{pad: 80_000, min: 65537, max: 131072, calls: 1, wholeRead: true},
+		{pad: 200_000, min: 131073, max: 1 << 20},
+	} {
+		name := fmt.Sprintf("pad%d", tc.pad)
+		c := filepath.Join(dir, name+".c")
+		lib := filepath.Join(dir, "lib"+name+".so")
+		require.NoError(t, os.WriteFile(c, []byte(fmt.Sprintf("const char pad[%d] = {1};\nint f(void) { return pad[0]; }\n", tc.pad)), 0o644))
+		out, err := exec.Command("gcc", "-shared", "-fPIC", "-s", "-o", lib, c).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		raw, err := os.ReadFile(lib)
+		require.NoError(t, err)
+		require.True(t, len(raw) >= tc.min && len(raw) <= tc.max, "%s: %d bytes, not in [%d, %d]", name, len(raw), tc.min, tc.max)
+
+		src := &elfedit.CountingReader{R: bytes.NewReader(raw)}
+		r := elfedit.NewEditingReader(src, int64(len(raw)), &elfedit.Buffers{})
+		f, err := elfedit.NewFile(r, int64(len(raw)))
+		require.NoError(t, err, name)
+		e := elfedit.Edit{SetPath: str(pad(300, "/nix/store/x/lib"))}
+		plan, err := f.Plan(e)
+		require.NoError(t, err, name)
+		after, err := plan.Result()
+		require.NoError(t, err, name)
+		require.NoError(t, elfedit.CheckResult(f, after, &e), name)
+		if tc.calls > 0 {
+			assert.Equal(t, tc.calls, src.Calls, "%s (%d bytes): read calls", name, len(raw))
+		} else {
+			assert.Greater(t, src.Calls, 1, "%s (%d bytes): read calls", name, len(raw))
+		}
+		if tc.wholeRead {
+			assert.Equal(t, len(raw), src.Bytes, "%s: bytes read", name)
+		} else {
+			assert.Less(t, src.Bytes, len(raw), "%s: bytes read", name)
+		}
+		require.NoError(t, r.Close())
 	}
 }
 

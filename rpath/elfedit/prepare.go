@@ -64,21 +64,21 @@ func (f *File) Prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
 	if err := checkResult(f, after, &e); err != nil {
 		return nil, err
 	}
-	fp := &fingerprint{seed: maphash.MakeSeed(), size: f.size, edit: e, before: f.Info(), after: after.Info()}
-	c.mu.Lock()
 	// Verifying read through the same cache: it must still hold all.
-	held = c.holdsAll()
-	if held {
-		fp.spans = make([]span, len(c.reads))
-		for i, w := range c.reads {
-			fp.spans[i] = w.span()
-		}
-		fp.sum = c.sum(fp.seed)
-	}
-	c.mu.Unlock()
-	if !held || keep != nil && !keep(p.HeldBytes()) {
+	// keep is asked before the fingerprint is made: hashing what the
+	// cache read costs about what verifying did, and a plan keep refuses
+	// (or a dry run's) has no use for it.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.holdsAll() || keep != nil && !keep(p.HeldBytes()) {
 		return p, nil
 	}
+	fp := &fingerprint{seed: maphash.MakeSeed(), size: f.size, edit: e, before: f.Info(), after: after.Info()}
+	fp.spans = make([]span, len(c.reads))
+	for i, w := range c.reads {
+		fp.spans[i] = w.span()
+	}
+	fp.sum = c.sum(fp.seed)
 	p.fp, p.f = fp, nil
 	// One allocation for what the steps write, but the shared zeros: a
 	// step's data may be a slice of a larger buffer (a chunk of a symbol
