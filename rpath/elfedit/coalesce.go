@@ -11,9 +11,10 @@ import (
 // number is much of the cost: each is a system call. coalesce merges
 // writes of the same kind that follow each other in a plan and touch the
 // same pages: unused bytes with unused bytes, neutral with neutral,
-// hygiene with hygiene. The commit stays a write of its own, after every
-// unused and neutral write and before every hygiene write, so a plan keeps
-// its crash-safe order. A merged write covers its parts and the bytes
+// hygiene with hygiene. The commit stays after every unused and neutral
+// write and before every hygiene write, so a plan keeps its crash-safe
+// order; it takes in the hygiene writes that follow it in the file
+// (joinCommit). A merged write covers its parts and the bytes
 // between them, written as they are at that point of the plan (the
 // original bytes before the commit, the result's after it), so the file
 // goes through the same states a loader could see, with fewer stops in
@@ -61,6 +62,91 @@ func (f *File) coalesce(steps []Step) []Step {
 			out = append(out, f.merge(steps[i:j], out, dirty)...)
 		}
 		i = j
+	}
+	return f.joinCommit(out, dirty)
+}
+
+// near reports whether a write at off may be merged with one that ends at
+// end (end <= off): the bytes between lie in the file, and are fewer than
+// mergeGap or all but at most one page of them are dirtied anyway.
+func (f *File) near(dirty []rng, end, off int64) bool {
+	return off-end <= 0 || off <= f.size && (off-end < mergeGap || unwritten(dirty, end, off) <= 1)
+}
+
+// joinCommit merges into the commit the hygiene writes that follow it in
+// the file, touching it or near it (as merge counts near), in one write
+// from the commit's first byte: on a tree of small files, most plans clear
+// the old interpreter or string table right after the program header
+// table the commit writes, a system call of its own.
+//
+// The order the steps keep is what makes a plan crash-safe, and the joined
+// write keeps it: a write is copied into the file in order, and a process
+// killed in the middle of one leaves a prefix of it (the kernel stops
+// between pages), so the commit's bytes, first, are in place before any
+// clearing they make safe. A write that fails rolls the file back, as a
+// failed commit did. Hygiene before the commit in the file stays a write
+// of its own: its prefix would clear bytes the old headers still use. The
+// commit was never made durable before the hygiene (Options.Sync flushes
+// before the commit and at the end), so joining them changes nothing on
+// a power loss either.
+func (f *File) joinCommit(steps []Step, dirty []rng) []Step {
+	ci := slices.IndexFunc(steps, func(s Step) bool { return s.Kind == StepCommit })
+	if ci < 0 {
+		return steps
+	}
+	c := steps[ci]
+	var after []int // the hygiene writes after the commit, by offset
+	for k := ci + 1; k < len(steps); k++ {
+		if steps[k].Kind == StepHygiene {
+			after = append(after, k)
+		}
+	}
+	slices.SortFunc(after, func(a, b int) int { return cmp.Compare(steps[a].Off, steps[b].Off) })
+	lo, hi := c.Off, c.Off+c.Len
+	var take []int
+	for _, k := range after {
+		st := steps[k]
+		if st.Off < hi || !f.near(dirty, hi, st.Off) || st.Off+st.Len-lo > mergeMax {
+			break
+		}
+		take = append(take, k)
+		hi = st.Off + st.Len
+	}
+	if len(take) == 0 {
+		return steps
+	}
+	// A hygiene write left apart that overlaps a joined one would now run
+	// after it, and win where it lost: leave them all apart then.
+	for _, k := range after[len(take):] {
+		if st := steps[k]; st.Off < hi && st.Off+st.Len > lo {
+			return steps
+		}
+	}
+	// Every byte of it is written below: the commit, the bytes between,
+	// the hygiene.
+	buf := f.scratchToRead(uint64(hi - lo))
+	copy(buf, c.data)
+	whats := []string{c.What}
+	end := c.Off + c.Len
+	for _, k := range take {
+		st := steps[k]
+		// The bytes between, as they are after the steps before the
+		// commit (the commit does not reach them).
+		if st.Off > end && !f.stateAt(buf[end-lo:st.Off-lo], end, steps[:ci]) {
+			return steps
+		}
+		copy(buf[st.Off-lo:], st.data)
+		whats = append(whats, st.What)
+		end = st.Off + st.Len
+	}
+	out := make([]Step, 0, len(steps)-len(take))
+	for k, st := range steps {
+		switch {
+		case k == ci:
+			out = append(out, Step{Kind: StepCommit, What: strings.Join(whats, "; "), Off: lo, Len: hi - lo, data: buf})
+		case !slices.Contains(take, k):
+			out = append(out, st)
+		}
 	}
 	return out
 }
@@ -110,8 +196,7 @@ func (f *File) merge(group, before []Step, dirty []rng) []Step {
 		if n := len(cs); n > 0 {
 			c := cs[n-1]
 			gap := st.Off - c.hi
-			near := gap <= 0 || st.Off <= f.size && (gap < mergeGap || unwritten(dirty, c.hi, st.Off) <= 1)
-			if near && max(c.hi, st.Off+st.Len)-c.lo <= mergeMax {
+			if f.near(dirty, c.hi, st.Off) && max(c.hi, st.Off+st.Len)-c.lo <= mergeMax {
 				if gap > 0 {
 					c.gaps = append(c.gaps, [2]int64{c.hi, st.Off})
 				}
@@ -130,7 +215,9 @@ func (f *File) merge(group, before []Step, dirty []rng) []Step {
 			out = append(out, group[c.members[0]])
 			continue
 		}
-		buf := make([]byte, c.hi-c.lo)
+		// Scratch of the file (a prepared plan copies what it keeps): every
+		// byte of it is a part or a gap filled below.
+		buf := f.scratchToRead(uint64(c.hi - c.lo))
 		ok := true
 		for _, g := range c.gaps {
 			if !f.stateAt(buf[g[0]-c.lo:g[1]-c.lo], g[0], before) {

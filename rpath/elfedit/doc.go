@@ -57,8 +57,10 @@
 // bytes nothing references (the appended region, zero padding), then header
 // changes that do not change what is loaded, then a single write that switches
 // from the old to the new content, then hygiene (overwriting the bytes of
-// replaced strings with 'X' so old Nix store paths do not linger). A failed
-// step rolls back the steps before it.
+// replaced strings with 'X' so old Nix store paths do not linger). Hygiene
+// that follows the switch in the file rides in its write, after its bytes:
+// a write interrupted in the middle leaves a prefix of it. A failed step
+// rolls back the steps before it.
 //
 // # Hardening
 //

@@ -2,6 +2,8 @@ package elfedit
 
 import (
 	"bytes"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -33,7 +35,9 @@ func TestMergeAcrossDirtiedPages(t *testing.T) {
 			steps := []Step{
 				step(StepUnused, 40000, 41000, 'r'),
 				step(StepNeutral, tc.symsAt, 20000, 'S'),
-				step(StepCommit, 0, 600, 'H'),
+				// The commit lies after the clearing writes in the file,
+				// so it takes in none of them (joinCommit).
+				step(StepCommit, 60000, 60600, 'H'),
 				step(StepHygiene, 20000, 30000, 0),
 				step(StepHygiene, 700, 4000, 0),
 			}
@@ -52,6 +56,79 @@ func TestMergeAcrossDirtiedPages(t *testing.T) {
 			copy(want[4000-700:], orig[4000:tc.symsAt])
 			copy(want[tc.symsAt-700:], bytes.Repeat([]byte{'S'}, int(20000-tc.symsAt)))
 			assert.True(t, bytes.Equal(want, h.data), "the merged write holds the file as it is after the commit between its parts")
+		})
+	}
+}
+
+// TestCommitTakesTheHygieneAfterIt: hygiene writes that follow the commit
+// in the file, touching it or near it, are written with it, after its
+// bytes, the bytes between as they are after the steps before the commit;
+// hygiene before the commit in the file, or two clean pages past it, stays
+// a write of its own, and so does everything when a hygiene write left
+// apart overlaps one that would be joined (it would run after it and win).
+func TestCommitTakesTheHygieneAfterIt(t *testing.T) {
+	orig := bytes.Repeat([]byte{'o'}, 2<<20)
+	f := &File{r: bytes.NewReader(orig), size: int64(len(orig))}
+	step := func(k StepKind, off, end int64, fill byte) Step {
+		return Step{Kind: k, What: string(k), Off: off, Len: end - off, data: bytes.Repeat([]byte{fill}, int(end-off))}
+	}
+	// joined is the commit write expected: the commit's bytes, then each
+	// part over the original.
+	joined := func(lo, hi int64, parts ...Step) Step {
+		b := slices.Clone(orig[lo:hi])
+		var whats []string
+		for _, p := range parts {
+			copy(b[p.Off-lo:], p.data)
+			if p.Kind != StepNeutral {
+				whats = append(whats, p.What)
+			}
+		}
+		return Step{Kind: StepCommit, What: strings.Join(whats, "; "), Off: lo, Len: hi - lo, data: b}
+	}
+	unused := step(StepUnused, 40000, 41000, 'r')
+	neutral := step(StepNeutral, 1000, 1100, 'N')
+	commit := step(StepCommit, 0, 600, 'H')
+	for _, tc := range []struct {
+		name  string
+		steps []Step
+		want  []Step
+	}{
+		{
+			"hygiene right after the commit",
+			[]Step{unused, commit, step(StepHygiene, 700, 4000, 0)},
+			[]Step{unused, joined(0, 4000, commit, step(StepHygiene, 700, 4000, 0))},
+		},
+		{
+			"the bytes between show the neutral write before the commit",
+			[]Step{neutral, commit, step(StepHygiene, 2000, 3000, 0), step(StepHygiene, 30000, 31000, 0)},
+			[]Step{neutral, joined(0, 3000, neutral, commit, step(StepHygiene, 2000, 3000, 0)), step(StepHygiene, 30000, 31000, 0)},
+		},
+		{
+			"hygiene before the commit in the file",
+			[]Step{unused, step(StepCommit, 8000, 8600, 'H'), step(StepHygiene, 700, 4000, 0)},
+			[]Step{unused, step(StepCommit, 8000, 8600, 'H'), step(StepHygiene, 700, 4000, 0)},
+		},
+		{
+			"two clean pages after the commit",
+			[]Step{commit, step(StepHygiene, 12300, 13000, 0)},
+			[]Step{commit, step(StepHygiene, 12300, 13000, 0)},
+		},
+		{
+			"a hygiene write left apart overlaps one that would join",
+			[]Step{commit, step(StepHygiene, 700, 900_000, 0), step(StepHygiene, 800_000, 1_900_000, 0)},
+			[]Step{commit, step(StepHygiene, 700, 900_000, 0), step(StepHygiene, 800_000, 1_900_000, 0)},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := f.coalesce(tc.steps)
+			require.Len(t, out, len(tc.want))
+			for i, w := range tc.want {
+				g := out[i]
+				assert.Equal(t, w.Kind, g.Kind, "step %d", i)
+				assert.Equal(t, w.What, g.What, "step %d", i)
+				assert.Equal(t, [2]int64{w.Off, w.Len}, [2]int64{g.Off, g.Len}, "step %d: offset and length", i)
+				assert.True(t, bytes.Equal(w.data, g.data), "step %d: bytes", i)
+			}
 		})
 	}
 }
