@@ -22,9 +22,11 @@ type syncer interface{ Sync() error }
 // Apply writes the plan to t, which must hold the bytes the plan was made
 // from. Steps run in order; if one fails, the steps before it are undone
 // (their old bytes written back, the file cut to its old size) and the
-// error says so. With sync, the data is flushed before the commit step and
-// after the last one, so that a power loss, too, finds the original or the
-// result.
+// error says so. With sync, the data is flushed before the commit step,
+// after it when anything follows (clearing the old bytes must not reach the
+// disk before the switch away from them: a power loss may write pages back
+// in any order), and after the last step, so that a power loss, too, finds
+// the original or the result.
 func (p *Plan) Apply(t Target, sync bool) error {
 	return p.apply(t, sync, len(p.Steps))
 }
@@ -90,12 +92,30 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 			}
 			undos = append(undos, undo{st.Off, old})
 		}
-		if _, err := t.WriteAt(st.data, st.Off); err != nil {
-			err = fmt.Errorf("step %d (%s): writing 0x%x bytes at 0x%x: %w", i, st.What, st.Len, st.Off, err)
+		data, off := st.data, st.Off
+		if st.Kind == StepCommit && sync && st.head > 0 {
+			// The commit's own bytes, flushed (below) before the
+			// clearing it took in.
+			data = st.data[:st.head]
+		}
+		if _, err := t.WriteAt(data, off); err != nil {
+			err = fmt.Errorf("step %d (%s): writing 0x%x bytes at 0x%x: %w", i, st.What, len(data), off, err)
 			if st.Kind == StepHygiene || st.Kind == StepTruncate {
 				return err // the result is in place; only its tidying failed
 			}
 			return rollback(err)
+		}
+		if st.Kind != StepCommit || i == n-1 && len(data) == len(st.data) {
+			continue
+		}
+		if err := flush(); err != nil {
+			return rollback(fmt.Errorf("sync after commit: %w", err))
+		}
+		if rest := st.data[len(data):]; len(rest) > 0 {
+			off += int64(len(data))
+			if _, err := t.WriteAt(rest, off); err != nil {
+				return rollback(fmt.Errorf("step %d (%s): writing 0x%x bytes at 0x%x: %w", i, st.What, len(rest), off, err))
+			}
 		}
 	}
 	return flush()

@@ -85,10 +85,10 @@ func (f *File) near(dirty []rng, end, off int64) bool {
 // between pages), so the commit's bytes, first, are in place before any
 // clearing they make safe. A write that fails rolls the file back, as a
 // failed commit did. Hygiene before the commit in the file stays a write
-// of its own: its prefix would clear bytes the old headers still use. The
-// commit was never made durable before the hygiene (Options.Sync flushes
-// before the commit and at the end), so joining them changes nothing on
-// a power loss either.
+// of its own: its prefix would clear bytes the old headers still use.
+// Against a power loss, which may write back the pages of one write in any
+// order, Apply with sync writes the two parts apart with a flush between
+// them (Step.head).
 func (f *File) joinCommit(steps []Step, dirty []rng) []Step {
 	ci := slices.IndexFunc(steps, func(s Step) bool { return s.Kind == StepCommit })
 	if ci < 0 {
@@ -143,7 +143,7 @@ func (f *File) joinCommit(steps []Step, dirty []rng) []Step {
 	for k, st := range steps {
 		switch {
 		case k == ci:
-			out = append(out, Step{Kind: StepCommit, What: strings.Join(whats, "; "), Off: lo, Len: hi - lo, data: buf})
+			out = append(out, Step{Kind: StepCommit, What: strings.Join(whats, "; "), Off: lo, Len: hi - lo, data: buf, head: c.Len})
 		case !slices.Contains(take, k):
 			out = append(out, st)
 		}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -319,6 +320,54 @@ func TestCrash(t *testing.T) {
 			}
 			assert.True(t, committed, "plan has no commit step: %s", planString(p))
 			assert.Equal(t, p.NewSize, fileSize(t, path), "size after the whole plan")
+
+			// A process killed in the middle of a write leaves a prefix of
+			// it, cut at a page boundary. The commit's own bytes are taken
+			// to be written whole (they lie in the first page in every
+			// case here); past them, and in every other write, any cut
+			// leaves the original or the result. In a commit that took in
+			// the clearing after it, the cuts past its own bytes leave the
+			// result.
+			committed = false
+			for n, st := range p.Steps {
+				if st.Kind == elfedit.StepTruncate {
+					continue
+				}
+				from := st.Off
+				if st.Kind == elfedit.StepCommit {
+					own := st.Len
+					if h := elfedit.CommitHead(st); h > 0 {
+						own = h
+					}
+					from += own
+				}
+				cuts := 0
+				for k := (from+4095)&^4095 - st.Off; k < st.Len && cuts < 3; k += 4096 {
+					if k <= 0 {
+						continue
+					}
+					cuts++
+					require.NoError(t, os.WriteFile(path, prepared, 0o755))
+					f, err := os.OpenFile(path, os.O_RDWR, 0)
+					require.NoError(t, err)
+					require.NoError(t, elfedit.ApplyTorn(p, f, n, k))
+					require.NoError(t, f.Close())
+					what := fmt.Sprintf("killed in step %d of %d after 0x%x of 0x%x bytes (%s)", n, len(p.Steps), k, st.Len, planString(p))
+					want := old
+					if committed || st.Kind == elfedit.StepCommit {
+						want = after
+					}
+					assert.Equal(t, want, wantOf(info(t, path)), what)
+					assert.NoError(t, works(t, fx, c.lib, path), what)
+					if t.Failed() {
+						keepOnFailure(t, fx)
+						t.FailNow()
+					}
+				}
+				if st.Kind == elfedit.StepCommit {
+					committed = true
+				}
+			}
 		})
 	}
 }
@@ -432,9 +481,18 @@ func (s *syncTarget) Sync() error {
 
 // TestApplySync checks that Apply with sync flushes right before the commit
 // write (so that a power loss cannot reorder the unused and neutral writes
-// after it) and after the last step.
+// after it), right after it when anything follows (so that clearing the
+// old bytes cannot reach the disk before the switch; a commit that took in
+// the clearing after it is written in two parts around that flush), and
+// after the last step.
 func TestApplySync(t *testing.T) {
 	t.Parallel()
+	var joined atomic.Int32
+	t.Cleanup(func() {
+		if joined.Load() == 0 {
+			t.Error("no case has a commit that took in the clearing after it")
+		}
+	})
 	for _, c := range crashCases() {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -445,11 +503,21 @@ func TestApplySync(t *testing.T) {
 			st := &syncTarget{File: f}
 			require.NoError(t, p.Apply(st, true))
 			var want []string
-			for _, s := range p.Steps {
-				if s.Kind == elfedit.StepCommit {
-					want = append(want, "sync")
-				}
-				if s.Kind != elfedit.StepTruncate {
+			for i, s := range p.Steps {
+				switch {
+				case s.Kind == elfedit.StepCommit:
+					want = append(want, "sync", fmt.Sprintf("write 0x%x", s.Off))
+					head := elfedit.CommitHead(s)
+					if head > 0 {
+						joined.Add(1)
+					}
+					if head > 0 || i < len(p.Steps)-1 {
+						want = append(want, "sync")
+					}
+					if head > 0 {
+						want = append(want, fmt.Sprintf("write 0x%x", s.Off+head))
+					}
+				case s.Kind != elfedit.StepTruncate:
 					want = append(want, fmt.Sprintf("write 0x%x", s.Off))
 				}
 			}

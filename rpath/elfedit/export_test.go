@@ -7,6 +7,18 @@ import "io"
 // nothing is synced. Crash-safety tests check every prefix.
 func ApplyPrefix(p *Plan, t Target, n int) error { return p.apply(t, false, n) }
 
+// ApplyTorn applies the first n steps, then the first k bytes of step n's
+// write: a process killed in the middle of that write (the kernel copies a
+// write into the file page by page and stops between pages).
+func ApplyTorn(p *Plan, t Target, n int, k int64) error {
+	if err := p.apply(t, false, n); err != nil {
+		return err
+	}
+	st := p.Steps[n]
+	_, err := t.WriteAt(st.data[:k], st.Off)
+	return err
+}
+
 // CheckResult is what EditFile checks of a planned result before writing.
 func CheckResult(before, after *File, e *Edit) error { return checkResult(before, after, e) }
 
@@ -45,3 +57,7 @@ func NewEditingReader(src *CountingReader, size int64, bufs *Buffers) CachedRead
 	c.editing = true
 	return c
 }
+
+// CommitHead is, for a commit that took in the hygiene after it, the
+// length of the commit's own bytes; 0 otherwise.
+func CommitHead(s Step) int64 { return s.head }

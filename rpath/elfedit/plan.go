@@ -48,6 +48,11 @@ type Step struct {
 	Len  int64    `json:"length"`
 
 	data []byte
+	// head is, for a commit that took in the hygiene after it
+	// (joinCommit), the length of the commit's own bytes, data[:head];
+	// 0 when the step is all commit. With sync, Apply flushes between the
+	// two parts.
+	head int64
 }
 
 // Plan is a laid-out edit of one file, ready to be applied.
