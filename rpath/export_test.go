@@ -358,3 +358,19 @@ func walkDirsBelow(dir string) ([]string, error) {
 	})
 	return out, err
 }
+
+// WithOpenCounter counts in opens, by path, the files Patch opens to read
+// them: to decide them, or as the index's probes.
+func WithOpenCounter(opens map[string]int) Option {
+	return func(c *config) error {
+		var mu sync.Mutex
+		open := c.open
+		c.open = func(path string, edit bool) (*elfedit.File, error) {
+			mu.Lock()
+			opens[path]++
+			mu.Unlock()
+			return open(path, edit)
+		}
+		return nil
+	}
+}

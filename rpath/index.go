@@ -61,9 +61,10 @@ var soPattern = fnmatch.Compile("*.so*")
 // reads everything, as the eager index did: it must be missing from every
 // directory the search can reach.
 type index struct {
-	ctx  context.Context
-	jobs int
-	bufs *elfedit.Buffers
+	ctx   context.Context
+	jobs  int
+	open  func(path string, edit bool) (*elfedit.File, error)
+	share *share // the files Patch decides, which a probe may read for them
 
 	// grow serializes growing the list of listed directories; the fields
 	// after it are its state.
@@ -151,7 +152,7 @@ func buildIndex(ctx context.Context, c *config, roots []string, below map[string
 		rounds = rounds[1:]
 	}
 	return &index{
-		ctx: ctx, jobs: c.jobs, bufs: c.bufs, rounds: rounds, seen: map[string]bool{},
+		ctx: ctx, jobs: c.jobs, open: c.open, share: c.share, rounds: rounds, seen: map[string]bool{},
 		ahead: map[string]listed{}, byName: map[string][]entry{}, probes: map[string]*probe{},
 	}, nil
 }
@@ -402,34 +403,54 @@ func (ix *index) probe(e entry) *probe {
 		ix.probes[p] = pr
 	}
 	ix.mu.Unlock()
-	pr.once.Do(func() { pr.read(ix.bufs, p, e) })
+	pr.once.Do(func() {
+		if s := ix.share.seeded(p); s != nil {
+			// Deciding it read it (a regular file: found in e.dir).
+			pr.ok, pr.cand, pr.runpath = s.ok, s.cand, s.runpath
+			pr.cand.dir = e.dir
+			return
+		}
+		pr.read(ix, p, e)
+	})
 	return pr
 }
 
-// read reads the headers of the library at p, found as e.
-func (pr *probe) read(bufs *elfedit.Buffers, p string, e entry) {
+// read reads the headers of the library at p, found as e. A library of
+// the tree not yet decided is read as deciding reads it, and parked for
+// its decide (share).
+func (pr *probe) read(ix *index, p string, e entry) {
 	st, err := os.Stat(p) // follows symlinks: a link to a library counts
 	if err != nil || !st.Mode().IsRegular() {
 		return
 	}
-	f, err := bufs.Open(p)
+	link := e.ent.Type()&fs.ModeSymlink != 0
+	edit := !link && ix.share.wanted(p)
+	f, err := ix.open(p, edit)
 	if err != nil {
 		return // not ELF (linker scripts like libc.so), or unreadable
 	}
-	defer f.Close()
+	pr.fill(f, p, e.dir)
+	// A link whose target has the same name is reached through the
+	// target's directory (auto-patchelf does the same).
+	if pr.ok && link {
+		if t, err := filepath.EvalSymlinks(p); err == nil && filepath.Base(t) == e.ent.Name() {
+			pr.cand.dir = filepath.Dir(t)
+		}
+	}
+	if edit && f.StringTableSize() < bigTable && ix.share.park(p, f) {
+		return // its decide closes it
+	}
+	f.Close()
+}
+
+// fill records what the headers of f, the library at p in dir, say.
+func (pr *probe) fill(f *elfedit.File, p, dir string) {
 	if !f.IsDynamic() {
 		return
 	}
 	h := f.Header
 	pr.ok = true
-	pr.cand = candidate{path: p, dir: e.dir, soname: f.Soname(), class: h.Class, machine: h.Machine, osabi: h.OSABI}
-	// A link whose target has the same name is reached through the
-	// target's directory (auto-patchelf does the same).
-	if e.ent.Type()&fs.ModeSymlink != 0 {
-		if t, err := filepath.EvalSymlinks(p); err == nil && filepath.Base(t) == e.ent.Name() {
-			pr.cand.dir = filepath.Dir(t)
-		}
-	}
+	pr.cand = candidate{path: p, dir: dir, soname: f.Soname(), class: h.Class, machine: h.Machine, osabi: h.OSABI}
 	rp, ok := f.RunPath()
 	if !ok {
 		rp, ok = f.RPath()

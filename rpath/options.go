@@ -67,7 +67,11 @@ type config struct {
 	big             *bigGate
 	kept            *planBudget      // the bytes the plans kept for the write phase may take
 	bufs            *elfedit.Buffers // lent to every file read, by every job
+	share           *share           // one read of a library for its probe and its decide
 	libcHas         *sync.Map        // name → whether the libc directory has it
+	// open opens a file Patch reads, to be planned (edit) or only read:
+	// through bufs, or in tests through a counter of the opens.
+	open func(path string, edit bool) (*elfedit.File, error)
 	// newIndex makes the library index: buildIndex, or in tests the
 	// eager oracle it is checked against.
 	newIndex func(ctx context.Context, c *config, roots []string, below map[string][]string) (resolver, error)
@@ -92,6 +96,12 @@ func newConfig(opts []Option) (*config, error) {
 		newIndex: func(ctx context.Context, c *config, roots []string, below map[string][]string) (resolver, error) {
 			return buildIndex(ctx, c, roots, below)
 		},
+	}
+	c.open = func(path string, edit bool) (*elfedit.File, error) {
+		if edit {
+			return c.bufs.OpenForEdit(path)
+		}
+		return c.bufs.Open(path)
 	}
 	for _, o := range opts {
 		if err := o(c); err != nil {

@@ -145,6 +145,8 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	if err != nil {
 		return nil, err
 	}
+	c.share = newShare(files, c.jobs)
+	defer c.share.close()
 	ix, err := c.newIndex(ctx, c, roots, below)
 	if err != nil {
 		return nil, err
@@ -430,7 +432,11 @@ func (c *config) decideSafe(fd found, ix resolver, t target) (out *File) {
 func (c *config) decide(fd found, ix resolver, t target) *File {
 	path := fd.path
 	out := &File{Path: path, Root: fd.root}
-	f, err := c.bufs.OpenForEdit(path)
+	f := c.share.take(path) // read by a probe already, or nil
+	var err error
+	if f == nil {
+		f, err = c.open(path, true)
+	}
 	if err != nil {
 		if errors.Is(err, elfedit.ErrNotELF) {
 			out.Skipped = "not ELF"
@@ -446,13 +452,14 @@ func (c *config) decide(fd found, ix resolver, t target) *File {
 	if n := f.StringTableSize(); n >= bigTable {
 		f.Close()
 		defer c.big.enterSize(n)()
-		if f, err = c.bufs.OpenForEdit(path); err != nil {
+		if f, err = c.open(path, true); err != nil {
 			out.Errors = append(out.Errors, errMsg(path, err))
 			return out
 		}
 	}
 	defer f.Close()
 	info := f.Info()
+	c.share.seed(path, f)
 	out.strSize, out.size = f.StringTableSize(), f.Size()
 	out.Kind = info.Kind
 	out.OldInterpreter, out.OldRunPath, out.OldRPath = info.Interpreter, info.RunPath, info.RPath
