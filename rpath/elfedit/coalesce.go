@@ -122,22 +122,17 @@ func (f *File) joinCommit(steps []Step, dirty []rng) []Step {
 			return steps
 		}
 	}
-	// Every byte of it is written below: the commit, the bytes between,
-	// the hygiene.
-	buf := f.scratchToRead(uint64(hi - lo))
-	copy(buf, c.data)
+	// The bytes between are as they are after the steps before the
+	// commit (the commit does not reach them).
+	parts := []Step{c}
 	whats := []string{c.What}
-	end := c.Off + c.Len
 	for _, k := range take {
-		st := steps[k]
-		// The bytes between, as they are after the steps before the
-		// commit (the commit does not reach them).
-		if st.Off > end && !f.stateAt(buf[end-lo:st.Off-lo], end, steps[:ci]) {
-			return steps
-		}
-		copy(buf[st.Off-lo:], st.data)
-		whats = append(whats, st.What)
-		end = st.Off + st.Len
+		parts = append(parts, steps[k])
+		whats = append(whats, steps[k].What)
+	}
+	buf, ok := f.joinBytes(lo, hi, parts, steps[:ci])
+	if !ok {
+		return steps
 	}
 	out := make([]Step, 0, len(steps)-len(take))
 	for k, st := range steps {
@@ -187,19 +182,14 @@ func (f *File) merge(group, before []Step, dirty []rng) []Step {
 	type cluster struct {
 		lo, hi  int64
 		members []int // indexes into group
-		gaps    [][2]int64
-		first   int // smallest member index: the cluster's place in the order
+		first   int   // smallest member index: the cluster's place in the order
 	}
 	var cs []*cluster
 	for _, k := range idx {
 		st := group[k]
 		if n := len(cs); n > 0 {
 			c := cs[n-1]
-			gap := st.Off - c.hi
 			if f.near(dirty, c.hi, st.Off) && max(c.hi, st.Off+st.Len)-c.lo <= mergeMax {
-				if gap > 0 {
-					c.gaps = append(c.gaps, [2]int64{c.hi, st.Off})
-				}
 				c.hi = max(c.hi, st.Off+st.Len)
 				c.members = append(c.members, k)
 				c.first = min(c.first, k)
@@ -215,29 +205,19 @@ func (f *File) merge(group, before []Step, dirty []rng) []Step {
 			out = append(out, group[c.members[0]])
 			continue
 		}
-		// Scratch of the file (a prepared plan copies what it keeps): every
-		// byte of it is a part or a gap filled below.
-		buf := f.scratchToRead(uint64(c.hi - c.lo))
-		ok := true
-		for _, g := range c.gaps {
-			if !f.stateAt(buf[g[0]-c.lo:g[1]-c.lo], g[0], before) {
-				ok = false
-				break
-			}
+		slices.Sort(c.members) // later steps win where parts overlap
+		parts := make([]Step, len(c.members))
+		for i, k := range c.members {
+			parts[i] = group[k]
 		}
+		buf, ok := f.joinBytes(c.lo, c.hi, parts, before)
 		if !ok {
 			// The bytes between are not at hand: the parts stay apart.
-			slices.Sort(c.members)
-			for _, k := range c.members {
-				out = append(out, group[k])
-			}
+			out = append(out, parts...)
 			continue
 		}
-		slices.Sort(c.members) // later steps win where parts overlap
 		var whats []string
-		for _, k := range c.members {
-			st := group[k]
-			copy(buf[st.Off-c.lo:], st.data)
+		for _, st := range parts {
 			if !slices.Contains(whats, st.What) {
 				whats = append(whats, st.What)
 			}
@@ -245,6 +225,30 @@ func (f *File) merge(group, before []Step, dirty []rng) []Step {
 		out = append(out, Step{Kind: group[0].Kind, What: strings.Join(whats, "; "), Off: c.lo, Len: c.hi - c.lo, data: buf})
 	}
 	return out
+}
+
+// joinBytes returns, in the file's scratch, the bytes of [lo, hi) that
+// writing parts in their order leaves (a later part wins where two
+// overlap), and between them the bytes as they are after the steps before
+// (stateAt); ok is false when those are not at hand.
+func (f *File) joinBytes(lo, hi int64, parts, before []Step) ([]byte, bool) {
+	covered := make([]rng, len(parts))
+	for i, st := range parts {
+		covered[i] = rng{uint64(st.Off), uint64(st.Off + st.Len)}
+	}
+	// Every byte of it is written below: a part or a gap.
+	buf := f.scratchToRead(uint64(hi - lo))
+	at := lo
+	for _, r := range append(union(covered), rng{uint64(hi), uint64(hi)}) {
+		if gap := int64(r.lo); gap > at && !f.stateAt(buf[at-lo:gap-lo], at, before) {
+			return nil, false
+		}
+		at = max(at, int64(r.hi))
+	}
+	for _, st := range parts {
+		copy(buf[st.Off-lo:], st.data)
+	}
+	return buf, true
 }
 
 // stateAt fills b with the bytes at off as they are after the steps
