@@ -28,11 +28,14 @@ type CountingReader struct {
 	R     io.ReaderAt
 	Calls int
 	Bytes int
+	// Ranges lists each call's [off, off+len).
+	Ranges [][2]int64
 }
 
 func (c *CountingReader) ReadAt(b []byte, off int64) (int, error) {
 	c.Calls++
 	c.Bytes += len(b)
+	c.Ranges = append(c.Ranges, [2]int64{off, off + int64(len(b))})
 	return c.R.ReadAt(b, off)
 }
 

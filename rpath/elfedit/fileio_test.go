@@ -161,6 +161,89 @@ func TestFileOfTwoWindowsIsReadOnce(t *testing.T) {
 	}
 }
 
+// TestLastSegmentIsNotReadToFindARegion: planning a file never edited
+// reads the first bytes of its last PT_LOAD only when they hold something
+// the plan needs. Those bytes would hold the header of a region appended
+// by an earlier edit, but a region's segment maps exactly its bytes
+// (Filesz == Memsz), and a last segment with .bss past them cannot be one:
+// a library whose writable segment starts far from its .dynamic took a
+// 64 KiB read there, in each phase, for nothing. A file edited before
+// still has its region found (the edit again is a no-op).
+func TestLastSegmentIsNotReadToFindARegion(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c := filepath.Join(dir, "far.c")
+	lib := filepath.Join(dir, "libfar.so")
+	// 100 KB of read-only data first, so that the last segment starts
+	// past the head; 200 KB of relocated data in it before .dynamic; a
+	// .bss after it.
+	src := "const char ro[100000] = {1};\n__attribute__((section(\".data.rel.ro\"))) char far[200000] = {1};\nchar bss[4096];\nint f(void) { return ro[0] + far[0] + bss[1]; }\n"
+	require.NoError(t, os.WriteFile(c, []byte(src), 0o644))
+	out, err := exec.Command("gcc", "-shared", "-fPIC", "-s", "-o", lib, c).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	raw, err := os.ReadFile(lib)
+	require.NoError(t, err)
+	ef, err := elf.NewFile(bytes.NewReader(raw))
+	require.NoError(t, err)
+	var last *elf.Prog
+	var dyn *elf.Prog
+	for _, p := range ef.Progs {
+		switch p.Type {
+		case elf.PT_LOAD:
+			last = p
+		case elf.PT_DYNAMIC:
+			dyn = p
+		}
+	}
+	require.NotNil(t, last)
+	require.NotNil(t, dyn)
+	require.Greater(t, last.Memsz, last.Filesz, "the last segment has .bss")
+	require.Greater(t, last.Off, uint64(64<<10), "the last segment starts past the head")
+	require.Greater(t, dyn.Off, last.Off+128<<10, "the last segment starts far before .dynamic")
+	start := [2]int64{int64(last.Off), int64(last.Off) + 32}
+
+	// Too long for any padding: the edit appends a region.
+	e := elfedit.Edit{SetPath: str(pad(8000, "/nix/store/x/lib"))}
+	read := &elfedit.CountingReader{R: bytes.NewReader(raw)}
+	r := elfedit.NewEditingReader(read, int64(len(raw)), &elfedit.Buffers{})
+	f, err := elfedit.NewFile(r, int64(len(raw)))
+	require.NoError(t, err)
+	plan, err := f.Plan(e)
+	require.NoError(t, err)
+	after, err := plan.Result()
+	require.NoError(t, err)
+	require.NoError(t, elfedit.CheckResult(f, after, &e))
+	for _, rg := range read.Ranges {
+		assert.False(t, rg[0] < start[1] && start[0] < rg[1], "read [0x%x, 0x%x) holds the last segment's first bytes at 0x%x", rg[0], rg[1], start[0])
+	}
+	require.NoError(t, r.Close())
+
+	// Edited, then edited again: the region the first edit appended is
+	// found and reused, not a second one appended.
+	loads := func() int {
+		ef, err := elf.Open(lib)
+		require.NoError(t, err)
+		defer ef.Close()
+		n := 0
+		for _, p := range ef.Progs {
+			if p.Type == elf.PT_LOAD {
+				n++
+			}
+		}
+		return n
+	}
+	n := loads()
+	_, err = elfedit.EditFile(lib, e, elfedit.Options{})
+	require.NoError(t, err)
+	require.Equal(t, n+1, loads(), "the first edit appends a region")
+	e.SetPath = str(pad(8100, "/nix/store/y/lib"))
+	res, err := elfedit.EditFile(lib, e, elfedit.Options{})
+	require.NoError(t, err)
+	assert.True(t, res.Changed)
+	assert.Equal(t, n+1, loads(), "the second edit reuses the region")
+	assert.Equal(t, e.SetPath, info(t, lib).RunPath)
+}
+
 // TestClosedFileReadsNothingStale: a File used after Close fails to read
 // (as one over a closed os.File does); it never sees the bytes of the file
 // its buffers were lent to next.

@@ -54,7 +54,11 @@ func (f *File) findRegion() *regionInfo {
 		return nil
 	}
 	p := f.Progs[last]
-	if p.Filesz < regionHeader {
+	// A region's segment maps exactly its bytes (Filesz == Memsz, see
+	// regionLayout). A last segment with zero-filled memory past its bytes
+	// (.bss), which most files end with, is not one, and its first bytes,
+	// often far from every table a plan reads, are not read to find out.
+	if p.Filesz < regionHeader || p.Memsz != p.Filesz {
 		return nil
 	}
 	b, err := readAt(f.r, f.size, p.Off, regionHeader, "region header")
