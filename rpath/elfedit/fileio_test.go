@@ -137,16 +137,8 @@ func TestFileOfTwoWindowsIsReadOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, len(raw) >= tc.min && len(raw) <= tc.max, "%s: %d bytes, not in [%d, %d]", name, len(raw), tc.min, tc.max)
 
-		src := &elfedit.CountingReader{R: bytes.NewReader(raw)}
-		r := elfedit.NewEditingReader(src, int64(len(raw)), &elfedit.Buffers{})
-		f, err := elfedit.NewFile(r, int64(len(raw)))
-		require.NoError(t, err, name)
 		e := elfedit.Edit{SetPath: str(pad(300, "/nix/store/x/lib"))}
-		plan, err := f.Plan(e)
-		require.NoError(t, err, name)
-		after, err := plan.Result()
-		require.NoError(t, err, name)
-		require.NoError(t, elfedit.CheckResult(f, after, &e), name)
+		src, _, r := planVerified(t, raw, e, elfedit.NewEditingReader)
 		if tc.calls > 0 {
 			assert.Equal(t, tc.calls, src.Calls, "%s (%d bytes): read calls", name, len(raw))
 		} else {
@@ -204,15 +196,7 @@ func TestLastSegmentIsNotReadToFindARegion(t *testing.T) {
 
 	// Too long for any padding: the edit appends a region.
 	e := elfedit.Edit{SetPath: str(pad(8000, "/nix/store/x/lib"))}
-	read := &elfedit.CountingReader{R: bytes.NewReader(raw)}
-	r := elfedit.NewEditingReader(read, int64(len(raw)), &elfedit.Buffers{})
-	f, err := elfedit.NewFile(r, int64(len(raw)))
-	require.NoError(t, err)
-	plan, err := f.Plan(e)
-	require.NoError(t, err)
-	after, err := plan.Result()
-	require.NoError(t, err)
-	require.NoError(t, elfedit.CheckResult(f, after, &e))
+	read, _, r := planVerified(t, raw, e, elfedit.NewEditingReader)
 	for _, rg := range read.Ranges {
 		assert.False(t, rg[0] < start[1] && start[0] < rg[1], "read [0x%x, 0x%x) holds the last segment's first bytes at 0x%x", rg[0], rg[1], start[0])
 	}
@@ -242,6 +226,24 @@ func TestLastSegmentIsNotReadToFindARegion(t *testing.T) {
 	assert.True(t, res.Changed)
 	assert.Equal(t, n+1, loads(), "the second edit reuses the region")
 	assert.Equal(t, e.SetPath, info(t, lib).RunPath)
+}
+
+// planVerified plans e over raw, read through the cache newReader makes
+// over a CountingReader, and verifies the planned result as EditFile
+// does. The caller closes the cache, after applying the plan, which may
+// hold its scratch.
+func planVerified(t *testing.T, raw []byte, e elfedit.Edit, newReader func(*elfedit.CountingReader, int64, *elfedit.Buffers) elfedit.CachedReader) (*elfedit.CountingReader, *elfedit.Plan, elfedit.CachedReader) {
+	t.Helper()
+	src := &elfedit.CountingReader{R: bytes.NewReader(raw)}
+	r := newReader(src, int64(len(raw)), &elfedit.Buffers{})
+	f, err := elfedit.NewFile(r, int64(len(raw)))
+	require.NoError(t, err)
+	p, err := f.Plan(e)
+	require.NoError(t, err)
+	after, err := p.Result()
+	require.NoError(t, err)
+	require.NoError(t, elfedit.CheckResult(f, after, &e))
+	return src, p, r
 }
 
 // TestClosedFileReadsNothingStale: a File used after Close fails to read
@@ -347,16 +349,8 @@ func TestTablesReadTogether(t *testing.T) {
 
 	e := elfedit.Edit{SetPath: str(pad(300, "/nix/store/x/lib")), SetNote: cacheNote("many", 200), Derived: []elfedit.NoteID{cacheID}}
 	plan := func(newReader func(*elfedit.CountingReader, int64, *elfedit.Buffers) elfedit.CachedReader) (int, []byte) {
-		counter := &elfedit.CountingReader{R: bytes.NewReader(raw)}
-		c := newReader(counter, int64(len(raw)), &elfedit.Buffers{})
+		counter, p, c := planVerified(t, raw, e, newReader)
 		defer c.Close()
-		f, err := elfedit.NewFile(c, int64(len(raw)))
-		require.NoError(t, err)
-		p, err := f.Plan(e)
-		require.NoError(t, err)
-		after, err := p.Result()
-		require.NoError(t, err)
-		require.NoError(t, elfedit.CheckResult(f, after, &e))
 		m := &memTarget{b: slices.Clone(raw)}
 		require.NoError(t, p.Apply(m, false))
 		return counter.Calls, m.b
