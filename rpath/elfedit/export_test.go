@@ -22,21 +22,29 @@ func ApplyTorn(p *Plan, t Target, n int, k int64) error {
 // CheckResult is what EditFile checks of a planned result before writing.
 func CheckResult(before, after *File, e *Edit) error { return checkResult(before, after, e) }
 
-// CountingReader counts the ReadAt calls that reach a file, and the
-// bytes they asked for.
+// CountingReader records the ReadAt calls that reach a file: the range
+// each asked for.
 type CountingReader struct {
-	R     io.ReaderAt
-	Calls int
-	Bytes int
+	R io.ReaderAt
 	// Ranges lists each call's [off, off+len).
 	Ranges [][2]int64
 }
 
 func (c *CountingReader) ReadAt(b []byte, off int64) (int, error) {
-	c.Calls++
-	c.Bytes += len(b)
 	c.Ranges = append(c.Ranges, [2]int64{off, off + int64(len(b))})
 	return c.R.ReadAt(b, off)
+}
+
+// Calls is the number of ReadAt calls.
+func (c *CountingReader) Calls() int { return len(c.Ranges) }
+
+// Bytes is the number of bytes the calls asked for.
+func (c *CountingReader) Bytes() int {
+	n := 0
+	for _, r := range c.Ranges {
+		n += int(r[1] - r[0])
+	}
+	return n
 }
 
 func (c *CountingReader) Close() error { return nil }

@@ -57,7 +57,7 @@ func TestReadCacheReadsLikeTheFile(t *testing.T) {
 				require.True(t, bytes.Equal(want[:wn], got[:gn]), "size %d: ReadAt(%d bytes at %d): wrong bytes", size, n, off)
 			}
 			if size <= 2*65536 {
-				assert.Equal(t, 1, src.Calls, "a file of %d bytes is read once", size)
+				assert.Equal(t, 1, src.Calls(), "a file of %d bytes is read once", size)
 			}
 			require.NoError(t, c.Close())
 		}
@@ -72,7 +72,7 @@ func TestReadCacheReadsLikeTheFile(t *testing.T) {
 		_, err := c.ReadAt(b, off)
 		require.NoError(t, err)
 	}
-	assert.Equal(t, 2, src.Calls, "the head, then one window for reads within 64 KiB before the first miss")
+	assert.Equal(t, 2, src.Calls(), "the head, then one window for reads within 64 KiB before the first miss")
 }
 
 // TestSmallFileIsReadOnce: a file smaller than the cache's head (the
@@ -101,7 +101,7 @@ func TestSmallFileIsReadOnce(t *testing.T) {
 			after, err := plan.Result()
 			require.NoError(t, err, p)
 			require.Empty(t, after.Verify(), p)
-			assert.Equal(t, 1, src.Calls, "%s: read calls", p)
+			assert.Equal(t, 1, src.Calls(), "%s: read calls", p)
 			require.NoError(t, c.Close())
 		}
 	}
@@ -140,14 +140,14 @@ func TestFileOfTwoWindowsIsReadOnce(t *testing.T) {
 		e := elfedit.Edit{SetPath: str(pad(300, "/nix/store/x/lib"))}
 		src, _, r := planVerified(t, raw, e, elfedit.NewEditingReader)
 		if tc.calls > 0 {
-			assert.Equal(t, tc.calls, src.Calls, "%s (%d bytes): read calls", name, len(raw))
+			assert.Equal(t, tc.calls, src.Calls(), "%s (%d bytes): read calls", name, len(raw))
 		} else {
-			assert.Greater(t, src.Calls, 1, "%s (%d bytes): read calls", name, len(raw))
+			assert.Greater(t, src.Calls(), 1, "%s (%d bytes): read calls", name, len(raw))
 		}
 		if tc.wholeRead {
-			assert.Equal(t, len(raw), src.Bytes, "%s: bytes read", name)
+			assert.Equal(t, len(raw), src.Bytes(), "%s: bytes read", name)
 		} else {
-			assert.Less(t, src.Bytes, len(raw), "%s: bytes read", name)
+			assert.Less(t, src.Bytes(), len(raw), "%s: bytes read", name)
 		}
 		require.NoError(t, r.Close())
 	}
@@ -353,7 +353,7 @@ func TestTablesReadTogether(t *testing.T) {
 		defer c.Close()
 		m := &memTarget{b: slices.Clone(raw)}
 		require.NoError(t, p.Apply(m, false))
-		return counter.Calls, m.b
+		return counter.Calls(), m.b
 	}
 	plain, plainOut := plan(elfedit.NewCachedReader)
 	editing, editingOut := plan(elfedit.NewEditingReader)
