@@ -374,3 +374,25 @@ func WithOpenCounter(opens map[string]int) Option {
 		return nil
 	}
 }
+
+// WithBigTable sets the string table size from which a file is decided
+// and written alone (defaultBigTable otherwise): at 1, every file is big.
+func WithBigTable(n int) Option {
+	return func(c *config) error {
+		c.bigTable = n
+		return nil
+	}
+}
+
+// BigGate is the big files' gate and its scheduler, for the tests.
+type BigGate struct{ g *bigGate }
+
+func NewBigGate() BigGate { return BigGate{newBigGate(1)} }
+
+func (b BigGate) TryEnter() bool { return b.g.tryEnter() }
+
+func (b BigGate) Leave() { b.g.leave() }
+
+func (b BigGate) Parallel(ctx context.Context, jobs, n int, fn func(i int, held bool) bool) error {
+	return b.g.gatedParallel(ctx, jobs, n, fn)
+}

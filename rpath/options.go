@@ -65,6 +65,7 @@ type config struct {
 	log             *slog.Logger
 	progress        func(done, total int)
 	big             *bigGate
+	bigTable        int              // the string table size from which a file needs big
 	kept            *planBudget      // the bytes the plans kept for the write phase may take
 	bufs            *elfedit.Buffers // lent to every file read, by every job
 	share           *share           // one read of a library for its probe and its decide
@@ -90,6 +91,7 @@ func newConfig(opts []Option) (*config, error) {
 		buildDirs:     []string{"/build"},
 		noteCache:     true,
 		jobs:          runtime.NumCPU(),
+		bigTable:      defaultBigTable,
 		log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
 		bufs:          &elfedit.Buffers{},
 		libcHas:       &sync.Map{},

@@ -152,7 +152,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		return nil, err
 	}
 	target := c.interpreterTarget()
-	c.big = newBigGate()
+	c.big = newBigGate(c.bigTable)
 	if !c.dryRun { // a dry run writes nothing: no plan is kept for it
 		c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
 	}
@@ -168,9 +168,14 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 			mu.Unlock()
 		}
 	}
-	if err := parallel(ctx, c.jobs, len(files), func(i int) {
-		rep.Files[i] = c.decideSafe(files[i], ix, target)
+	if err := c.big.gatedParallel(ctx, c.jobs, len(files), func(i int, held bool) bool {
+		f := c.decideSafe(files[i], ix, target, held)
+		if f == nil {
+			return false // a big file, while another is decided
+		}
+		rep.Files[i] = f
 		step()
+		return true
 	}); err != nil {
 		// Canceled: the report holds the files decided so far.
 		rep.Files = slices.DeleteFunc(rep.Files, func(f *File) bool { return f == nil })
@@ -210,12 +215,16 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	for range len(rep.Files) - len(order) {
 		step() // nothing to write
 	}
-	if err := parallel(ctx, c.jobs, len(order), func(i int) {
+	if err := c.big.gatedParallel(ctx, c.jobs, len(order), func(i int, held bool) bool {
 		f := rep.Files[order[i]]
+		if !held && c.big.needs(f.strSize) {
+			if !c.big.tryEnter() {
+				return false // written when the gate is free
+			}
+			defer c.big.leave()
+		}
 		defer step()
-		release := c.big.enterSize(f.strSize)
 		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan})
-		release()
 		c.kept.give(f.plan)
 		f.plan = nil
 		if err != nil {
@@ -225,10 +234,11 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 			rep.Changed--
 			rep.Failed++
 			wmu.Unlock()
-			return
+			return true
 		}
 		f.Strategy, f.Written = res.Plan.Strategy, res.Plan.Written
 		c.log.Debug("patched", "file", f.Path, "runpath", f.RunPath, "strategy", f.Strategy)
+		return true
 	}); err != nil {
 		return rep, err
 	}
@@ -249,30 +259,6 @@ func writeOrder(files []*File) []int {
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(files[b].size, files[a].size) })
 	return order
-}
-
-// bigTable is the dynamic string table size above which files are edited
-// one at a time. A plan that copies the table holds it a few times in
-// memory: CUDA libraries' tables are well under 1 MiB, but PyTorch's reach
-// tens of MiB, and sixteen of those at once would take gigabytes.
-const bigTable = 2 << 20
-
-// bigGate lets any number of files with small string tables through, and
-// files with big ones one at a time.
-type bigGate struct{ mu sync.Mutex }
-
-func newBigGate() *bigGate { return &bigGate{} }
-
-// enterSize enters the gate for a file whose string table has n bytes and
-// returns the function that leaves it. Callers learn n from a read they
-// make anyway (decide) or saved (the write phase), and drop their buffers
-// before entering.
-func (g *bigGate) enterSize(n int) func() {
-	if n < bigTable {
-		return func() {}
-	}
-	g.mu.Lock()
-	return g.mu.Unlock
 }
 
 // The write phase writes the plans decide prepared when the files still
@@ -419,17 +405,21 @@ func (c *config) interpreterTarget() target {
 
 // decideSafe is decide, with a bug in the reader reported against the file
 // instead of killing a whole build.
-func (c *config) decideSafe(fd found, ix resolver, t target) (out *File) {
+func (c *config) decideSafe(fd found, ix resolver, t target, held bool) (out *File) {
 	defer func() {
 		if r := recover(); r != nil {
 			out = &File{Path: fd.path, Root: fd.root, Errors: []string{fmt.Sprintf("internal error (please report): %v", r)}}
 		}
 	}()
-	return c.decide(fd, ix, t)
+	return c.decide(fd, ix, t, held)
 }
 
 // decide reads one file and works out its new interpreter and RUNPATH.
-func (c *config) decide(fd found, ix resolver, t target) *File {
+// A file with a big string table needs the gate (bigGate), which held
+// says is taken for it: when it is not and the gate is taken, decide
+// closes the file and returns nil, and is called again with the gate
+// held.
+func (c *config) decide(fd found, ix resolver, t target, held bool) *File {
 	path := fd.path
 	out := &File{Path: path, Root: fd.root}
 	f := c.share.take(path) // read by a probe already, or nil
@@ -446,16 +436,16 @@ func (c *config) decide(fd found, ix resolver, t target) *File {
 		}
 		return out
 	}
-	// A file with a big string table is decided alone (see bigGate): it is
-	// closed before waiting, so waiting holds no big buffers, then read
-	// again. Every other file is read once.
-	if n := f.StringTableSize(); n >= bigTable {
-		f.Close()
-		defer c.big.enterSize(n)()
-		if f, err = c.open(path, true); err != nil {
-			out.Errors = append(out.Errors, errMsg(path, err))
-			return out
+	// A file with a big string table is decided alone (see bigGate). When
+	// another one is being decided, it is closed, so that it holds no big
+	// buffers while it waits, and read again when its turn comes. Every
+	// other file is read once.
+	if !held && c.big.needs(f.StringTableSize()) {
+		if !c.big.tryEnter() {
+			f.Close()
+			return nil
 		}
+		defer c.big.leave()
 	}
 	defer f.Close()
 	info := f.Info()
