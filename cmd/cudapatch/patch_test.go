@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
 	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
 )
 
@@ -197,6 +199,45 @@ func TestPatchText(t *testing.T) {
 			t.Errorf("second run: exit %d, stdout %q", code, stdout)
 		}
 		c.wantLines("second stderr", stderr, "cudapatch: patched 0 files, 3 unchanged, 1 skipped, 0 failed, 0 missing dependencies")
+	}
+}
+
+// TestPatchedLines: every shape of the line the main job prints for a
+// patched file, and the plural forms of the summary.
+func TestPatchedLines(t *testing.T) {
+	str := func(s string) *string { return &s }
+	for _, tc := range []struct {
+		f    rpath.File
+		want string
+	}{
+		{rpath.File{Path: "/o/a", OldRunPath: str("/old"), RunPath: "/new"}, "/o/a: RUNPATH /old -> /new"},
+		{rpath.File{Path: "/o/b", OldRPath: str("/opt/x"), RunPath: "/new"}, "/o/b: RUNPATH /opt/x (RPATH) -> /new"},
+		{rpath.File{Path: "/o/c", RunPath: "/new"}, "/o/c: RUNPATH (none) -> /new"},
+		{rpath.File{Path: "/o/d", OldRunPath: str("/old")}, "/o/d: RUNPATH /old kept"},
+		{rpath.File{Path: "/o/e", RunPath: "/new", OldInterpreter: "/lib/ld.so", Interpreter: "/nix/ld.so"}, "/o/e: RUNPATH (none) -> /new; interpreter /lib/ld.so -> /nix/ld.so"},
+		{rpath.File{Path: "/o/f", RunPath: "/new", OldInterpreter: "/nix/ld.so", Interpreter: "/nix/ld.so"}, "/o/f: RUNPATH (none) -> /new"},
+		{rpath.File{Path: "/o/g", RunPath: "/new", Note: rpath.NoteWritten, ResolutionCache: make(ldcache.Cache, 1)}, "/o/g: RUNPATH (none) -> /new; resolution note for 1 name"},
+		{rpath.File{Path: "/o/h", RunPath: "/new", Note: rpath.NoteWritten, ResolutionCache: make(ldcache.Cache, 12)}, "/o/h: RUNPATH (none) -> /new; resolution note for 12 names"},
+		{rpath.File{Path: "/o/i", OldRunPath: str("/old"), Note: rpath.NoteRemoved}, "/o/i: RUNPATH /old kept; resolution note removed"},
+		{rpath.File{Path: "/o/j", OldRunPath: str(""), RunPath: "/new", OldInterpreter: "/a", Interpreter: "/b", Note: rpath.NoteWritten}, "/o/j: RUNPATH  -> /new; interpreter /a -> /b; resolution note for 0 names"},
+	} {
+		var b bytes.Buffer
+		w := bufio.NewWriterSize(&b, 16) // lines longer than the buffer
+		writePatched(w, &tc.f)
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.String(); got != tc.want+"\n" {
+			t.Errorf("got  %q\nwant %q", got, tc.want+"\n")
+		}
+	}
+	for n, want := range map[int]string{0: "0 missing dependencies", 1: "1 missing dependency", 2: "2 missing dependencies", 10: "10 missing dependencies"} {
+		if got := plural(n, "missing dependency"); got != want {
+			t.Errorf("plural(%d) = %q, want %q", n, got, want)
+		}
+	}
+	if got := plural(3, "file"); got != "3 files" {
+		t.Errorf("plural(3, file) = %q", got)
 	}
 }
 
