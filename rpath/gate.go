@@ -110,19 +110,7 @@ func (g *bigGate) gatedParallel(ctx context.Context, jobs, n int, fn func(i int,
 			}
 		}
 	}
-	workers := min(jobs, n)
-	var wg sync.WaitGroup
-	for range workers - 1 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			work()
-		}()
-	}
-	if workers > 0 {
-		work() // the caller is the last job
-	}
-	wg.Wait()
+	runWorkers(min(jobs, n), work)
 	if stopped.Load() {
 		return ctx.Err()
 	}

@@ -326,23 +326,28 @@ func parallel(ctx context.Context, jobs, n int, fn func(int)) error {
 			fn(i)
 		}
 	}
-	workers := min(jobs, n)
+	runWorkers(min(jobs, n), work)
+	if stopped.Load() {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// runWorkers runs work on k goroutines, the caller being the last, and
+// returns when all have returned.
+func runWorkers(k int, work func()) {
 	var wg sync.WaitGroup
-	for range workers - 1 {
+	for range k - 1 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			work()
 		}()
 	}
-	if workers > 0 {
-		work() // the caller is the last worker
+	if k > 0 {
+		work()
 	}
 	wg.Wait()
-	if stopped.Load() {
-		return ctx.Err()
-	}
-	return nil
 }
 
 // found is a file to patch and the path to patch it was found under.
