@@ -389,9 +389,7 @@ type BigGate struct{ g *bigGate }
 
 func NewBigGate() BigGate { return BigGate{newBigGate(1)} }
 
-func (b BigGate) TryEnter() bool { return b.g.tryEnter() }
-
-func (b BigGate) Leave() { b.g.leave() }
+func (b BigGate) Enter(n int, held bool) (leave func(), ok bool) { return b.g.enter(n, held) }
 
 func (b BigGate) Parallel(ctx context.Context, jobs, n int, fn func(i int, held bool) bool) error {
 	return b.g.gatedParallel(ctx, jobs, n, fn)

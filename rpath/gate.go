@@ -26,18 +26,27 @@ type bigGate struct {
 func newBigGate(min int) *bigGate { return &bigGate{min: min} }
 
 // needs reports whether a file whose string table has n bytes needs the
-// gate.
-func (g *bigGate) needs(n int) bool { return n >= g.min }
+// gate (nothing does without one).
+func (g *bigGate) needs(n int) bool { return g != nil && n >= g.min }
 
-// tryEnter takes the gate if it is free, without waiting; leave gives it
-// back.
-func (g *bigGate) tryEnter() bool { return g.mu.TryLock() }
-
-func (g *bigGate) leave() { g.mu.Unlock() }
+// enter is what an item of gatedParallel does first, for a file whose
+// string table has n bytes, with held as gatedParallel passed it: a file
+// that needs the gate, when gatedParallel does not hold it already,
+// takes it if it is free. ok is false when it is taken: the item is
+// declined. Otherwise leave gives back what was taken, if anything.
+func (g *bigGate) enter(n int, held bool) (leave func(), ok bool) {
+	if held || !g.needs(n) {
+		return func() {}, true
+	}
+	if !g.mu.TryLock() {
+		return nil, false
+	}
+	return g.mu.Unlock, true
+}
 
 // gatedParallel runs fn over the items 0..n-1 on jobs goroutines, as
 // parallel does, for work some of whose items need the gate. fn(i, false)
-// may decline an item that needs the gate when tryEnter fails: it gives
+// may decline an item that needs the gate when enter finds it taken: it gives
 // back what it read and returns false. The item is then run again as
 // fn(i, true), with the gate held for it, and must be done.
 //
@@ -74,10 +83,10 @@ func (g *bigGate) gatedParallel(ctx context.Context, jobs, n int, fn func(i int,
 		}
 		if wait {
 			g.mu.Lock()
-		} else if !g.tryEnter() {
+		} else if !g.mu.TryLock() {
 			return false
 		}
-		defer g.leave()
+		defer g.mu.Unlock()
 		i, ok := pop()
 		if ok {
 			fn(i, true)

@@ -46,15 +46,14 @@ func (w *gatedWork) fn(i int, held bool) bool {
 		w.mu.Unlock()
 	}
 	if w.big(i) {
-		if !held {
-			if !w.gate.TryEnter() {
-				w.mu.Lock()
-				w.declined[i] = true
-				w.mu.Unlock()
-				return false
-			}
-			defer w.gate.Leave()
+		leave, ok := w.gate.Enter(1, held) // 1 byte: big for NewBigGate's gate
+		if !ok {
+			w.mu.Lock()
+			w.declined[i] = true
+			w.mu.Unlock()
+			return false
 		}
+		defer leave()
 		n := w.inside.Add(1)
 		for {
 			m := w.most.Load()

@@ -65,9 +65,9 @@ type index struct {
 	jobs  int
 	open  func(path string, edit bool) (*elfedit.File, error)
 	share *share // the files Patch decides, which a probe may read for them
-	// bigTable is the string table size from which a file read for its
-	// decide is not parked: it may wait for the big gate.
-	bigTable int
+	// big is the gate of files with big string tables: a file read for
+	// its decide that needs it is not parked (it may wait its turn).
+	big *bigGate
 
 	// grow serializes growing the list of listed directories; the fields
 	// after it are its state.
@@ -155,7 +155,7 @@ func buildIndex(ctx context.Context, c *config, roots []string, below map[string
 		rounds = rounds[1:]
 	}
 	return &index{
-		ctx: ctx, jobs: c.jobs, open: c.open, share: c.share, bigTable: c.bigTable, rounds: rounds, seen: map[string]bool{},
+		ctx: ctx, jobs: c.jobs, open: c.open, share: c.share, big: c.big, rounds: rounds, seen: map[string]bool{},
 		ahead: map[string]listed{}, byName: map[string][]entry{}, probes: map[string]*probe{},
 	}, nil
 }
@@ -440,7 +440,7 @@ func (pr *probe) read(ix *index, p string, e entry) {
 			pr.cand.dir = filepath.Dir(t)
 		}
 	}
-	if edit && f.StringTableSize() < ix.bigTable && ix.share.park(p, f) {
+	if edit && !ix.big.needs(f.StringTableSize()) && ix.share.park(p, f) {
 		return // its decide closes it
 	}
 	f.Close()

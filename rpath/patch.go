@@ -147,12 +147,12 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	}
 	c.share = newShare(files, c.jobs)
 	defer c.share.close()
+	c.big = newBigGate(c.bigTable)
 	ix, err := c.newIndex(ctx, c, roots, below)
 	if err != nil {
 		return nil, err
 	}
 	target := c.interpreterTarget()
-	c.big = newBigGate(c.bigTable)
 	if !c.dryRun { // a dry run writes nothing: no plan is kept for it
 		c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
 	}
@@ -217,12 +217,11 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	}
 	if err := c.big.gatedParallel(ctx, c.jobs, len(order), func(i int, held bool) bool {
 		f := rep.Files[order[i]]
-		if !held && c.big.needs(f.strSize) {
-			if !c.big.tryEnter() {
-				return false // written when the gate is free
-			}
-			defer c.big.leave()
+		leave, ok := c.big.enter(f.strSize, held)
+		if !ok {
+			return false // written when the gate is free
 		}
+		defer leave()
 		defer step()
 		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan})
 		c.kept.give(f.plan)
@@ -445,13 +444,12 @@ func (c *config) decide(fd found, ix resolver, t target, held bool) *File {
 	// another one is being decided, it is closed, so that it holds no big
 	// buffers while it waits, and read again when its turn comes. Every
 	// other file is read once.
-	if !held && c.big.needs(f.StringTableSize()) {
-		if !c.big.tryEnter() {
-			f.Close()
-			return nil
-		}
-		defer c.big.leave()
+	leave, ok := c.big.enter(f.StringTableSize(), held)
+	if !ok {
+		f.Close()
+		return nil
 	}
+	defer leave()
 	defer f.Close()
 	info := f.Info()
 	c.share.seed(path, f)
