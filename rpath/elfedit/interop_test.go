@@ -1,6 +1,8 @@
 package elfedit_test
 
 import (
+	"debug/elf"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -19,8 +21,8 @@ import (
 // headers in index order; with headers out of offset order it overwrote
 // .gnu.hash and the program died in ld.so's _dl_setup_hash. For every
 // dynamic variant: our edit with a note and a longer RUNPATH (a region,
-// its program header table grown by two), section headers in offset order
-// afterwards, then patchelf --set-rpath with a longer path still, and the
+// its program header table grown by two), section headers that patchelf's
+// walk takes in order afterwards (walkedInOrder), then patchelf --set-rpath with a longer path still, and the
 // result must run and load wherever patchelf's own edit of the pristine
 // file does.
 func TestPatchelfAfterUs(t *testing.T) {
@@ -46,7 +48,7 @@ func TestPatchelfAfterUs(t *testing.T) {
 					Derived: []elfedit.NoteID{cacheID},
 				}, elfedit.Options{})
 				require.NoError(t, err, file)
-				sortedSections(t, path)
+				walkedInOrder(t, path)
 				require.NoError(t, use[file](path), "%s after our edit", file)
 
 				longer := pad(400, fx.LibDir)
@@ -70,17 +72,94 @@ func TestPatchelfAfterUs(t *testing.T) {
 	}
 }
 
-// sortedSections fails unless the section headers are in file offset order
-// (section 0 first).
-func sortedSections(t testing.TB, path string) {
+// walkedInOrder fails unless patchelf up to 0.18 reaches, in its walk of
+// the section headers, every section that lies below the program header
+// table it grows (rewriteSectionsLibrary): from index 1 while sh_offset <=
+// the ELF header plus phnum + (SHT_NOTE sections) + 1 program headers, and
+// no further. A section below that end with a header after the walk
+// stopped is one patchelf overwrites. Headers in offset order pass;
+// headers out of order pass when the disorder is all above that end.
+func walkedInOrder(t testing.TB, path string) {
 	t.Helper()
 	f, err := elfedit.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
-	for i := 2; i < len(f.Sections); i++ {
-		if f.Sections[i].Offset < f.Sections[i-1].Offset {
-			t.Errorf("%s: section [%d] %s at 0x%x comes after [%d] %s at 0x%x", filepath.Base(path),
-				i, f.Sections[i].Name, f.Sections[i].Offset, i-1, f.Sections[i-1].Name, f.Sections[i-1].Offset)
+	ehdr := uint64(64)
+	if f.Header.Class == elf.ELFCLASS32 {
+		ehdr = 52
+	}
+	notes := 0
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_NOTE {
+			notes++
 		}
 	}
+	pht := ehdr + uint64(f.Header.Phnum+notes+1)*uint64(f.Header.Phentsize)
+	i := 1
+	for i < len(f.Sections) && f.Sections[i].Offset <= pht {
+		i++
+	}
+	for j := i; j < len(f.Sections); j++ {
+		if f.Sections[j].Offset <= pht {
+			t.Errorf("%s: section [%d] %s at 0x%x lies below patchelf's grown table (end 0x%x) but its walk stops at [%d] %s at 0x%x",
+				filepath.Base(path), j, f.Sections[j].Name, f.Sections[j].Offset, pht, i, f.Sections[i].Name, f.Sections[i].Offset)
+		}
+	}
+}
+
+// TestSafeDisorderKeepsSymbolIndices: headers whose disorder patchelf's
+// walk cannot trip on (a moved .dynstr or .dynamic, a table that moved
+// into the region) are left in their order, so that no symbol is
+// renumbered: sorting them would rewrite every st_shndx after the first
+// moved section, all of .dynsym and .symtab. The matrix has such edits.
+func TestSafeDisorderKeepsSymbolIndices(t *testing.T) {
+	t.Parallel()
+	unsorted := 0
+	for _, orig := range dynamic(t) {
+		fx := orig.Copy(t)
+		for _, path := range []string{fx.Libs[0], fx.Exe} {
+			before := symbolSections(t, path)
+			_, err := elfedit.EditFile(path, elfedit.Edit{
+				SetPath: str(pad(120, fx.LibDir)),
+				SetNote: cacheNote("interop", 300),
+				Derived: []elfedit.NoteID{cacheID},
+			}, elfedit.Options{})
+			require.NoError(t, err, "%s/%s", fx.Name, path)
+			f, err := elfedit.Open(path)
+			require.NoError(t, err)
+			inOrder := true
+			for i := 2; i < len(f.Sections); i++ {
+				inOrder = inOrder && f.Sections[i].Offset >= f.Sections[i-1].Offset
+			}
+			require.NoError(t, f.Close())
+			if inOrder {
+				continue
+			}
+			unsorted++
+			walkedInOrder(t, path)
+			assert.Equal(t, before, symbolSections(t, path), "%s/%s: st_shndx of each symbol", fx.Name, filepath.Base(path))
+		}
+	}
+	t.Logf("%d edited files keep headers out of order", unsorted)
+	assert.Positive(t, unsorted, "edits that leave the headers in their order")
+}
+
+// symbolSections lists the section index of every symbol of .dynsym, then
+// of .symtab.
+func symbolSections(t testing.TB, path string) []elf.SectionIndex {
+	t.Helper()
+	f, err := elf.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var out []elf.SectionIndex
+	dyn, err := f.DynamicSymbols()
+	require.NoError(t, err)
+	syms, err := f.Symbols()
+	if !errors.Is(err, elf.ErrNoSymbols) {
+		require.NoError(t, err)
+	}
+	for _, s := range append(dyn, syms...) {
+		out = append(out, s.Section)
+	}
+	return out
 }

@@ -788,7 +788,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			}
 			final[j] = s
 		}
-		if sorted, pos, ok := f.sortSections(final); ok {
+		if sorted, pos, ok := f.sortSections(final, len(progs)); ok {
 			final, shstrndx = sorted, pos[shstrndx]
 			if secMap == nil {
 				secMap = make([]int, len(f.Sections))
@@ -922,8 +922,13 @@ type sectionMove struct{ addr, size, newAddr uint64 }
 // loaders read only to tell undefined and absolute symbols apart (neither
 // changes). It returns the writes to .symtab and, separately, those to
 // .dynsym, which a region layout may have moved. A table that cannot be
-// read is skipped.
+// read is skipped. A secMap that keeps every index (a note header added at
+// the end of unsorted headers) renumbers nothing, and .dynsym, megabytes in
+// LLVM, is not read for it.
 func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dynsym []Step) {
+	if identity(secMap) {
+		secMap = nil
+	}
 	if len(moves) == 0 && secMap == nil {
 		return nil, nil
 	}

@@ -7,10 +7,11 @@ import (
 )
 
 // sortSections puts the section headers of a laid-out region edit in file
-// offset order, as linkers write them and as patchelf keeps them, and
-// renumbers what names a section by index: sh_link, and sh_info where it
-// names one. The caller renumbers e_shstrndx and the symbol tables with
-// pos (pos[j] is the new index of secs[j]).
+// offset order, as linkers write them and as patchelf keeps them, when a
+// later patchelf run needs it, and renumbers what names a section by
+// index: sh_link, and sh_info where it names one. The caller renumbers
+// e_shstrndx and the symbol tables with pos (pos[j] is the new index of
+// secs[j]).
 //
 // A region moves .interp and notes out of the program header table's way
 // to the end of the file, and their headers would keep their low indices.
@@ -21,10 +22,22 @@ import (
 // which it overwrites ("_dl_setup_hash: Assertion ... failed" at the next
 // start). Sorted headers keep a later patchelf run safe.
 //
-// ok is false when nothing is out of order, or when the file holds
-// section indices elfedit does not renumber (SHT_SYMTAB_SHNDX, SHT_GROUP,
-// extended numbering): those files keep their order.
-func (f *File) sortSections(secs []Section) (sorted []Section, pos []int, ok bool) {
+// Sorting costs more than the headers, though: every symbol's st_shndx
+// after the first moved section changes, so the whole of .dynsym and
+// .symtab is read and written again (megabytes in LLVM). Headers whose
+// disorder lies wholly above that walk's end (walkStopsShort) keep their
+// order: a moved .dynstr or .dynamic when the table itself moved, or when
+// nothing before them moved. Those are the disorders patchelf's walk
+// cannot trip on, and patchelf sorts the headers itself when it writes.
+//
+// ok is false when nothing is out of order, when the disorder is no
+// danger, or when the file holds section indices elfedit does not
+// renumber (SHT_SYMTAB_SHNDX, SHT_GROUP, extended numbering): those files
+// keep their order.
+func (f *File) sortSections(secs []Section, phnum int) (sorted []Section, pos []int, ok bool) {
+	if !walkStopsShort(secs, uint64(len(f.rawEhdr)), uint64(f.phdrSize()), phnum) {
+		return nil, nil, false
+	}
 	order := make([]int, len(secs))
 	for j := range order {
 		order[j] = j
@@ -69,4 +82,42 @@ func (f *File) sortSections(secs []Section) (sorted []Section, pos []int, ok boo
 		sorted[newJ] = s
 	}
 	return sorted, pos, true
+}
+
+// walkStopsShort reports whether patchelf up to 0.18, run on a file with
+// these section headers and phnum program headers, would leave a section
+// under the program header table it grows. Its rewriteSectionsLibrary
+// puts the table right after the ELF header (ehdr bytes) with room for
+// phnum + (SHT_NOTE sections) + 1 entries of phent bytes, and moves the
+// sections it finds by walking the headers from index 1 while sh_offset
+// lies at or below that end: a header further on with a lower offset is
+// never reached, and its section is overwritten. (Later patchelf releases
+// look at every header.)
+func walkStopsShort(secs []Section, ehdr, phent uint64, phnum int) bool {
+	notes := 0
+	for _, s := range secs {
+		if s.Type == elf.SHT_NOTE {
+			notes++
+		}
+	}
+	end := ehdr + uint64(phnum+notes+1)*phent
+	stopped := false
+	for _, s := range secs[min(1, len(secs)):] {
+		if s.Offset > end {
+			stopped = true
+		} else if stopped {
+			return true
+		}
+	}
+	return false
+}
+
+// identity reports a section map that changes no index.
+func identity(secMap []int) bool {
+	for i, j := range secMap {
+		if i != j {
+			return false
+		}
+	}
+	return true
 }
