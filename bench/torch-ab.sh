@@ -36,7 +36,7 @@ for _ in $(seq "$RUNS"); do
 	run after "$AFTER"
 done | tee "$W/runs" | awk '{ print "  " $1 ": " $2 " ms, peak RSS " $3 " KiB" }'
 for b in before after; do
-	awk -v b=$b '$1 == b { print $2, $3 }' "$W/runs" | sort -n | awk -v b=$b '{ t[NR] = $1; r[NR] = $2 } END { print b ": median " t[int((NR + 1) / 2)] " ms wall" }'
+	awk -v b=$b '$1 == b { print $2 }' "$W/runs" | sort -n | awk -v b=$b '{ t[NR] = $1 } END { print b ": median " t[int((NR + 1) / 2)] " ms wall" }'
 	awk -v b=$b '$1 == b { print $3 }' "$W/runs" | sort -n | awk -v b=$b '{ r[NR] = $1 } END { print b ": median peak RSS " r[int((NR + 1) / 2)] " KiB" }'
 done
 echo "files written, last run: before $(grep -c . "$W/before.out" || true), after $(grep -c . "$W/after.out" || true)"

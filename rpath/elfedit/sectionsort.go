@@ -30,8 +30,9 @@ import (
 // nothing before them moved. Those are the disorders patchelf's walk
 // cannot trip on, and patchelf sorts the headers itself when it writes.
 //
-// ok is false when nothing is out of order, when the disorder is no
-// danger, or when the file holds section indices elfedit does not
+// ok is false when nothing is out of order or the disorder is no danger
+// (walkStopsShort finds neither, and a sort would then be the identity),
+// or when the file holds section indices elfedit does not
 // renumber (SHT_SYMTAB_SHNDX, SHT_GROUP, extended numbering): those files
 // keep their order.
 func (f *File) sortSections(secs []Section, phnum int) (sorted []Section, pos []int, ok bool) {
@@ -47,11 +48,7 @@ func (f *File) sortSections(secs []Section, phnum int) (sorted []Section, pos []
 	slices.SortStableFunc(order[min(1, len(order)):], func(a, b int) int {
 		return cmp.Compare(secs[a].Offset, secs[b].Offset)
 	})
-	identity := true
-	for j, k := range order {
-		identity = identity && j == k
-	}
-	if identity || len(secs) >= int(elf.SHN_LORESERVE) {
+	if len(secs) >= int(elf.SHN_LORESERVE) {
 		return nil, nil, false
 	}
 	for _, s := range secs {
