@@ -225,6 +225,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		defer step()
 		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan})
 		c.kept.give(f.plan)
+		reused := res != nil && f.plan != nil && res.Plan == f.plan
 		f.plan = nil
 		if err != nil {
 			f.Errors = append(f.Errors, errMsg(f.Path, err))
@@ -236,13 +237,24 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 			return true
 		}
 		f.Strategy, f.Written = res.Plan.Strategy, res.Plan.Written
-		c.log.Debug("patched", "file", f.Path, "runpath", f.RunPath, "strategy", f.Strategy)
+		c.log.Debug("patched", "file", f.Path, "runpath", f.RunPath, "strategy", f.Strategy, "planned", planned(reused))
 		return true
 	}); err != nil {
 		return rep, err
 	}
 	rep.Written = len(werrs) == 0
 	return rep, errors.Join(werrs...)
+}
+
+// planned says, for the debug log, how often a written file was planned:
+// "once" when the write reused the plan decide made and kept, "again"
+// when it planned the file anew (the plan was not kept, or the file
+// changed since).
+func planned(reused bool) string {
+	if reused {
+		return "once"
+	}
+	return "again"
 }
 
 // writeOrder lists the files to write, the largest first: the jobs take
@@ -262,18 +274,25 @@ func writeOrder(files []*File) []int {
 
 // The write phase writes the plans decide prepared when the files still
 // hold the bytes they were made from (elfedit.File.Prepare), instead of
-// reading, planning and verifying every file a second time. Kept plans
-// hold what they write (but the zeros), so what they may hold is bounded:
-// a plan holding more than keptPlanMax, or one past keptPlanPerJob times
-// the jobs for the whole run, is dropped and its file planned again when
-// written. What is kept is live until the write phase: at 16 MiB for the
-// run, the kept plans of a 1,700-file tree took peak RSS past 64 MiB at 2
-// jobs (74.5 MiB, against 59.3 before plans were kept), for no time a
-// 2-core run could measure; 1 MiB a job keeps it where it was and grows
-// with the jobs, as cmd/cudapatch's heap limit does.
+// reading, planning and verifying every file a second time. What a kept
+// plan holds is live until the write phase, so it is bounded: a plan
+// holding more than keptPlanMax, or one past keptPlanPerJob times the jobs
+// for the whole run, is dropped and its file planned again when written.
+// A kept plan holds what it writes as pieces (elfedit's detach.go): the
+// file's bytes by offset and only what is new as bytes of its own, about
+// 5.6 KiB a file on this machine's /usr/lib and /usr/bin (6.8 MB for
+// 1,210 files, where copies of what they write took 38.7 MB). At 1 MiB a
+// job, a budget sized for copies, 2 jobs kept 380 of those plans; at 4
+// MiB every one, peak RSS unchanged (59 MiB: the heap limit, not the
+// plans, sets it) and the write phase a third of what it was (pprof of
+// the run). The budget grows with the jobs, as cmd/cudapatch's heap limit
+// does.
 const (
 	keptPlanMax    = 256 << 10
-	keptPlanPerJob = 1 << 20
+	keptPlanPerJob = 4 << 20
+	// keptPlanMin is what a budget must have left to be worth asking:
+	// less than a small file's plan holds.
+	keptPlanMin = 2 << 10
 )
 
 // planBudget counts the bytes the kept plans may still take.
@@ -283,13 +302,18 @@ type planBudget struct {
 }
 
 // take reports whether a plan holding held bytes may be kept, and if so
-// counts it. A nil budget keeps nothing.
+// counts it; asked with 0 (elfedit.File.Prepare does before it detaches a
+// plan), whether the budget has keptPlanMin left. A nil budget keeps
+// nothing.
 func (b *planBudget) take(held int64) bool {
 	if b == nil || held > keptPlanMax {
 		return false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if held == 0 {
+		return b.left >= keptPlanMin
+	}
 	if held > b.left {
 		return false
 	}

@@ -19,6 +19,13 @@ type Target interface {
 
 type syncer interface{ Sync() error }
 
+// oldViewer is a Target that holds what the file held before the plan
+// ran, and lends it for the undo copies instead of a copy of its own
+// (cachedTarget).
+type oldViewer interface {
+	oldBytes(off, n int64) ([]byte, bool)
+}
+
 // Apply writes the plan to t, which must hold the bytes the plan was made
 // from. Steps run in order; if one fails, the steps before it are undone
 // (their old bytes written back, the file cut to its old size) and the
@@ -86,9 +93,15 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 		}
 		if st.Off < p.OldSize && i <= undoTo {
 			end := min(st.Off+st.Len, p.OldSize)
-			old := make([]byte, end-st.Off)
-			if _, err := t.ReadAt(old, st.Off); err != nil {
-				return rollback(fmt.Errorf("step %d (%s): reading old bytes: %w", i, st.What, err))
+			old, ok := []byte(nil), false
+			if v, isViewer := t.(oldViewer); isViewer {
+				old, ok = v.oldBytes(st.Off, end-st.Off)
+			}
+			if !ok {
+				old = make([]byte, end-st.Off)
+				if _, err := t.ReadAt(old, st.Off); err != nil {
+					return rollback(fmt.Errorf("step %d (%s): reading old bytes: %w", i, st.What, err))
+				}
 			}
 			undos = append(undos, undo{st.Off, old})
 		}
@@ -290,13 +303,21 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("not a regular file")
 	}
 	var res *Result
+	plan := (*Plan)(nil)
 	if p := opt.Prepared; p != nil && p.fp != nil && !opt.KeepOldSections && rc.matches(p.fp, &e) {
-		// The plan File.Prepare made and verified from these very bytes.
-		res = &Result{Plan: p, Before: p.fp.before, After: p.fp.after, Changed: !p.IsNoOp()}
-	} else if res, err = planFile(rc, st.Size, &e, opt.KeepOldSections); err != nil {
-		return nil, err
+		// The plan File.Prepare made and verified from these very bytes,
+		// its steps rebuilt from them.
+		if steps, ok := rc.materialize(p, p.det); ok {
+			res = &Result{Plan: p, Before: p.fp.before, After: p.fp.after, Changed: !p.IsNoOp()}
+			plan = &Plan{Strategy: p.Strategy, Steps: steps, OldSize: p.OldSize, NewSize: p.NewSize, Written: p.Written}
+		}
 	}
-	plan := res.Plan
+	if res == nil {
+		if res, err = planFile(rc, st.Size, &e, opt.KeepOldSections); err != nil {
+			return nil, err
+		}
+		plan = res.Plan
+	}
 	if !res.Changed {
 		return res, nil
 	}
@@ -386,6 +407,16 @@ func reopenForWriting(rf *fdFile, path string, nofollow int) (*fdFile, error) {
 type cachedTarget struct {
 	*fdFile
 	c *readCache
+}
+
+// oldBytes lends the bytes the file held at [off, off+n) when the cache
+// holds them in one piece. They stay as they are while the plan is
+// applied: nothing reads through the cache then (ReadAt copies only what
+// it holds), so no window is replaced, and the cache is closed after.
+func (t cachedTarget) oldBytes(off, n int64) ([]byte, bool) {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	return t.c.viewLocked(off, n)
 }
 
 func (t cachedTarget) ReadAt(b []byte, off int64) (int, error) {

@@ -72,3 +72,12 @@ func NewEditingReader(src *CountingReader, size int64, bufs *Buffers) CachedRead
 // CommitHead is, for a commit that took in the hygiene after it, the
 // length of the commit's own bytes; 0 otherwise.
 func CommitHead(s Step) int64 { return s.head }
+
+// HeldOwnBytes is what a detached plan holds as bytes of its own: what
+// is new, and the patches of its copies (detach.go).
+func HeldOwnBytes(p *Plan) int64 {
+	if p.det == nil {
+		return 0
+	}
+	return int64(len(p.det.lit))
+}

@@ -66,6 +66,11 @@ type Plan struct {
 
 	f  *File
 	fp *fingerprint // set by Prepare when the plan is detached from f
+	// hints name the steps' bytes that are copies of the file's (a
+	// layout's moved tables), and det what a detached plan holds instead
+	// of its steps' bytes (detach.go).
+	hints []srcHint
+	det   *detached
 }
 
 // IsNoOp reports a plan that changes nothing: applying it does not even
@@ -331,6 +336,7 @@ type builder struct {
 	ne            *noteEdit    // the note change laid out for a region
 	copies        []*tableCopy // rewritten tables (.gnu.version_r, symbols), placed in the region
 	steps         []Step
+	hints         []srcHint // where the steps copy the file's own bytes (detach.go)
 }
 
 func (b *builder) add(kind StepKind, what string, off uint64, data []byte) {
@@ -357,7 +363,7 @@ func (b *builder) dynBytes(strAddr, strSize uint64, slots int) []byte {
 }
 
 func (b *builder) finish(s Strategy, newSize int64) *Plan {
-	p := &Plan{Strategy: s, Steps: b.f.coalesce(b.steps), OldSize: b.f.size, NewSize: newSize, f: b.f}
+	p := &Plan{Strategy: s, Steps: b.f.coalesce(b.steps), OldSize: b.f.size, NewSize: newSize, f: b.f, hints: b.hints}
 	for _, st := range p.Steps {
 		if st.Kind != StepTruncate {
 			p.Written += st.Len
@@ -475,6 +481,7 @@ func (b *builder) slack() (*Plan, bool) {
 		return nil, false
 	}
 	b.add(StepUnused, ".dynstr copy in padding after the first PT_LOAD", start, b.sl.bytes())
+	b.hint(start, f.strOff, b.sl.limit)
 	grown := first
 	grown.Filesz += n
 	grown.Memsz += n

@@ -34,14 +34,17 @@ type fingerprint struct {
 // (Open, Buffers.Open) that still holds every byte it read, the planned
 // result is verified as EditFile verifies it before writing, and, if keep
 // (nil keeps all) accepts the bytes the plan would hold (HeldBytes), the
-// plan keeps its own copy of what it writes and a fingerprint of what it
-// was made from. The file may then be closed, and EditFile with
-// Options.Prepared writes the plan without planning or verifying again as
-// long as the file still reads the same. Otherwise (a table larger than
-// the cache, a file not read through one, a plan keep refuses) the plan
-// is returned as Plan returns it, tied to the file, and EditFile plans
-// and verifies afresh; a refused plan is verified all the same, and costs
-// no copy.
+// plan keeps what it writes as pieces (the file's own bytes by offset,
+// zeros, and only what is new as bytes of its own: detach.go) and a
+// fingerprint of what it was made from. The file may then be closed, and
+// EditFile with Options.Prepared writes the plan without planning or
+// verifying again as long as the file still reads the same. Otherwise (a
+// table larger than the cache, a file not read through one, a plan keep
+// refuses) the plan is returned as Plan returns it, tied to the file, and
+// EditFile plans and verifies afresh; a refused plan is verified all the
+// same. keep is asked first with 0, before the plan is detached: a keep
+// that refuses that (nothing may be kept: a dry run, a spent budget) is
+// not asked again, and costs no detaching.
 func (f *File) Prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
 	p, err := f.Plan(e)
 	if err != nil || p.IsNoOp() {
@@ -65,12 +68,17 @@ func (f *File) Prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
 		return nil, err
 	}
 	// Verifying read through the same cache: it must still hold all.
-	// keep is asked before the fingerprint is made: hashing what the
-	// cache read costs about what verifying did, and a plan keep refuses
-	// (or a dry run's) has no use for it.
+	// The plan is detached (its pieces found, detach.go) before keep is
+	// asked what it would hold; the fingerprint is made after: hashing
+	// what the cache read costs about what verifying did, and a plan keep
+	// refuses has no use for it.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.holdsAll() || keep != nil && !keep(p.HeldBytes()) {
+	if !c.holdsAll() || keep != nil && !keep(0) {
+		return p, nil
+	}
+	d := c.detach(p)
+	if keep != nil && !keep(d.held) {
 		return p, nil
 	}
 	fp := &fingerprint{seed: maphash.MakeSeed(), size: f.size, edit: e, before: f.Info(), after: after.Info()}
@@ -79,16 +87,9 @@ func (f *File) Prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
 		fp.spans[i] = w.span()
 	}
 	fp.sum = c.sum(fp.seed)
-	p.fp, p.f = fp, nil
-	// One allocation for what the steps write, but the shared zeros: a
-	// step's data may be a slice of a larger buffer (a chunk of a symbol
-	// table) that the plan would otherwise keep alive.
-	buf := make([]byte, 0, p.HeldBytes())
+	p.fp, p.f, p.det, p.hints = fp, nil, d, nil
 	for i := range p.Steps {
-		if st := &p.Steps[i]; st.Kind != StepTruncate && !isZeroPage(st.data) {
-			buf = append(buf, st.data...)
-			st.data = buf[len(buf)-len(st.data) : len(buf) : len(buf)]
-		}
+		p.Steps[i].data = nil // held as pieces
 	}
 	return p, nil
 }
@@ -97,9 +98,15 @@ func (f *File) Prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
 // fingerprint EditFile can check (see Prepare).
 func (p *Plan) Prepared() bool { return p.fp != nil }
 
-// HeldBytes is the memory a prepared plan's data takes: what it writes,
-// less the zeros it clears with, which it shares.
+// HeldBytes is the memory a prepared plan's data takes: its pieces, the
+// bytes of its own they hold (what is new, and the patches of copies),
+// and an allowance for the rest of the plan (detach.go). A plan not
+// detached holds what it writes, less the zeros it clears with, which it
+// shares.
 func (p *Plan) HeldBytes() int64 {
+	if p.det != nil {
+		return p.det.held
+	}
 	var n int64
 	for _, st := range p.Steps {
 		if st.Kind != StepTruncate && !isZeroPage(st.data) {

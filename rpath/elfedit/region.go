@@ -788,8 +788,12 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			}
 			final[j] = s
 		}
+		from := slices.Clone(orig) // the original of each final header, -1 if new
 		if sorted, pos, ok := f.sortSections(final, len(progs)); ok {
 			final, shstrndx = sorted, pos[shstrndx]
+			for j, k := range pos {
+				from[k] = orig[j]
+			}
 			if secMap == nil {
 				secMap = make([]int, len(f.Sections))
 				for i := range secMap {
@@ -809,8 +813,18 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		for j, s := range final {
 			copy(sht[j*int(f.shdrSize()):], f.encodeSection(s))
 		}
+		at := h.Shoff
 		if L.moveSht {
 			copy(buf[L.shRel:], sht)
+			at = off + L.shRel
+		}
+		// Each header is its original with a few fields changed, at
+		// another index when they were sorted.
+		for k, oi := range from {
+			if oi >= 0 {
+				es := uint64(f.shdrSize())
+				b.hint(at+uint64(k)*es, h.Shoff+uint64(oi)*es, es)
+			}
 		}
 	}
 	symSteps, dynsymEdits := f.fixSymbols(moves, secMap)
@@ -822,6 +836,12 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		}
 	}
 	b.add(StepUnused, "region: moved tables", off, buf)
+	for _, bl := range L.blobs {
+		b.hint(off+bl.rel, bl.lo, bl.hi-bl.lo)
+	}
+	if L.moveStr {
+		b.hint(off+L.strRel, f.strOff, b.sl.limit)
+	}
 	shoff := h.Shoff
 	if len(secs) > 0 {
 		if L.moveSht {

@@ -63,6 +63,9 @@ type Spec struct {
 	Libc bool `json:",omitempty"`
 	// OSABI, when non-zero, is written into EI_OSABI of the result.
 	OSABI byte `json:",omitempty"`
+	// Strip links without the symbol table (ld -s), as installed
+	// libraries ship.
+	Strip bool `json:",omitempty"`
 }
 
 type entry struct {
@@ -240,6 +243,9 @@ func compile(s Spec, dir string) error {
 		args = append(args, "-Wl,--disable-new-dtags", "-Xlinker", "-rpath", "-Xlinker", s.RPath)
 	}
 	args = append(args, "-Wl,--no-as-needed")
+	if s.Strip {
+		args = append(args, "-s")
+	}
 	for i, n := range s.Needed {
 		stub := filepath.Join(dir, fmt.Sprintf("needed%d.so", i))
 		if err := run(dir, cc, "-shared", "-nostdlib", "-o", stub, "-Xlinker", "-soname", "-Xlinker", n, "-x", "c", "/dev/null"); err != nil {
