@@ -10,8 +10,7 @@ import (
 // A plan's steps are its writes, and on a tree of small files their
 // number is much of the cost: each is a system call. coalesce merges
 // writes of the same kind that follow each other in a plan and touch the
-// same pages: unused bytes with unused bytes, neutral with neutral,
-// hygiene with hygiene. The commit stays after every unused and neutral
+// same pages: unused and neutral bytes together, hygiene with hygiene. The commit stays after every unused and neutral
 // write and before every hygiene write, so a plan keeps its crash-safe
 // order; it takes in the hygiene writes that follow it in the file
 // (joinCommit). A merged write covers its parts and the bytes
@@ -53,7 +52,7 @@ func (f *File) coalesce(steps []Step) []Step {
 	for i := 0; i < len(steps); {
 		k := steps[i].Kind
 		j := i + 1
-		for k != StepCommit && k != StepTruncate && j < len(steps) && steps[j].Kind == k {
+		for k != StepCommit && k != StepTruncate && j < len(steps) && f.mergeable(steps[j-1], steps[j]) {
 			j++
 		}
 		if j-i < 2 {
@@ -64,6 +63,24 @@ func (f *File) coalesce(steps []Step) []Step {
 		i = j
 	}
 	return f.joinCommit(out, dirty)
+}
+
+// mergeable reports whether steps a and b, one after the other, may be
+// in one run of merged writes: writes of one kind, or an unused and a
+// neutral write inside the file. Both come before the commit and change
+// nothing a loader reads, each alone or together, so a write of both is
+// neutral: the padding layout's new string table (unused) and the
+// extended first PT_LOAD (neutral) lie a few hundred bytes apart (2 of
+// the 1,215 written files of the small-files tree took 7 write-side calls
+// for it). A region past the old end stays a write of its own, unused.
+func (f *File) mergeable(a, b Step) bool {
+	if a.Kind == b.Kind {
+		return true
+	}
+	inside := func(st Step) bool {
+		return (st.Kind == StepUnused || st.Kind == StepNeutral) && st.Off+st.Len <= f.size
+	}
+	return inside(a) && inside(b)
 }
 
 // near reports whether a write at off may be merged with one that ends at
@@ -170,7 +187,8 @@ func unwritten(runs []rng, lo, hi int64) int64 {
 	return n
 }
 
-// merge coalesces group, steps of one kind, into as few writes as it can;
+// merge coalesces group, steps of one kind (or of kinds mergeable), into
+// as few writes as it can;
 // before are the steps that run before them (whose bytes the gaps after
 // the commit must show), dirty the pages the whole plan writes.
 func (f *File) merge(group, before []Step, dirty []rng) []Step {
@@ -183,20 +201,24 @@ func (f *File) merge(group, before []Step, dirty []rng) []Step {
 		lo, hi  int64
 		members []int // indexes into group
 		first   int   // smallest member index: the cluster's place in the order
+		kind    StepKind
 	}
 	var cs []*cluster
 	for _, k := range idx {
 		st := group[k]
 		if n := len(cs); n > 0 {
 			c := cs[n-1]
-			if f.near(dirty, c.hi, st.Off) && max(c.hi, st.Off+st.Len)-c.lo <= mergeMax {
+			// Writes of two kinds (mergeable) join only when the bytes
+			// between are fewer than mergeGap: in pages they dirty.
+			join := f.near(dirty, c.hi, st.Off) && (st.Kind == c.kind || st.Off-c.hi < mergeGap)
+			if join && max(c.hi, st.Off+st.Len)-c.lo <= mergeMax {
 				c.hi = max(c.hi, st.Off+st.Len)
 				c.members = append(c.members, k)
 				c.first = min(c.first, k)
 				continue
 			}
 		}
-		cs = append(cs, &cluster{lo: st.Off, hi: st.Off + st.Len, members: []int{k}, first: k})
+		cs = append(cs, &cluster{lo: st.Off, hi: st.Off + st.Len, members: []int{k}, first: k, kind: st.Kind})
 	}
 	slices.SortFunc(cs, func(a, b *cluster) int { return a.first - b.first })
 	var out []Step
@@ -222,7 +244,13 @@ func (f *File) merge(group, before []Step, dirty []rng) []Step {
 				whats = append(whats, st.What)
 			}
 		}
-		out = append(out, Step{Kind: group[0].Kind, What: strings.Join(whats, "; "), Off: c.lo, Len: c.hi - c.lo, data: buf})
+		kind := parts[0].Kind
+		for _, st := range parts {
+			if st.Kind == StepNeutral {
+				kind = StepNeutral // with unused parts (mergeable)
+			}
+		}
+		out = append(out, Step{Kind: kind, What: strings.Join(whats, "; "), Off: c.lo, Len: c.hi - c.lo, data: buf})
 	}
 	return out
 }

@@ -132,3 +132,46 @@ func TestCommitTakesTheHygieneAfterIt(t *testing.T) {
 		})
 	}
 }
+
+// TestUnusedAndNeutralMerge: an unused write inside the file (the padding
+// layout's new string table) and a neutral one near it (the extended
+// first PT_LOAD) become one neutral write before the commit, the bytes
+// between as they were; a region past the old end stays apart, and so do
+// writes of the two kinds a page or more apart, even over pages the plan
+// dirties anyway.
+func TestUnusedAndNeutralMerge(t *testing.T) {
+	orig := bytes.Repeat([]byte{'o'}, 64<<10)
+	f := &File{r: bytes.NewReader(orig), size: int64(len(orig))}
+	step := func(k StepKind, off, end int64, fill byte) Step {
+		return Step{Kind: k, What: string(k), Off: off, Len: end - off, data: bytes.Repeat([]byte{fill}, int(end-off))}
+	}
+	commit := step(StepCommit, 15944, 16328, 'D')
+	hygiene := step(StepHygiene, 760, 998, 0)
+
+	out := f.coalesce([]Step{step(StepUnused, 1168, 1429, 'n'), step(StepNeutral, 64, 120, 'P'), step(StepNeutral, 30000, 30064, 'S'), commit, hygiene})
+	require.Len(t, out, 4, "%v", out)
+	m := out[0]
+	assert.Equal(t, StepNeutral, m.Kind)
+	assert.Equal(t, int64(64), m.Off)
+	assert.Equal(t, int64(1429-64), m.Len)
+	want := bytes.Clone(orig[64:1429])
+	copy(want, bytes.Repeat([]byte{'P'}, 56))
+	copy(want[1168-64:], bytes.Repeat([]byte{'n'}, 1429-1168))
+	assert.True(t, bytes.Equal(want, m.data), "the original bytes between")
+	assert.Equal(t, []StepKind{StepNeutral, StepNeutral, StepCommit, StepHygiene}, kinds(out))
+
+	// A region past the old end: apart.
+	out = f.coalesce([]Step{step(StepUnused, 64<<10, 66<<10, 'r'), step(StepNeutral, 63<<10, 64<<10, 'S'), commit, hygiene})
+	assert.Equal(t, []StepKind{StepUnused, StepNeutral, StepCommit, StepHygiene}, kinds(out))
+	// Two kinds 5,000 bytes apart, the pages between cleared later: apart.
+	out = f.coalesce([]Step{step(StepUnused, 6000, 6100, 'n'), step(StepNeutral, 64, 1000, 'P'), commit, step(StepHygiene, 1000, 6000, 0)})
+	assert.Equal(t, []StepKind{StepUnused, StepNeutral, StepCommit, StepHygiene}, kinds(out))
+}
+
+func kinds(steps []Step) []StepKind {
+	var out []StepKind
+	for _, st := range steps {
+		out = append(out, st.Kind)
+	}
+	return out
+}
