@@ -172,16 +172,9 @@ func (f *File) prefetchTables(c *readCache) {
 	}
 }
 
-// maxPrefetch bounds what prefetchTables reads at once, and the symbol
-// table fixSymbols prefetches. It was the largest scratch class (4 MiB),
-// which a pool lends again; but a file whose tables are larger read them
-// past the cache anyway, in reads of their own into buffers as large, so
-// its plan could not be kept (Prepare needs the cache to hold all it
-// read) and was made again when written: libLLVM (4.3 MB of tables) and
-// node (7.7 MB, and a 2.6 MB .symtab) took 14 to 29 read calls over both
-// phases, 12 now, with peak RSS as it was (58 MiB). Such files are planned
-// one at a time (rpath's bigGate).
-const maxPrefetch = 16 << 20
+// maxPrefetch bounds what prefetchTables reads at once: the largest
+// scratch class, which a pool lends again.
+const maxPrefetch = 4 << 20
 
 // scratch returns n zero bytes that live as long as the file is open: lent
 // by the Buffers it was opened with, if any (a File made by NewFile, or

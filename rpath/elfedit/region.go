@@ -980,14 +980,6 @@ func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dyns
 		}
 		var steps []Step
 		n := s.Size / es
-		// The symbol table of an unstripped file, read in chunks past
-		// the cache, would keep its plan from being prepared: read it
-		// into the cache whole, once.
-		if c, ok := f.r.(*readCache); ok && c.editing && s.Type == elf.SHT_SYMTAB && s.Size <= maxPrefetch {
-			c.mu.Lock()
-			c.prefetch(int64(s.Offset), int64(s.Offset+s.Size))
-			c.mu.Unlock()
-		}
 		// Symbols per read: a huge table is not read at once, and a big one
 		// (node: 2.6 MiB of .symtab) not in a hundred reads either.
 		chunk := uint64(1<<20) / es
