@@ -280,13 +280,14 @@ func writeOrder(files []*File) []int {
 // for the whole run, is dropped and its file planned again when written.
 // A kept plan holds what it writes as pieces (elfedit's detach.go): the
 // file's bytes by offset and only what is new as bytes of its own, about
-// 5.6 KiB a file on this machine's /usr/lib and /usr/bin (6.8 MB for
-// 1,210 files, where copies of what they write took 38.7 MB). At 1 MiB a
-// job, a budget sized for copies, 2 jobs kept 380 of those plans; at 4
-// MiB every one, peak RSS unchanged (59 MiB: the heap limit, not the
-// plans, sets it) and the write phase a third of what it was (pprof of
-// the run). The budget grows with the jobs, as cmd/cudapatch's heap limit
-// does.
+// 4 KiB a file on this machine's /usr/lib and /usr/bin (5.0 MB for 1,210
+// files, where copies of what they write took 38.7 MB). At 1 MiB a job, a
+// budget sized for copies, 2 jobs kept 380 of those plans; at 4 MiB every
+// one whose tables the read cache held (the five largest files read
+// theirs past it, and are planned again), peak RSS unchanged (58–59 MiB:
+// the heap limit, not the plans, sets it) and the write phase's CPU about
+// 250 → 145 ms a run (pprof). The budget grows with the jobs, as
+// cmd/cudapatch's heap limit does.
 const (
 	keptPlanMax    = 256 << 10
 	keptPlanPerJob = 4 << 20
