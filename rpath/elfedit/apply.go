@@ -303,7 +303,7 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("not a regular file")
 	}
 	var res *Result
-	plan := (*Plan)(nil)
+	var plan *Plan
 	if p := opt.Prepared; p != nil && p.fp != nil && !opt.KeepOldSections && rc.matches(p.fp, &e) {
 		// The plan File.Prepare made and verified from these very bytes,
 		// its steps rebuilt from them.

@@ -154,13 +154,14 @@ func (c *readCache) piecesOf(data []byte, out int64, hints []srcHint, lit *[]byt
 			continue
 		}
 		best, cost := int64(-1), len(blk)/maxPatchShare
+		var bestView []byte
 		try := func(src int64) {
 			if src < 0 || best >= 0 && cost == 0 {
 				return
 			}
 			if v, ok := c.viewLocked(src, int64(len(blk))); ok {
 				if k := patchCost(blk, v, cost); k < cost || best < 0 && k <= cost {
-					best, cost = src, k
+					best, cost, bestView = src, k, v
 				}
 			}
 		}
@@ -189,8 +190,7 @@ func (c *readCache) piecesOf(data []byte, out int64, hints []srcHint, lit *[]byt
 		}
 		k := &ps[len(ps)-1]
 		if cost > 0 {
-			v, _ := c.viewLocked(best, int64(len(blk)))
-			patch, last = appendPatch(patch, blk, v, k.n, last)
+			patch, last = appendPatch(patch, blk, bestView, k.n, last)
 		}
 		k.n += int64(len(blk))
 		next = best + int64(len(blk))
@@ -214,7 +214,7 @@ func commonPrefix(a, b []byte) int {
 // viewFrom returns what the cache holds contiguously from off on (nil if
 // nothing). The caller holds c.mu.
 func (c *readCache) viewFrom(off int64) []byte {
-	if off < 0 {
+	if c.closed || off < 0 {
 		return nil
 	}
 	if off < int64(len(c.head)) {
@@ -235,6 +235,21 @@ func isZeros(b []byte) bool {
 	return bytes.Equal(b, zeroPage[:len(b)])
 }
 
+// diffWord marks the bytes of want[i:i+8] (fewer at the end) that differ
+// from src's: byte k of the result is non-zero where byte i+k differs.
+func diffWord(want, src []byte, i int) uint64 {
+	if i+8 <= len(want) {
+		return binary.LittleEndian.Uint64(want[i:]) ^ binary.LittleEndian.Uint64(src[i:])
+	}
+	var x uint64
+	for j := len(want) - 1; j >= i; j-- {
+		if x <<= 8; want[j] != src[j] {
+			x |= 1
+		}
+	}
+	return x
+}
+
 // patchCost is the number of bytes the patch turning src into want would
 // take (two a differing byte, as appendPatch writes them when they are
 // near each other), or a number above limit once it passes it.
@@ -243,25 +258,9 @@ func patchCost(want, src []byte, limit int) int {
 		return 0
 	}
 	cost := 0
-	for i := 0; i < len(want); i += 8 {
-		if i+8 <= len(want) {
-			x := binary.LittleEndian.Uint64(want[i:]) ^ binary.LittleEndian.Uint64(src[i:])
-			if x == 0 {
-				continue
-			}
-			for x != 0 {
-				cost += 2
-				x &^= 0xff << (bits.TrailingZeros64(x) &^ 7)
-			}
-		} else {
-			for j := i; j < len(want); j++ {
-				if want[j] != src[j] {
-					cost += 2
-				}
-			}
-		}
-		if cost > limit {
-			return cost
+	for i := 0; i < len(want) && cost <= limit; i += 8 {
+		for x := diffWord(want, src, i); x != 0; x &^= 0xff << (bits.TrailingZeros64(x) &^ 7) {
+			cost += 2
 		}
 	}
 	return cost
@@ -274,21 +273,8 @@ func patchCost(want, src []byte, limit int) int {
 // last.
 func appendPatch(patch, want, src []byte, base, last int64) ([]byte, int64) {
 	for i := 0; i < len(want); i += 8 {
-		var x uint64
-		if i+8 <= len(want) {
-			if x = binary.LittleEndian.Uint64(want[i:]) ^ binary.LittleEndian.Uint64(src[i:]); x == 0 {
-				continue
-			}
-		} else {
-			for j := len(want) - 1; j >= i; j-- {
-				if x <<= 8; want[j] != src[j] {
-					x |= 1
-				}
-			}
-		}
-		for x != 0 {
+		for x := diffWord(want, src, i); x != 0; x &^= 0xff << (bits.TrailingZeros64(x) &^ 7) {
 			j := i + bits.TrailingZeros64(x)/8
-			x &^= 0xff << (uint(j-i) * 8)
 			at := base + int64(j)
 			if gap := uint64(at - last); gap < 0x80 {
 				patch = append(patch, byte(gap), want[j])
@@ -324,18 +310,8 @@ func applyPatch(dst, patch []byte) bool {
 // viewLocked is view for a caller that holds c.mu, and over the windows
 // too: at Prepare and right after matches, none has been replaced.
 func (c *readCache) viewLocked(off, n int64) ([]byte, bool) {
-	if c.closed || off < 0 || n <= 0 {
-		return nil, false
-	}
-	if off+n <= int64(len(c.head)) {
-		return c.head[off : off+n], true
-	}
-	for _, ws := range [2][]window{c.wins, c.big} {
-		for _, w := range ws {
-			if off >= w.off && off+n <= w.off+int64(len(w.b)) {
-				return w.b[off-w.off : off-w.off+n], true
-			}
-		}
+	if v := c.viewFrom(off); n > 0 && int64(len(v)) >= n {
+		return v[:n], true
 	}
 	return nil, false
 }

@@ -424,15 +424,8 @@ func (c *readCache) fillHead() error {
 
 // cached copies what the head or a window holds at off into b.
 func (c *readCache) cached(b []byte, off int64) (int, bool) {
-	if off < int64(len(c.head)) {
-		return copy(b, c.head[off:]), true
-	}
-	for _, ws := range [2][]window{c.wins, c.big} {
-		for _, w := range ws {
-			if off >= w.off && off < w.off+int64(len(w.b)) {
-				return copy(b, w.b[off-w.off:]), true
-			}
-		}
+	if v := c.viewFrom(off); len(v) > 0 {
+		return copy(b, v), true
 	}
 	return 0, false
 }
