@@ -370,11 +370,8 @@ func planFile(rc *readCache, size int64, e *Edit, keepOld bool) (*Result, error)
 	if plan.IsNoOp() {
 		return res, nil
 	}
-	after, err := plan.Result()
+	after, err := plan.check(e)
 	if err != nil {
-		return nil, fmt.Errorf("%w: planned result does not read back: %v", ErrVerify, err)
-	}
-	if err := checkResult(f, after, e); err != nil {
 		return nil, err
 	}
 	res.After, res.Changed = after.Info(), true

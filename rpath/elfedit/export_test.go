@@ -20,7 +20,9 @@ func ApplyTorn(p *Plan, t Target, n int, k int64) error {
 }
 
 // CheckResult is what EditFile checks of a planned result before writing.
-func CheckResult(before, after *File, e *Edit) error { return checkResult(before, after, e) }
+func CheckResult(before, after *File, e *Edit) error {
+	return checkResult(before.Verify(), after, e, before)
+}
 
 // CountingReader records the ReadAt calls that reach a file: the range
 // each asked for.

@@ -221,8 +221,11 @@ func (f *File) verneedFiles() ([]string, error) {
 		if err != nil {
 			return out, err
 		}
-		name, _ := cstring(f.strtab, uint64(f.order.Uint32(b[4:])))
-		out = append(out, name)
+		// A vn_file outside the string table names nothing (and no
+		// rename can follow it); an empty string is a name like another.
+		if name, ok := cstring(f.strtab, uint64(f.order.Uint32(b[4:]))); ok {
+			out = append(out, name)
+		}
 		next := uint64(f.order.Uint32(b[12:]))
 		if next == 0 {
 			break
@@ -286,7 +289,7 @@ func (f *File) renamedVerneed(e *Edit, ents []dent) (*tableCopy, error) {
 		}
 		cnt, file, aux, next := uint64(f.order.Uint16(b[2:])), uint64(f.order.Uint32(b[4:])), uint64(f.order.Uint32(b[8:])), uint64(f.order.Uint32(b[12:]))
 		end = max(end, a+16)
-		if name, _ := cstring(f.strtab, file); name != "" {
+		if name, ok := cstring(f.strtab, file); ok {
 			if v, ok := newOff[name]; ok && v != file {
 				fixes = append(fixes, fix{a - addr + 4, v})
 			}

@@ -176,9 +176,23 @@ func (f *File) readAllNotes() ([]parsedNote, error) {
 			}
 		}
 		slices.SortFunc(parts, func(a, b part) int { return cmpU64(a.lo, b.lo) })
-		if len(parts) == 0 {
-			parts = []part{{0, p.Filesz, noteAlign(p.Align)}}
+		// The loaders read the whole segment: bytes no note section
+		// describes (a note written without a section header, or one
+		// whose header is gone) are read with the segment's alignment.
+		// Gaps shorter than a note header are padding.
+		var gaps []part
+		at := uint64(0)
+		for _, pt := range parts {
+			if pt.lo >= at+noteHeader {
+				gaps = append(gaps, part{at, pt.lo, noteAlign(p.Align)})
+			}
+			at = max(at, pt.hi)
 		}
+		if p.Filesz >= at+noteHeader {
+			gaps = append(gaps, part{at, p.Filesz, noteAlign(p.Align)})
+		}
+		parts = append(parts, gaps...)
+		slices.SortFunc(parts, func(a, b part) int { return cmpU64(a.lo, b.lo) })
 		for _, pt := range parts {
 			ns, err := f.parseNotesFallback(b[pt.lo:pt.hi], p.Off+pt.lo, pt.align, "PT_NOTE")
 			for _, n := range ns {
@@ -302,6 +316,9 @@ func (f *File) planNotes(e *Edit, derived bool) (*noteChanges, error) {
 	}
 	all, err := f.allNotes()
 	if err != nil {
+		return nil, err
+	}
+	if err := f.noteHeadersDisagree(); err != nil {
 		return nil, err
 	}
 	c := &noteChanges{all: all}

@@ -71,6 +71,9 @@ type Plan struct {
 	// of its steps' bytes (detach.go).
 	hints []srcHint
 	det   *detached
+	// had is what Verify found in the original (checkResult allows
+	// those problems in the result).
+	had []Problem
 }
 
 // IsNoOp reports a plan that changes nothing: applying it does not even
@@ -188,8 +191,42 @@ func (f *File) desiredDyn(e *Edit) []dent {
 
 // Plan lays out the edit. It reads nothing beyond what NewFile read, except
 // the dynamic symbol and version tables when a string is replaced (to know
-// whether its bytes are shared).
+// whether its bytes are shared), and what Verify reads.
+//
+// The layouts are built for files whose headers agree with each other. On
+// a file the verifier already faults (a section header at an address no
+// segment gives it, notes no header describes, a name table that is not
+// one), the layout may meet what it cannot see; there Plan checks the
+// planned result as EditFile does before returning it, so that a plan it
+// returns is one whose result verifies, whatever the input.
 func (f *File) Plan(e Edit) (*Plan, error) {
+	p, err := f.layout(e)
+	if err != nil || p.IsNoOp() {
+		return p, err
+	}
+	p.had = f.Verify()
+	if len(p.had) > 0 {
+		if _, err := p.check(&e); err != nil {
+			return nil, fmt.Errorf("%w (the file already fails the verifier: %s)", err, p.had[0])
+		}
+	}
+	return p, nil
+}
+
+// check returns the planned result after checkResult passed it.
+func (p *Plan) check(e *Edit) (*File, error) {
+	after, err := p.Result()
+	if err != nil {
+		return nil, fmt.Errorf("%w: planned result does not read back: %v", ErrVerify, err)
+	}
+	if err := checkResult(p.had, after, e, p.f); err != nil {
+		return nil, err
+	}
+	return after, nil
+}
+
+// layout is Plan without the check of a faulted file's result.
+func (f *File) layout(e Edit) (*Plan, error) {
 	if err := e.Validate(); err != nil {
 		return nil, err
 	}
@@ -475,6 +512,16 @@ func (b *builder) slack() (*Plan, bool) {
 	endVaddr := first.Vaddr + first.Filesz
 	if start+n > fileLimit || endVaddr+n > memLimit || start+n < start {
 		return nil, false
+	}
+	// The addresses the segment grows over must be nobody's: a section
+	// whose address range reaches into them (a file whose section headers
+	// disagree with its segments) would be mapped by the grown segment at
+	// offsets that are not its own.
+	ext := rng{endVaddr, endVaddr + n}
+	for _, s := range f.Sections {
+		if s.Flags&elf.SHF_ALLOC != 0 && s.Size > 0 && (rng{s.Addr, s.Addr + s.Size}).overlaps(ext) {
+			return nil, false
+		}
 	}
 	pad, err := readAt(f.r, f.size, start, n, "padding")
 	if err != nil || bytes.ContainsFunc(pad, func(r rune) bool { return r != 0 }) {

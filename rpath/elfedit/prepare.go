@@ -2,7 +2,6 @@ package elfedit
 
 import (
 	"encoding/binary"
-	"fmt"
 	"hash/maphash"
 	"reflect"
 )
@@ -60,11 +59,8 @@ func (f *File) Prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
 	if !held {
 		return p, nil
 	}
-	after, err := p.Result()
+	after, err := p.check(&e)
 	if err != nil {
-		return nil, fmt.Errorf("%w: planned result does not read back: %v", ErrVerify, err)
-	}
-	if err := checkResult(f, after, &e); err != nil {
 		return nil, err
 	}
 	// Verifying read through the same cache: it must still hold all.

@@ -361,6 +361,13 @@ func (f *File) readHeader() error {
 	return nil
 }
 
+func (f *File) ehdrSize() uint16 {
+	if f.Header.Class == elf.ELFCLASS64 {
+		return ehdr64Size
+	}
+	return ehdr32Size
+}
+
 func (f *File) phdrSize() uint16 {
 	if f.Header.Class == elf.ELFCLASS64 {
 		return phdr64Size

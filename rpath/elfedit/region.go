@@ -198,20 +198,30 @@ func blobBytes(bs []blob) uint64 {
 	return n
 }
 
+// isInterpSection reports whether s is the section of PT_INTERP's string:
+// at its address, and either an allocated SHT_PROGBITS or named .interp
+// (the name is what the verifier goes by, whatever type and flags a file
+// gives the section).
+func (f *File) isInterpSection(s Section) bool {
+	return f.interpProg >= 0 && s.Addr == f.Progs[f.interpProg].Vaddr &&
+		(s.Type == elf.SHT_PROGBITS && s.Flags&elf.SHF_ALLOC != 0 || s.Name == ".interp")
+}
+
 // movableSection reports sections nothing refers to by address except the
 // program headers or the dynamic section, so that moving them (and
 // repointing those) is safe: .interp, notes, and the dynamic-linking tables
 // (.gnu.hash, .hash, .dynsym, .dynstr, the symbol-version tables). Code and
 // data (SHT_PROGBITS, such as CUDA's .nv_fatbin) never move.
 func (f *File) movableSection(s Section) bool {
+	if f.isInterpSection(s) {
+		return true
+	}
 	if s.Flags&elf.SHF_ALLOC == 0 {
 		return false
 	}
 	switch s.Type {
 	case elf.SHT_NOTE:
 		return true
-	case elf.SHT_PROGBITS:
-		return f.interpProg >= 0 && s.Addr == f.Progs[f.interpProg].Vaddr
 	case elf.SHT_GNU_HASH, elf.SHT_HASH, elf.SHT_DYNSYM, elf.SHT_GNU_VERSYM, elf.SHT_GNU_VERNEED, elf.SHT_GNU_VERDEF:
 		return f.IsDynamic()
 	case elf.SHT_STRTAB:
@@ -762,10 +772,13 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			if oi >= 0 {
 				before = f.Sections[oi]
 			}
+			placed := false
 			if r, ok := reloc(s.Offset); ok && s.Size > 0 {
 				s.Offset, s.Addr = off+r, vaddr+r
+				placed = true
 			}
 			a, isArea := areaSec[j]
+			placed = placed || isArea || j == shstrndx && shstr != nil
 			switch {
 			case isArea:
 				n := uint64(len(ne.area[a].b))
@@ -778,10 +791,18 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 				s.Offset, s.Addr, s.Size = off+L.copyRel[k], vaddr+L.copyRel[k], uint64(len(b.copies[k].data))
 			case L.moveDyn && s.Type == elf.SHT_DYNAMIC:
 				s.Offset, s.Addr, s.Size = off+L.dynRel, vaddr+L.dynRel, uint64(L.dynSlots)*es
-			case L.moveInterp && f.interpProg >= 0 && s.Type == elf.SHT_PROGBITS && before.Addr == f.Progs[f.interpProg].Vaddr && s.Flags&elf.SHF_ALLOC != 0:
+			case L.moveInterp && oi >= 0 && f.isInterpSection(before):
 				s.Offset, s.Addr, s.Size = off+L.interpRel, vaddr+L.interpRel, uint64(len(b.interp))+1
 			case shstr != nil && j == shstrndx:
 				s.Offset, s.Size = off+L.shstrRel, uint64(len(shstr))
+			default:
+				// A loaded section of the live region that none of the
+				// above places (a type the layout does not know, in the
+				// note area it rebuilds) would keep an address the new
+				// region maps to other bytes.
+				if !placed && oi >= 0 && live != nil && before.Flags&elf.SHF_ALLOC != 0 && before.Type != elf.SHT_NOBITS && before.Size > 0 && live.contains(before.Offset) {
+					return nil, false, formatErr(-1, "section %d %s (type %v) in the region an earlier edit added cannot be moved to the new one", oi, before.Name, before.Type)
+				}
 			}
 			if oi >= 0 && (before.Flags&elf.SHF_ALLOC != 0 || isArea) && s.Addr != before.Addr {
 				moves[oi] = sectionMove{before.Addr, before.Size, s.Addr}

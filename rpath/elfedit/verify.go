@@ -83,14 +83,7 @@ func (f *File) Verify() []Problem {
 			add("load-overlap", "PT_LOADs at 0x%x and 0x%x overlap in memory", a.Vaddr, b.Vaddr)
 		}
 	}
-	containing := func(off, n uint64) (elf.ProgHeader, bool) {
-		for _, p := range loads {
-			if off >= p.Off && off-p.Off <= p.Filesz && n <= p.Filesz-(off-p.Off) {
-				return p, true
-			}
-		}
-		return elf.ProgHeader{}, false
-	}
+	containing := func(off, n uint64) (elf.ProgHeader, bool) { return inOneLoad(loads, off, n) }
 	phSize := uint64(h.Phnum) * uint64(h.Phentsize)
 	if len(loads) > 0 && (f.dynProg >= 0 || f.interpProg >= 0) {
 		pl, ok := containing(h.Phoff, phSize)
@@ -137,6 +130,40 @@ func (f *File) Verify() []Problem {
 	return ps
 }
 
+// inOneLoad returns the PT_LOAD of loads whose file image holds off+n.
+func inOneLoad(loads []elf.ProgHeader, off, n uint64) (elf.ProgHeader, bool) {
+	for _, p := range loads {
+		if off >= p.Off && off-p.Off <= p.Filesz && n <= p.Filesz-(off-p.Off) {
+			return p, true
+		}
+	}
+	return elf.ProgHeader{}, false
+}
+
+// noteHeadersDisagree returns the first problem verifyNotes finds, or nil.
+// A note edit rebuilds PT_NOTE and SHT_NOTE headers from the notes they
+// hold; when the input's own headers disagree about where its notes are,
+// which note is which has no single answer, and the edit is refused rather
+// than guessed.
+func (f *File) noteHeadersDisagree() error {
+	var loads []elf.ProgHeader
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			loads = append(loads, p)
+		}
+	}
+	var first *Problem
+	f.verifyNotes(func(rule, format string, args ...any) {
+		if first == nil {
+			first = &Problem{rule, fmt.Sprintf(format, args...)}
+		}
+	}, func(off, n uint64) (elf.ProgHeader, bool) { return inOneLoad(loads, off, n) })
+	if first != nil {
+		return formatErr(-1, "not editing notes: the note headers disagree (%s)", first)
+	}
+	return nil
+}
+
 // verifyNotes checks what the loaders and readelf need of notes: each
 // PT_NOTE lies in one PT_LOAD's file image at the address that PT_LOAD
 // gives it, is aligned 4 or 8, and holds whole notes; each allocated
@@ -161,7 +188,17 @@ func (f *File) verifyNotes(add func(rule, format string, args ...any), containin
 		add("note-parse", "%v", err)
 	}
 	for i, s := range f.Sections {
-		if s.Type != elf.SHT_NOTE || s.Flags&elf.SHF_ALLOC == 0 || s.Size == 0 {
+		if s.Type != elf.SHT_NOTE || s.Size == 0 {
+			continue
+		}
+		if s.Flags&elf.SHF_ALLOC == 0 {
+			// Unallocated notes lie outside what is loaded; one inside
+			// a PT_NOTE or a PT_LOAD is a note the loaders see that the
+			// section headers say they do not.
+			inNote := slices.ContainsFunc(notes, func(p elf.ProgHeader) bool { return s.Offset < p.Off+p.Filesz && p.Off < s.Offset+s.Size })
+			if _, inLoad := containing(s.Offset, s.Size); inNote || inLoad {
+				add("section-note", "note section %d %s (0x%x+0x%x) is not allocated but lies in a loaded segment", i, s.Name, s.Offset, s.Size)
+			}
 			continue
 		}
 		if !slices.ContainsFunc(notes, func(p elf.ProgHeader) bool { return s.Offset >= p.Off && s.Offset+s.Size <= p.Off+alignUp(p.Filesz, 4) }) {
@@ -171,6 +208,34 @@ func (f *File) verifyNotes(add func(rule, format string, args ...any), containin
 }
 
 func (f *File) verifySections(add func(rule, format string, args ...any)) {
+	h := f.Header
+	// The headers belong to no section: a section over them (a name table
+	// read out of the program headers) changes whenever they do.
+	headers := []struct {
+		what string
+		r    rng
+	}{
+		{"the ELF header", rng{0, uint64(f.ehdrSize())}},
+		{"the program header table", rng{h.Phoff, h.Phoff + uint64(h.Phnum)*uint64(h.Phentsize)}},
+		{"the section header table", rng{h.Shoff, h.Shoff + uint64(h.Shnum)*uint64(h.Shentsize)}},
+	}
+	// A name outside the name table reads as nothing today and as
+	// whatever a grown copy of the table puts there tomorrow.
+	if si := int(h.Shstrndx); si > 0 && si < len(f.Sections) {
+		st := f.Sections[si]
+		tab := st.Size
+		for i, s := range f.Sections {
+			if i > 0 && uint64(s.NameOff) >= tab {
+				add("section-name", "section %d's name offset 0x%x is outside the section name table (0x%x bytes)", i, s.NameOff, tab)
+			}
+			// Names read out of another section's bytes change when
+			// that section does.
+			if i > 0 && i != si && st.Type != elf.SHT_NOBITS && s.Type != elf.SHT_NOBITS && s.Type != elf.SHT_NULL && s.Size > 0 &&
+				(rng{st.Offset, st.Offset + st.Size}).overlaps(rng{s.Offset, s.Offset + s.Size}) {
+				add("section-name", "the section name table (0x%x+0x%x) overlaps section %d %s", st.Offset, st.Size, i, s.Name)
+			}
+		}
+	}
 	for i, s := range f.Sections {
 		if i == 0 || s.Type == elf.SHT_NOBITS || s.Type == elf.SHT_NULL {
 			continue
@@ -178,6 +243,11 @@ func (f *File) verifySections(add func(rule, format string, args ...any)) {
 		if s.Offset > uint64(f.size) || s.Size > uint64(f.size)-s.Offset {
 			add("section-bounds", "section %d %s (0x%x+0x%x) lies past the end of the file", i, s.Name, s.Offset, s.Size)
 			continue
+		}
+		for _, hd := range headers {
+			if s.Size > 0 && (rng{s.Offset, s.Offset + s.Size}).overlaps(hd.r) {
+				add("section-headers", "section %d %s (0x%x+0x%x) overlaps %s", i, s.Name, s.Offset, s.Size, hd.what)
+			}
 		}
 		if s.Flags&elf.SHF_ALLOC == 0 || s.Size == 0 {
 			continue
@@ -212,11 +282,12 @@ func (f *File) verifySections(add func(rule, format string, args ...any)) {
 	}
 }
 
-// checkResult verifies a planned result against the original: no invariant
-// the original met may break, and the result must say what was asked.
-func checkResult(before, after *File, e *Edit) error {
+// checkResult verifies a planned result against the original, before,
+// whose Verify found was: no invariant the original met may break, and the
+// result must say what was asked.
+func checkResult(was []Problem, after *File, e *Edit, before *File) error {
 	had := map[string]bool{}
-	for _, p := range before.Verify() {
+	for _, p := range was {
 		had[p.Rule] = true
 	}
 	var bad []string
