@@ -279,6 +279,14 @@ func (ne *noteEdit) renumber(f *File) error {
 			return formatErr(int64(s.Offset), "section %s holds section indices: cannot add or remove a section header", s.Name)
 		}
 	}
+	// A link past the table would name whichever section comes to have
+	// that index once the count changes.
+	for i, s := range f.Sections {
+		linksInfo := s.Flags&elf.SHF_INFO_LINK != 0 || s.Type == elf.SHT_REL || s.Type == elf.SHT_RELA
+		if int(s.Link) >= len(f.Sections) || linksInfo && int(s.Info) >= len(f.Sections) {
+			return formatErr(int64(h.Shoff), "section %d %s links to a section that does not exist: cannot add or remove a section header", i, s.Name)
+		}
+	}
 	remap := func(i uint32) uint32 {
 		if int(i) < len(ne.secMap) {
 			if j := ne.secMap[i]; j >= 0 {

@@ -774,6 +774,11 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			}
 			placed := false
 			if r, ok := reloc(s.Offset); ok && s.Size > 0 {
+				// Only whole sections move: one that runs past the
+				// moved bytes would be described over what follows them.
+				if e, ok := reloc(s.Offset + s.Size - 1); s.Type != elf.SHT_NOBITS && (!ok || e != r+s.Size-1) {
+					return nil, false, formatErr(-1, "section %d %s (0x%x+0x%x) lies partly in the bytes that move out of the program header table's way", oi, s.Name, s.Offset, s.Size)
+				}
 				s.Offset, s.Addr = off+r, vaddr+r
 				placed = true
 			}

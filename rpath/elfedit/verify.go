@@ -38,9 +38,11 @@ func Verify(r io.ReaderAt, size int64) ([]Problem, error) {
 
 // Verify checks the invariants the loaders and binutils rely on (see the
 // design notes): segment alignment and order, the program header table's
-// place, the pre-5.18 AT_PHDR rule, a writable .dynamic, no W+X segment,
-// no empty search-path entry, and section headers that agree with the
-// segments. A file that NewFile read is already known to have a terminated
+// place, the pre-5.18 AT_PHDR rule, a writable .dynamic that is its own
+// (no other section in it, p_filesz = p_memsz), notes the loaders and the
+// section headers read alike, no W+X segment, no empty search-path entry,
+// and section headers that agree with the segments and keep off the
+// headers. A file that NewFile read is already known to have a terminated
 // dynamic section and in-bounds strings.
 func (f *File) Verify() []Problem {
 	var ps []Problem
@@ -118,6 +120,17 @@ func (f *File) Verify() []Problem {
 			if v, ok := f.offToVaddr(p.Off, p.Filesz); ok && v != p.Vaddr {
 				add("dynamic-map", "PT_DYNAMIC p_vaddr 0x%x does not map to its p_offset 0x%x", p.Vaddr, p.Off)
 			}
+			// Its slots are rewritten in place up to p_filesz: they must
+			// be the segment's and no other section's.
+			if p.Filesz != p.Memsz {
+				add("dynamic-size", "PT_DYNAMIC p_filesz 0x%x differs from p_memsz 0x%x", p.Filesz, p.Memsz)
+			}
+			for j, s := range f.Sections {
+				if j > 0 && s.Type != elf.SHT_DYNAMIC && s.Type != elf.SHT_NOBITS && s.Type != elf.SHT_NULL && s.Size > 0 &&
+					(rng{s.Offset, s.Offset + s.Size}).overlaps(rng{p.Off, p.Off + p.Filesz}) {
+					add("dynamic-overlap", "PT_DYNAMIC (0x%x+0x%x) overlaps section %d %s", p.Off, p.Filesz, j, s.Name)
+				}
+			}
 		}
 	}
 	f.verifyNotes(add, containing)
@@ -183,6 +196,11 @@ func (f *File) verifyNotes(add func(rule, format string, args ...any), containin
 		if p.Align != 4 && p.Align != 8 {
 			add("note-align", "PT_NOTE[%d] p_align is 0x%x, not 4 or 8", i, p.Align)
 		}
+		// glibc reads the notes by p_memsz, the kernel and readelf by
+		// p_filesz.
+		if p.Memsz != p.Filesz {
+			add("note-size", "PT_NOTE[%d] p_filesz 0x%x differs from p_memsz 0x%x", i, p.Filesz, p.Memsz)
+		}
 	}
 	if _, err := f.allNotes(); err != nil {
 		add("note-parse", "%v", err)
@@ -190,6 +208,13 @@ func (f *File) verifyNotes(add func(rule, format string, args ...any), containin
 	for i, s := range f.Sections {
 		if s.Type != elf.SHT_NOTE || s.Size == 0 {
 			continue
+		}
+		// Each note belongs to one section.
+		for j := i + 1; j < len(f.Sections); j++ {
+			o := f.Sections[j]
+			if o.Type == elf.SHT_NOTE && o.Size > 0 && (rng{s.Offset, s.Offset + s.Size}).overlaps(rng{o.Offset, o.Offset + o.Size}) {
+				add("section-note", "note sections %d %s and %d %s overlap", i, s.Name, j, o.Name)
+			}
 		}
 		if s.Flags&elf.SHF_ALLOC == 0 {
 			// Unallocated notes lie outside what is loaded; one inside
@@ -224,6 +249,9 @@ func (f *File) verifySections(add func(rule, format string, args ...any)) {
 	if si := int(h.Shstrndx); si > 0 && si < len(f.Sections) {
 		st := f.Sections[si]
 		tab := st.Size
+		if st.Type != elf.SHT_STRTAB || st.Offset > uint64(f.size) || st.Size > uint64(f.size)-st.Offset {
+			add("section-name", "the section name table (section %d, 0x%x+0x%x) is not a string table inside the file", si, st.Offset, st.Size)
+		}
 		for i, s := range f.Sections {
 			if i > 0 && uint64(s.NameOff) >= tab {
 				add("section-name", "section %d's name offset 0x%x is outside the section name table (0x%x bytes)", i, s.NameOff, tab)
@@ -303,6 +331,8 @@ func checkResult(was []Problem, after *File, e *Edit, before *File) error {
 	}
 	if e.Interpreter != nil {
 		want("interpreter", after.Interp, *e.Interpreter)
+	} else if before != nil {
+		want("interpreter", after.Interp, before.Interp)
 	}
 	if e.Soname != nil {
 		want("soname", after.Soname(), *e.Soname)
@@ -345,6 +375,21 @@ func checkResult(was []Problem, after *File, e *Edit, before *File) error {
 	// Every string of the original that was not edited must read the same.
 	if sb, sa := before.Info(), after.Info(); e.Soname == nil && sb.Soname != sa.Soname {
 		bad = append(bad, fmt.Sprintf("soname changed from %q to %q", sb.Soname, sa.Soname))
+	}
+	for _, n := range before.Needed() {
+		edited := slices.Contains(e.RemoveNeeded, n) || slices.ContainsFunc(e.ReplaceNeeded, func(r Replace) bool { return r.Old == n })
+		if !edited && !slices.Contains(needed, n) {
+			bad = append(bad, fmt.Sprintf("DT_NEEDED %q lost", n))
+		}
+	}
+	if e.SetPath == nil && !e.RemovePath && !e.Retag {
+		for _, tag := range []elf.DynTag{elf.DT_RUNPATH, elf.DT_RPATH} {
+			b, okb := before.dynString(tag)
+			a, oka := after.dynString(tag)
+			if a != b || oka != okb {
+				bad = append(bad, fmt.Sprintf("%v changed from %q to %q", tag, b, a))
+			}
+		}
 	}
 	bad = append(bad, checkFields(after, e)...)
 	bad = append(bad, checkRename(before, after, e)...)
