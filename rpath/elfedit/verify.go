@@ -126,6 +126,9 @@ func (f *File) Verify() []Problem {
 				add("dynamic-size", "PT_DYNAMIC p_filesz 0x%x differs from p_memsz 0x%x", p.Filesz, p.Memsz)
 			}
 			for j, s := range f.Sections {
+				if i != f.dynProg {
+					break // the one the loader and the layouts use
+				}
 				if j > 0 && s.Type != elf.SHT_DYNAMIC && s.Type != elf.SHT_NOBITS && s.Type != elf.SHT_NULL && s.Size > 0 &&
 					(rng{s.Offset, s.Offset + s.Size}).overlaps(rng{p.Off, p.Off + p.Filesz}) {
 					add("dynamic-overlap", "PT_DYNAMIC (0x%x+0x%x) overlaps section %d %s", p.Off, p.Filesz, j, s.Name)
@@ -205,16 +208,30 @@ func (f *File) verifyNotes(add func(rule, format string, args ...any), containin
 	if _, err := f.allNotes(); err != nil {
 		add("note-parse", "%v", err)
 	}
+	// Each note belongs to one section: note sections do not overlap
+	// (checked in offset order against the furthest end so far).
+	var byOff []int
+	for i, s := range f.Sections {
+		if s.Type == elf.SHT_NOTE && s.Size > 0 {
+			byOff = append(byOff, i)
+		}
+	}
+	slices.SortStableFunc(byOff, func(a, b int) int { return cmpU64(f.Sections[a].Offset, f.Sections[b].Offset) })
+	far := -1
+	for _, i := range byOff {
+		s := f.Sections[i]
+		if far >= 0 {
+			if o := f.Sections[far]; s.Offset < o.Offset+o.Size {
+				add("section-note", "note sections %d %s and %d %s overlap", far, o.Name, i, s.Name)
+			}
+		}
+		if far < 0 || s.Offset+s.Size > f.Sections[far].Offset+f.Sections[far].Size {
+			far = i
+		}
+	}
 	for i, s := range f.Sections {
 		if s.Type != elf.SHT_NOTE || s.Size == 0 {
 			continue
-		}
-		// Each note belongs to one section.
-		for j := i + 1; j < len(f.Sections); j++ {
-			o := f.Sections[j]
-			if o.Type == elf.SHT_NOTE && o.Size > 0 && (rng{s.Offset, s.Offset + s.Size}).overlaps(rng{o.Offset, o.Offset + o.Size}) {
-				add("section-note", "note sections %d %s and %d %s overlap", i, s.Name, j, o.Name)
-			}
 		}
 		if s.Flags&elf.SHF_ALLOC == 0 {
 			// Unallocated notes lie outside what is loaded; one inside
