@@ -324,7 +324,8 @@ func checkEdit(t *testing.T, data []byte, path, interp, soname, needed string, t
 
 // TestEditMutatedHeaders runs FuzzEdit's property over seed files whose
 // program and section headers are mutated the way the fuzzer finds hard to
-// (a word of a header set to a power of two, nudged, or a byte flipped),
+// (a word of a header set to a power of two, nudged, or a byte flipped; a
+// bit of the ELF header now and then),
 // from a fixed seed so that a failure reproduces. Each mutation is planned
 // with a few random edits. Inputs like these (CI's FuzzEdit crasher of
 // 2026-11-24 among them: a region edit that moved notes under a PT_NOTE
@@ -355,9 +356,17 @@ func TestEditMutatedHeaders(t *testing.T) {
 				var what []string
 				for k := 1 + rng.IntN(3); k > 0; k-- {
 					var at int
-					if rng.IntN(2) == 0 {
+					switch r := rng.IntN(9); {
+					case r == 0:
+						// A byte of the ELF header past e_ident (an
+						// e_shstrndx past the table, say).
+						at = 16 + rng.IntN(36)
+						data[at] ^= 1 << rng.IntN(8)
+						what = append(what, fmt.Sprintf("0x%x", at))
+						continue
+					case r <= 4:
 						at = int(h.Phoff) + int(h.Phentsize)*rng.IntN(int(h.Phnum)) + word*rng.IntN(int(h.Phentsize)/word)
-					} else {
+					default:
 						at = int(h.Shoff) + int(h.Shentsize)*rng.IntN(int(h.Shnum)) + word*rng.IntN(int(h.Shentsize)/word)
 					}
 					if at+word > len(data) {
@@ -401,6 +410,36 @@ func TestEditMutatedHeaders(t *testing.T) {
 						}
 						faults++
 						break
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestEditShstrndxPastTable: an e_shstrndx past the section header table
+// (the names unreadable) made every region edit of an lld or mold file
+// that sorts its section headers index out of range (the main job turned
+// the panic into "internal error" for the file). Each edit FuzzEdit can
+// make of each seed with such an e_shstrndx either fails or passes its
+// property.
+func TestEditShstrndxPastTable(t *testing.T) {
+	for _, s := range seedFiles {
+		t.Run(s.name, func(t *testing.T) {
+			data := seedBytes(t, s.variant, s.file)
+			ef, err := elfedit.NewFile(bytes.NewReader(data), int64(len(data)))
+			require.NoError(t, err)
+			at := 0x3e // e_shstrndx
+			if ef.Header.Class == elf.ELFCLASS32 {
+				at = 0x32
+			}
+			ef.ByteOrder().PutUint16(data[at:], uint16(ef.Header.Shnum+62))
+			for _, path := range []string{"", strings.Repeat("/long", 100)} {
+				for _, tag := range []uint8{0, 0x10} {
+					for flags := range 256 {
+						if !checkEdit(t, data, path, "/lib64/../lib64/ld-linux-x86-64.so.2", "libx.so.1", "libnew.so", tag, uint8(flags)) {
+							t.Fatalf("path of %d bytes, tag 0x%x, flags 0x%x", len(path), tag, flags)
+						}
 					}
 				}
 			}

@@ -816,7 +816,10 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 		}
 		from := slices.Clone(orig) // the original of each final header, -1 if new
 		if sorted, pos, ok := f.sortSections(final, len(progs)); ok {
-			final, shstrndx = sorted, pos[shstrndx]
+			final = sorted
+			if shstrndx >= 0 && shstrndx < len(pos) {
+				shstrndx = pos[shstrndx]
+			}
 			for j, k := range pos {
 				from[k] = orig[j]
 			}
