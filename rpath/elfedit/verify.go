@@ -265,7 +265,7 @@ func (f *File) verifySections(add func(rule, format string, args ...any)) {
 	// whatever a grown copy of the table puts there tomorrow.
 	if si := int(h.Shstrndx); si >= len(f.Sections) && len(f.Sections) > 0 {
 		add("section-name", "e_shstrndx %d is past the section header table (%d sections)", si, len(f.Sections))
-	} else if si > 0 {
+	} else if si > 0 && si < len(f.Sections) {
 		st := f.Sections[si]
 		tab := st.Size
 		if st.Type != elf.SHT_STRTAB || st.Offset > uint64(f.size) || st.Size > uint64(f.size)-st.Offset {
