@@ -21,7 +21,7 @@ func ApplyTorn(p *Plan, t Target, n int, k int64) error {
 
 // CheckResult is what EditFile checks of a planned result before writing.
 func CheckResult(before, after *File, e *Edit) error {
-	return checkResult(before.Verify(), after, e, before)
+	return checkResult(before, before.Verify(), after, e)
 }
 
 // CountingReader records the ReadAt calls that reach a file: the range

@@ -219,7 +219,7 @@ func (p *Plan) check(e *Edit) (*File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: planned result does not read back: %v", ErrVerify, err)
 	}
-	if err := checkResult(p.had, after, e, p.f); err != nil {
+	if err := checkResult(p.f, p.had, after, e); err != nil {
 		return nil, err
 	}
 	return after, nil

@@ -772,7 +772,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			if oi >= 0 {
 				before = f.Sections[oi]
 			}
-			placed := false
+			relocated := false
 			if r, ok := reloc(s.Offset); ok && s.Size > 0 {
 				// Only whole sections move: one that runs past the
 				// moved bytes would be described over what follows them.
@@ -780,10 +780,9 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 					return nil, false, formatErr(-1, "section %d %s (0x%x+0x%x) lies partly in the bytes that move out of the program header table's way", oi, s.Name, s.Offset, s.Size)
 				}
 				s.Offset, s.Addr = off+r, vaddr+r
-				placed = true
+				relocated = true
 			}
 			a, isArea := areaSec[j]
-			placed = placed || isArea || j == shstrndx && shstr != nil
 			switch {
 			case isArea:
 				n := uint64(len(ne.area[a].b))
@@ -805,7 +804,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 				// above places (a type the layout does not know, in the
 				// note area it rebuilds) would keep an address the new
 				// region maps to other bytes.
-				if !placed && oi >= 0 && live != nil && before.Flags&elf.SHF_ALLOC != 0 && before.Type != elf.SHT_NOBITS && before.Size > 0 && live.contains(before.Offset) {
+				if !relocated && oi >= 0 && live != nil && before.Flags&elf.SHF_ALLOC != 0 && before.Type != elf.SHT_NOBITS && before.Size > 0 && live.contains(before.Offset) {
 					return nil, false, formatErr(-1, "section %d %s (type %v) in the region an earlier edit added cannot be moved to the new one", oi, before.Name, before.Type)
 				}
 			}

@@ -330,9 +330,9 @@ func (f *File) verifySections(add func(rule, format string, args ...any)) {
 }
 
 // checkResult verifies a planned result against the original, before,
-// whose Verify found was: no invariant the original met may break, and the
-// result must say what was asked.
-func checkResult(was []Problem, after *File, e *Edit, before *File) error {
+// in which Verify found was: no invariant the original met may break, and
+// the result must say what was asked.
+func checkResult(before *File, was []Problem, after *File, e *Edit) error {
 	had := map[string]bool{}
 	for _, p := range was {
 		had[p.Rule] = true
@@ -348,11 +348,11 @@ func checkResult(was []Problem, after *File, e *Edit, before *File) error {
 			bad = append(bad, fmt.Sprintf("%s reads back as %q, want %q", what, got, exp))
 		}
 	}
+	interp := before.Interp
 	if e.Interpreter != nil {
-		want("interpreter", after.Interp, *e.Interpreter)
-	} else if before != nil {
-		want("interpreter", after.Interp, before.Interp)
+		interp = *e.Interpreter
 	}
+	want("interpreter", after.Interp, interp)
 	if e.Soname != nil {
 		want("soname", after.Soname(), *e.Soname)
 	}
