@@ -332,80 +332,133 @@ func checkEdit(t *testing.T, data []byte, path, interp, soname, needed string, t
 // too short for them) found 40 faults in 2,435 mutations before the
 // planner refused or handled them.
 func TestEditMutatedHeaders(t *testing.T) {
+	mutationSweep(t, "ELFEDIT_MUTATIONS_PER_SEED", 1500, 20261124, func(rng *rand.Rand, ef *elfedit.File, data []byte) string {
+		h := ef.Header
+		word := 8
+		if h.Class == elf.ELFCLASS32 {
+			word = 4
+		}
+		order := ef.ByteOrder()
+		var at int
+		switch r := rng.IntN(9); {
+		case r == 0:
+			// A byte of the ELF header past e_ident (an e_shstrndx past
+			// the table, say).
+			at = 16 + rng.IntN(36)
+			data[at] ^= 1 << rng.IntN(8)
+			return fmt.Sprintf("0x%x", at)
+		case r <= 4:
+			at = int(h.Phoff) + int(h.Phentsize)*rng.IntN(int(h.Phnum)) + word*rng.IntN(int(h.Phentsize)/word)
+		default:
+			at = int(h.Shoff) + int(h.Shentsize)*rng.IntN(int(h.Shnum)) + word*rng.IntN(int(h.Shentsize)/word)
+		}
+		if at+word > len(data) {
+			return ""
+		}
+		put := func(v uint64) {
+			if word == 8 {
+				order.PutUint64(data[at:], v)
+			} else {
+				order.PutUint32(data[at:], uint32(v))
+			}
+		}
+		get := func() uint64 {
+			if word == 8 {
+				return order.Uint64(data[at:])
+			}
+			return uint64(order.Uint32(data[at:]))
+		}
+		switch rng.IntN(4) {
+		case 0:
+			data[at] = byte(rng.IntN(256))
+		case 1:
+			put(1 << rng.IntN(13))
+		case 2:
+			put(get() + uint64(rng.IntN(64)) - 32)
+		case 3:
+			data[at+rng.IntN(word)] ^= 1 << rng.IntN(8)
+		}
+		return fmt.Sprintf("0x%x", at)
+	})
+}
+
+// TestEditMutatedBodies is TestEditMutatedHeaders for the bytes the
+// headers point at: a byte of the file set, zeroed or flipped, most often
+// in the sections an edit reads and rewrites (.dynamic, the string tables,
+// the version needs, notes, .interp). A sweep like this one, over the
+// whole file, found replaced DT_NEEDED names that read back truncated
+// ("libn") or as scrub bytes after the string-table layout trusted a
+// mutated .dynstr.
+func TestEditMutatedBodies(t *testing.T) {
+	mutationSweep(t, "ELFEDIT_BODY_MUTATIONS_PER_SEED", 1500, 20261125, func(rng *rand.Rand, ef *elfedit.File, data []byte) string {
+		at := rng.IntN(len(data))
+		if rng.IntN(4) != 0 {
+			var hot []elfedit.Section
+			for _, s := range ef.Sections {
+				switch s.Type {
+				case elf.SHT_DYNAMIC, elf.SHT_STRTAB, elf.SHT_GNU_VERNEED, elf.SHT_NOTE, elf.SHT_GNU_VERSYM, elf.SHT_DYNSYM:
+				default:
+					if s.Name != ".interp" {
+						continue
+					}
+				}
+				if s.Size > 0 && s.Offset+s.Size <= uint64(len(data)) {
+					hot = append(hot, s)
+				}
+			}
+			if len(hot) > 0 {
+				s := hot[rng.IntN(len(hot))]
+				at = int(s.Offset) + rng.IntN(int(s.Size))
+			}
+		}
+		switch rng.IntN(3) {
+		case 0:
+			data[at] = byte(rng.IntN(256))
+		case 1:
+			data[at] = 0
+		case 2:
+			data[at] ^= 1 << rng.IntN(8)
+		}
+		return fmt.Sprintf("0x%x", at)
+	})
+}
+
+// mutationSweep runs FuzzEdit's property over rounds mutations of each
+// seed file (env, when set, says how many), each mutation one to three
+// calls of mutate on a fresh copy of the seed, planned with eight random
+// edits, all from a fixed seed so that a failure reproduces. A seed stops
+// at its third fault. ELFEDIT_MUTATION_SEED=N explores other mutations;
+// ELFEDIT_MUTATIONS=DIR writes each failing input there (named sweep-id-pathlen-tag-flags.bin) to look at with readelf.
+func mutationSweep(t *testing.T, env string, rounds int, seed uint64, mutate func(rng *rand.Rand, ef *elfedit.File, data []byte) string) {
 	paths := []string{"", "/a", strings.Repeat("/x", 50), strings.Repeat("/long", 100)}
-	// ELFEDIT_MUTATIONS_PER_SEED=N runs more (or fewer) than 1,500 a seed.
-	rounds := 1500
-	if v, err := strconv.Atoi(os.Getenv("ELFEDIT_MUTATIONS_PER_SEED")); err == nil {
+	if v, err := strconv.Atoi(os.Getenv(env)); err == nil {
 		rounds = v
+	}
+	if v, err := strconv.ParseUint(os.Getenv("ELFEDIT_MUTATION_SEED"), 10, 64); err == nil {
+		seed = v
 	}
 	for si, s := range seedFiles {
 		t.Run(s.name, func(t *testing.T) {
-			seed := seedBytes(t, s.variant, s.file)
-			ef, err := elfedit.NewFile(bytes.NewReader(seed), int64(len(seed)))
+			orig := seedBytes(t, s.variant, s.file)
+			ef, err := elfedit.NewFile(bytes.NewReader(orig), int64(len(orig)))
 			require.NoError(t, err)
-			h := ef.Header
-			rng := rand.New(rand.NewPCG(20261124, uint64(si)))
-			word := 8
-			if h.Class == elf.ELFCLASS32 {
-				word = 4
-			}
-			order := ef.ByteOrder()
+			rng := rand.New(rand.NewPCG(seed, uint64(si)))
 			faults := 0
 			for n := 0; n < rounds && faults < 3; n++ {
-				data := bytes.Clone(seed)
+				data := bytes.Clone(orig)
 				var what []string
 				for k := 1 + rng.IntN(3); k > 0; k-- {
-					var at int
-					switch r := rng.IntN(9); {
-					case r == 0:
-						// A byte of the ELF header past e_ident (an
-						// e_shstrndx past the table, say).
-						at = 16 + rng.IntN(36)
-						data[at] ^= 1 << rng.IntN(8)
-						what = append(what, fmt.Sprintf("0x%x", at))
-						continue
-					case r <= 4:
-						at = int(h.Phoff) + int(h.Phentsize)*rng.IntN(int(h.Phnum)) + word*rng.IntN(int(h.Phentsize)/word)
-					default:
-						at = int(h.Shoff) + int(h.Shentsize)*rng.IntN(int(h.Shnum)) + word*rng.IntN(int(h.Shentsize)/word)
+					if at := mutate(rng, ef, data); at != "" {
+						what = append(what, at)
 					}
-					if at+word > len(data) {
-						continue
-					}
-					put := func(v uint64) {
-						if word == 8 {
-							order.PutUint64(data[at:], v)
-						} else {
-							order.PutUint32(data[at:], uint32(v))
-						}
-					}
-					get := func() uint64 {
-						if word == 8 {
-							return order.Uint64(data[at:])
-						}
-						return uint64(order.Uint32(data[at:]))
-					}
-					switch rng.IntN(4) {
-					case 0:
-						data[at] = byte(rng.IntN(256))
-					case 1:
-						put(1 << rng.IntN(13))
-					case 2:
-						put(get() + uint64(rng.IntN(64)) - 32)
-					case 3:
-						data[at+rng.IntN(word)] ^= 1 << rng.IntN(8)
-					}
-					what = append(what, fmt.Sprintf("0x%x", at))
 				}
 				for j := 0; j < 8; j++ {
 					tag, flags := uint8(rng.IntN(256)), uint8(rng.IntN(256))
 					path := paths[rng.IntN(len(paths))]
 					if !checkEdit(t, data, path, "/lib64/../lib64/ld-linux-x86-64.so.2", "libx.so.1", "libnew.so", tag, flags) {
-						t.Logf("mutation %d (words at %s), path of %d bytes, tag 0x%x, flags 0x%x", n, strings.Join(what, " "), len(path), tag, flags)
-						// To look at a failing input with readelf:
-						// ELFEDIT_MUTATIONS=DIR writes it there.
+						t.Logf("mutation %d (at %s), path of %d bytes, tag 0x%x, flags 0x%x", n, strings.Join(what, " "), len(path), tag, flags)
 						if dir := os.Getenv("ELFEDIT_MUTATIONS"); dir != "" {
-							name := fmt.Sprintf("%d-%d-%d-%d.bin", si*10000+n, len(path), tag, flags)
+							name := fmt.Sprintf("%s-%d-%d-%d-%d.bin", env, si*10000+n, len(path), tag, flags)
 							require.NoError(t, os.WriteFile(filepath.Join(dir, name), data, 0o644))
 						}
 						faults++

@@ -74,7 +74,14 @@ func (f *File) parseNotes(b []byte, off, align uint64, what string) ([]parsedNot
 	for at := uint64(0); at < n; {
 		if n-at < noteHeader {
 			// Fewer bytes than a header are padding, as the loaders
-			// take them.
+			// take them. They belong to the note before them: a note
+			// edit that keeps that note keeps its container's bytes
+			// whole (a PT_NOTE cut short of its section's end would
+			// leave the section in no PT_NOTE), and one that removes
+			// it zeroes them too.
+			if k := len(out); k > 0 {
+				out[k-1].end = off + n
+			}
 			break
 		}
 		namesz := uint64(f.order.Uint32(b[at:]))

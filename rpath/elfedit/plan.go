@@ -137,6 +137,7 @@ func (f *File) desiredDyn(e *Edit) []dent {
 	if e.Soname != nil {
 		if i := slices.IndexFunc(ents, func(d dent) bool { return d.tag == elf.DT_SONAME }); i >= 0 {
 			set(&ents[i], *e.Soname)
+			ents = keepFirst(ents, elf.DT_SONAME)
 		} else {
 			at := 0
 			for at < len(ents) && ents[at].tag == elf.DT_NEEDED {
@@ -178,15 +179,38 @@ func (f *File) desiredDyn(e *Edit) []dent {
 		case iw >= 0 && io >= 0:
 			drop(other)
 		case io >= 0:
-			ents[io].tag = want // a one-word retag, no string moves
+			for i := range ents {
+				if ents[i].tag == other {
+					ents[i].tag = want // a one-word retag, no string moves
+				}
+			}
 		case iw < 0 && e.SetPath != nil:
 			ents = append(ents, newStr(want, *e.SetPath))
 		}
 		if e.SetPath != nil {
 			set(&ents[find(want)], *e.SetPath)
+			ents = keepFirst(ents, want)
 		}
 	}
 	return ents
+}
+
+// keepFirst removes every entry with the tag but the first. A file that
+// repeats a tag the loaders keep one value of (glibc and musl keep the
+// last; readelf shows all, this package reads the first) reads the same to
+// all of them once an edit has set the first.
+func keepFirst(ents []dent, tag elf.DynTag) []dent {
+	seen := false
+	return slices.DeleteFunc(ents, func(d dent) bool {
+		if d.tag != tag {
+			return false
+		}
+		if !seen {
+			seen = true
+			return false
+		}
+		return true
+	})
 }
 
 // Plan lays out the edit. It reads nothing beyond what NewFile read, except

@@ -773,10 +773,13 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 				before = f.Sections[oi]
 			}
 			relocated := false
-			if r, ok := reloc(s.Offset); ok && s.Size > 0 {
+			// An empty section keeps its place (it may as well end the
+			// section before the moved bytes), except the interpreter's,
+			// which follows PT_INTERP whatever its size.
+			if r, ok := reloc(s.Offset); ok && (s.Size > 0 || oi >= 0 && f.isInterpSection(before)) {
 				// Only whole sections move: one that runs past the
 				// moved bytes would be described over what follows them.
-				if e, ok := reloc(s.Offset + s.Size - 1); s.Type != elf.SHT_NOBITS && (!ok || e != r+s.Size-1) {
+				if e, ok := reloc(s.Offset + s.Size - 1); s.Type != elf.SHT_NOBITS && s.Size > 0 && (!ok || e != r+s.Size-1) {
 					return nil, false, formatErr(-1, "section %d %s (0x%x+0x%x) lies partly in the bytes that move out of the program header table's way", oi, s.Name, s.Offset, s.Size)
 				}
 				s.Offset, s.Addr = off+r, vaddr+r

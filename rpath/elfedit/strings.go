@@ -385,6 +385,37 @@ func strEnd(tab []byte, x uint64) uint64 {
 	return x
 }
 
+// entangled returns the offsets among offs (the old strings of changed
+// entries) whose strings, NUL included, overlap another's: tail merging
+// ("libfoo.so" and a path "oo.so" inside it) or a crafted table. Neither
+// may be written over in place, since the write over one would change the
+// other's new value. Sorted by offset, a string overlaps an earlier one
+// when it starts before the furthest end so far, and a later one when the
+// next starts before its own end: two passes, whatever a hostile file
+// holds.
+func (f *File) entangled(offs map[uint64]int) map[uint64]bool {
+	if len(offs) < 2 {
+		return nil
+	}
+	spans := make([]rng, 0, len(offs))
+	for o := range offs {
+		spans = append(spans, rng{o, strEnd(f.strtab, o) + 1})
+	}
+	slices.SortFunc(spans, func(a, b rng) int { return cmpU64(a.lo, b.lo) })
+	out := map[uint64]bool{}
+	var furthest uint64
+	for i, s := range spans {
+		if i > 0 && s.lo < furthest {
+			out[s.lo] = true
+		}
+		if i+1 < len(spans) && spans[i+1].lo < s.hi {
+			out[s.lo] = true
+		}
+		furthest = max(furthest, s.hi)
+	}
+	return out
+}
+
 // layoutStrings gives every string entry of ents an offset in the final
 // string table, cheapest first: overwrite the string it replaces when that
 // one is long enough and unshared, reuse an identical string (or string
@@ -453,6 +484,7 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 			claimed[uint64(d.origOff)]++
 		}
 	}
+	entangled := f.entangled(claimed)
 	for i := range ents {
 		d := &ents[i]
 		if !d.changed || d.origOff < 0 {
@@ -461,7 +493,7 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 		o := uint64(d.origOff)
 		old, _ := cstring(f.strtab, o)
 		r := rng{o, o + uint64(len(old))}
-		if len(d.str) > len(old) || claimed[o] > 1 || shared(r) {
+		if len(d.str) > len(old) || claimed[o] > 1 || entangled[o] || shared(r) {
 			continue
 		}
 		p := make([]byte, r.hi-o)

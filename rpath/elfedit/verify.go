@@ -137,6 +137,17 @@ func (f *File) Verify() []Problem {
 		}
 	}
 	f.verifyNotes(add, containing)
+	// A tag the loaders keep one value of, given twice: glibc and musl
+	// use the last entry, readelf shows each, this package (and with it
+	// the linter and the resolution note) reads the first.
+	var seen [len(singleTags)]int
+	for _, d := range f.Dynamic[:max(f.dynLen, 0)] {
+		if k := slices.Index(singleTags[:], d.Tag); k >= 0 {
+			if seen[k]++; seen[k] == 2 {
+				add("dynamic-duplicate", "%v appears more than once (the loaders use the last, this reader the first)", d.Tag)
+			}
+		}
+	}
 	for _, tag := range []elf.DynTag{elf.DT_RUNPATH, elf.DT_RPATH} {
 		if s, ok := f.dynString(tag); ok && s != "" && slices.Contains(strings.Split(s, ":"), "") {
 			add("path-empty-entry", "%v %q has an empty entry (the current directory)", tag, s)
@@ -145,6 +156,10 @@ func (f *File) Verify() []Problem {
 	f.verifySections(add)
 	return ps
 }
+
+// singleTags are the dynamic tags this package reads one value of.
+var singleTags = [...]elf.DynTag{elf.DT_SONAME, elf.DT_RUNPATH, elf.DT_RPATH, elf.DT_STRTAB, elf.DT_STRSZ,
+	elf.DT_SYMTAB, elf.DT_HASH, elf.DT_GNU_HASH, elf.DT_VERSYM, elf.DT_VERNEED, elf.DT_VERNEEDNUM, elf.DT_FLAGS_1}
 
 // inOneLoad returns the PT_LOAD of loads whose file image holds off+n.
 func inOneLoad(loads []elf.ProgHeader, off, n uint64) (elf.ProgHeader, bool) {
@@ -368,6 +383,34 @@ func checkResult(before *File, was []Problem, after *File, e *Edit) error {
 		got, _ := after.dynString(tag)
 		want(tag.String(), got, *e.SetPath)
 	}
+	// One value of each tag set: the loaders read the last entry of a
+	// tag, readers the first.
+	count := func(tag elf.DynTag) int {
+		n := 0
+		for _, d := range after.Dynamic[:max(after.dynLen, 0)] {
+			if d.Tag == tag {
+				n++
+			}
+		}
+		return n
+	}
+	if e.Soname != nil {
+		if n := count(elf.DT_SONAME); n != 1 {
+			bad = append(bad, fmt.Sprintf("DT_SONAME appears %d times", n))
+		}
+	}
+	if (e.SetPath != nil || e.Retag) && e.Tag != TagKeep {
+		want, other := elf.DT_RUNPATH, elf.DT_RPATH
+		if e.Tag == TagRPath {
+			want, other = other, want
+		}
+		if count(other) > 0 {
+			bad = append(bad, fmt.Sprintf("%v still present", other))
+		}
+		if n := count(want); e.SetPath != nil && n != 1 {
+			bad = append(bad, fmt.Sprintf("%v appears %d times", want, n))
+		}
+	}
 	if e.RemovePath {
 		if _, ok := after.RunPath(); ok {
 			bad = append(bad, "DT_RUNPATH still present")
@@ -376,30 +419,17 @@ func checkResult(before *File, was []Problem, after *File, e *Edit) error {
 			bad = append(bad, "DT_RPATH still present")
 		}
 	}
-	needed := after.Needed()
-	for _, n := range e.AddNeeded {
-		if !slices.Contains(needed, n) {
-			bad = append(bad, fmt.Sprintf("DT_NEEDED %q missing", n))
-		}
-	}
-	for _, n := range e.RemoveNeeded {
-		// A name removed and then added back (AddNeeded, or as the new
-		// name of a ReplaceNeeded) is rightly there.
-		back := slices.Contains(e.AddNeeded, n) || slices.ContainsFunc(e.ReplaceNeeded, func(r Replace) bool { return r.New == n })
-		if slices.Contains(needed, n) && !back {
-			bad = append(bad, fmt.Sprintf("DT_NEEDED %q still present", n))
-		}
+	// DT_NEEDED, in order: the names the original had with the edit
+	// applied as desiredDyn applies it (removals, then replacements, then
+	// additions first). A name written over another in place that reads
+	// back wrong is caught here by position, not only by presence.
+	if got, exp := after.Needed(), editNeeded(before.Needed(), e); !slices.Equal(got, exp) {
+		bad = append(bad, fmt.Sprintf("DT_NEEDED reads back as %q, want %q", got, exp))
 	}
 	bad = append(bad, checkNotes(before, after, e)...)
 	// Every string of the original that was not edited must read the same.
 	if sb, sa := before.Info(), after.Info(); e.Soname == nil && sb.Soname != sa.Soname {
 		bad = append(bad, fmt.Sprintf("soname changed from %q to %q", sb.Soname, sa.Soname))
-	}
-	for _, n := range before.Needed() {
-		edited := slices.Contains(e.RemoveNeeded, n) || slices.ContainsFunc(e.ReplaceNeeded, func(r Replace) bool { return r.Old == n })
-		if !edited && !slices.Contains(needed, n) {
-			bad = append(bad, fmt.Sprintf("DT_NEEDED %q lost", n))
-		}
 	}
 	if e.SetPath == nil && !e.RemovePath && !e.Retag {
 		for _, tag := range []elf.DynTag{elf.DT_RUNPATH, elf.DT_RPATH} {
@@ -416,6 +446,25 @@ func checkResult(before *File, was []Problem, after *File, e *Edit) error {
 		return fmt.Errorf("%w: %s", ErrVerify, strings.Join(bad, "; "))
 	}
 	return nil
+}
+
+// editNeeded is the DT_NEEDED list an edit makes of names.
+func editNeeded(names []string, e *Edit) []string {
+	out := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return slices.Contains(e.RemoveNeeded, n) })
+	for _, r := range e.ReplaceNeeded {
+		for i := range out {
+			if out[i] == r.Old {
+				out[i] = r.New
+			}
+		}
+	}
+	var add []string
+	for _, n := range e.AddNeeded {
+		if !slices.Contains(out, n) && !slices.Contains(add, n) {
+			add = append(add, n)
+		}
+	}
+	return append(add, out...)
 }
 
 // checkNotes verifies the notes of a planned result: SetNote is there once,
