@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"runtime/debug"
 
 	"github.com/urfave/cli/v3"
+
+	"github.com/cudapatch/cudapatch/internal/printable"
 )
 
 // Exit codes shared by every verb.
@@ -119,11 +120,11 @@ func (g *globals) main(ctx context.Context, args []string) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil && !errors.Is(ee.err, errReported) {
-			fmt.Fprintf(g.stderr, "cudapatch: %v\n", ee.err)
+			printable.Fprintf(g.stderr, "cudapatch: %v\n", ee.err)
 		}
 		return ee.code
 	}
-	fmt.Fprintf(g.stderr, "cudapatch: %v\n", err)
+	printable.Fprintf(g.stderr, "cudapatch: %v\n", err)
 	return exitUsage
 }
 

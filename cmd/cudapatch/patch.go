@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cudapatch/cudapatch/internal/printable"
 	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/urfave/cli/v3"
 	"github.com/vbauerster/mpb/v8"
@@ -233,13 +234,13 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 	}
 	for _, f := range rep.Files {
 		for _, e := range f.Errors {
-			fmt.Fprintf(g.stderr, "error: %s: %s\n", f.Path, e)
+			printable.Fprintf(g.stderr, "error: %s: %s\n", f.Path, e)
 		}
 	}
 	for _, m := range rep.Missing {
-		fmt.Fprintf(g.stderr, "error: auto-patchelf could not satisfy dependency %s wanted by %s\n", m.Name, m.File)
+		printable.Fprintf(g.stderr, "error: auto-patchelf could not satisfy dependency %s wanted by %s\n", m.Name, m.File)
 		if m.Hint != "" {
-			fmt.Fprintf(g.stderr, "  hint: %s\n", m.Hint)
+			printable.Fprintf(g.stderr, "  hint: %s\n", m.Hint)
 		}
 	}
 	fmt.Fprintf(g.stderr, "cudapatch: %s\n", summary(rep, dryRun))
@@ -294,13 +295,16 @@ const outBuffer = 64 << 10
 // machine, whose whole run at 16 jobs is 0.3 s), writing its pieces
 // takes 0.3 ms.
 func writePatched(w *bufio.Writer, f *rpath.File) {
-	w.WriteString(f.Path)
+	// Paths and names are the tree's and the files': escaped, so that
+	// the list stays one line a file (printable.String costs a scan).
+	str := func(s string) { w.WriteString(printable.String(s)) }
+	str(f.Path)
 	w.WriteString(": RUNPATH ")
 	switch {
 	case f.OldRunPath != nil:
-		w.WriteString(*f.OldRunPath)
+		str(*f.OldRunPath)
 	case f.OldRPath != nil:
-		w.WriteString(*f.OldRPath)
+		str(*f.OldRPath)
 		w.WriteString(" (RPATH)")
 	default:
 		w.WriteString("(none)")
@@ -309,13 +313,13 @@ func writePatched(w *bufio.Writer, f *rpath.File) {
 		w.WriteString(" kept")
 	} else {
 		w.WriteString(" -> ")
-		w.WriteString(f.RunPath)
+		str(f.RunPath)
 	}
 	if f.Interpreter != "" && f.Interpreter != f.OldInterpreter {
 		w.WriteString("; interpreter ")
-		w.WriteString(f.OldInterpreter)
+		str(f.OldInterpreter)
 		w.WriteString(" -> ")
-		w.WriteString(f.Interpreter)
+		str(f.Interpreter)
 	}
 	switch f.Note {
 	case rpath.NoteWritten:

@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/cudapatch/cudapatch/internal/printable"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
@@ -56,7 +57,7 @@ func printCommand(g *globals) *cli.Command {
 			} else {
 				for _, e := range out {
 					if e.Error != "" {
-						fmt.Fprintf(g.stderr, "cudapatch: %s: %s\n", e.Path, e.Error)
+						printable.Fprintf(g.stderr, "cudapatch: %s: %s\n", e.Path, e.Error)
 						continue
 					}
 					writeInfo(g.stdout, e.Path, e.Info)
@@ -72,30 +73,30 @@ func printCommand(g *globals) *cli.Command {
 }
 
 func writeInfo(w io.Writer, path string, in *elfedit.Info) {
-	fmt.Fprintf(w, "%s:\n", path)
-	fmt.Fprintf(w, "  kind:        %s (%s %s %s, %s, %s)\n", in.Kind, in.Class, in.Data, in.Machine, in.OSABI, in.Type)
+	printable.Fprintf(w, "%s:\n", path)
+	printable.Fprintf(w, "  kind:        %s (%s %s %s, %s, %s)\n", in.Kind, in.Class, in.Data, in.Machine, in.OSABI, in.Type)
 	if in.Interpreter != "" {
-		fmt.Fprintf(w, "  interpreter: %s\n", in.Interpreter)
+		printable.Fprintf(w, "  interpreter: %s\n", in.Interpreter)
 	}
 	if in.Soname != "" {
-		fmt.Fprintf(w, "  soname:      %s\n", in.Soname)
+		printable.Fprintf(w, "  soname:      %s\n", in.Soname)
 	}
 	for _, n := range in.Needed {
-		fmt.Fprintf(w, "  needed:      %s\n", n)
+		printable.Fprintf(w, "  needed:      %s\n", n)
 	}
 	if in.RunPath != nil {
-		fmt.Fprintf(w, "  runpath:     %s\n", *in.RunPath)
+		printable.Fprintf(w, "  runpath:     %s\n", *in.RunPath)
 	}
 	if in.RPath != nil {
-		fmt.Fprintf(w, "  rpath:       %s\n", *in.RPath)
+		printable.Fprintf(w, "  rpath:       %s\n", *in.RPath)
 	}
 	if in.Flags1 != 0 {
-		fmt.Fprintf(w, "  flags_1:     0x%x\n", in.Flags1)
+		printable.Fprintf(w, "  flags_1:     0x%x\n", in.Flags1)
 	}
 	for _, d := range in.Dlopen {
-		fmt.Fprintf(w, "  dlopen:      %s", strings.Join(d.Soname, " | "))
+		printable.Fprintf(w, "  dlopen:      %s", strings.Join(d.Soname, " | "))
 		if d.Feature != "" {
-			fmt.Fprintf(w, " (feature %s, %s)", d.Feature, d.Priority)
+			printable.Fprintf(w, " (feature %s, %s)", d.Feature, d.Priority)
 		}
 		fmt.Fprintln(w)
 	}
@@ -146,20 +147,20 @@ func writeLDCache(w io.Writer, v *ldcacheView) {
 	case v == nil:
 		return
 	case v.ReadError != "":
-		fmt.Fprintf(w, "  ldcache:     unreadable notes: %s\n", v.ReadError)
+		printable.Fprintf(w, "  ldcache:     unreadable notes: %s\n", v.ReadError)
 		return
 	}
 	where := v.Section
 	if where == "" {
 		where = "note"
 	}
-	fmt.Fprintf(w, "  ldcache:     %s at 0x%x, %d bytes", where, v.Offset, v.DescSize)
+	printable.Fprintf(w, "  ldcache:     %s at 0x%x, %d bytes", where, v.Offset, v.DescSize)
 	if v.Ignored != "" {
-		fmt.Fprintf(w, ", IGNORED by the loader: %s", v.Ignored)
+		printable.Fprintf(w, ", IGNORED by the loader: %s", v.Ignored)
 	}
 	if v.Error != "" {
-		fmt.Fprintf(w, ", MALFORMED: %s\n", v.Error)
-		fmt.Fprintf(w, "    raw %q\n", v.Raw)
+		printable.Fprintf(w, ", MALFORMED: %s\n", v.Error)
+		fmt.Fprintf(w, "    raw %q\n", v.Raw) // %q escapes
 		return
 	}
 	fmt.Fprintln(w)
@@ -172,6 +173,6 @@ func writeLDCache(w io.Writer, v *ldcacheView) {
 		if len(e.Elements) == 0 {
 			list = "(empty: the loader stops trusting the note here)"
 		}
-		fmt.Fprintf(w, "    %-*s %s\n", width, e.Name, list)
+		printable.Fprintf(w, "    %-*s %s\n", width, e.Name, list)
 	}
 }

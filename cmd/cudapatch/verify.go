@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/cudapatch/cudapatch/internal/printable"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/urfave/cli/v3"
 )
@@ -46,12 +47,12 @@ func verifyCommand(g *globals) *cli.Command {
 				for _, e := range out {
 					switch {
 					case e.Error != "":
-						fmt.Fprintf(g.stdout, "%s\n", e.Error)
+						printable.Fprintf(g.stdout, "%s\n", e.Error)
 					case len(e.Problems) == 0:
-						fmt.Fprintf(g.stdout, "%s: ok\n", e.Path)
+						printable.Fprintf(g.stdout, "%s: ok\n", e.Path)
 					default:
 						for _, p := range e.Problems {
-							fmt.Fprintf(g.stdout, "%s: %s\n", e.Path, p)
+							printable.Fprintf(g.stdout, "%s: %s\n", e.Path, p)
 						}
 					}
 				}

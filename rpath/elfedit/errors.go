@@ -3,6 +3,8 @@ package elfedit
 import (
 	"errors"
 	"fmt"
+
+	"github.com/cudapatch/cudapatch/internal/printable"
 )
 
 // FormatError reports a malformed or unsupported file. It carries the file
@@ -22,8 +24,10 @@ func (e *FormatError) Error() string {
 
 var _ error = (*FormatError)(nil)
 
+// formatErr makes a FormatError. Its message names what the file holds
+// (section names, note owners), escaped so that it stays one line.
 func formatErr(off int64, format string, args ...any) error {
-	return &FormatError{Off: off, Msg: fmt.Sprintf(format, args...)}
+	return &FormatError{Off: off, Msg: printable.String(fmt.Sprintf(format, args...))}
 }
 
 // Sentinel errors callers branch on.

@@ -342,6 +342,9 @@ func (f *File) sectionName(name string) (uint32, []byte, error) {
 	if i := bytes.Index(tab, want); i >= 0 {
 		return uint32(i), nil, nil
 	}
+	if f.namesInDynstr() {
+		return 0, nil, formatErr(int64(s.Offset), "the section names are in the dynamic string table: cannot add one")
+	}
 	grown := slices.Clone(tab)
 	if len(grown) > 0 && grown[len(grown)-1] != 0 {
 		grown = append(grown, 0)

@@ -196,9 +196,8 @@ func (f *File) desiredDyn(e *Edit) []dent {
 }
 
 // keepFirst removes every entry with the tag but the first. A file that
-// repeats a tag the loaders keep one value of (glibc and musl keep the
-// last; readelf shows all, this package reads the first) reads the same to
-// all of them once an edit has set the first.
+// repeats a tag the loaders keep one value of (the last) reads the same
+// to every tool once an edit has set the first and dropped the others.
 func keepFirst(ents []dent, tag elf.DynTag) []dent {
 	seen := false
 	return slices.DeleteFunc(ents, func(d dent) bool {
@@ -335,6 +334,9 @@ func (f *File) layout(e Edit) (*Plan, error) {
 		if sl, err = f.layoutStrings(all); err != nil {
 			return nil, err
 		}
+		if (len(sl.patches) > 0 || len(sl.tail) > 0) && f.namesInDynstr() {
+			return nil, formatErr(-1, "the section names are in the dynamic string table: changing its strings would rename sections")
+		}
 		for _, d := range all[len(ents):] {
 			renOffs = append(renOffs, d.val)
 		}
@@ -383,6 +385,19 @@ func (f *File) layout(e Edit) (*Plan, error) {
 		return p, nil
 	}
 	return b.region()
+}
+
+// namesInDynstr reports a section name table that shares bytes with the
+// dynamic string table. No linker writes one, but nothing forbids it, and
+// the string layouts (in place, scrubbed, cleared after a move) would
+// rename the sections under it.
+func (f *File) namesInDynstr() bool {
+	i := f.Header.Shstrndx
+	if i <= 0 || i >= len(f.Sections) || len(f.strtab) == 0 {
+		return false
+	}
+	s := f.Sections[i]
+	return s.Type != elf.SHT_NOBITS && (rng{s.Offset, s.Offset + s.Size}).overlaps(rng{f.strOff, f.strOff + uint64(len(f.strtab))})
 }
 
 // builder holds the decisions shared by the three layouts.

@@ -705,17 +705,23 @@ func isStringTag(t elf.DynTag) bool {
 	return false
 }
 
-// dynVal returns the value of the first entry with the tag.
+// dynVal returns the value of the last entry with the tag: of a tag given
+// twice, the loaders (glibc's and musl's tables of dynamic entries by tag,
+// patchelf's scan) keep the last, and so does this reader, so that what it
+// reports (RUNPATH, the string table) is what the loader uses. Verify
+// names such files (dynamic-duplicate).
 func (f *File) dynVal(tag elf.DynTag) (uint64, bool) {
+	var v uint64
+	found := false
 	for _, d := range f.Dynamic[:max(f.dynLen, 0)] {
 		if d.Tag == tag {
-			return d.Val, true
+			v, found = d.Val, true
 		}
 	}
-	return 0, false
+	return v, found
 }
 
-// dynString returns the string of the first entry with the tag.
+// dynString returns the string of the last entry with the tag.
 func (f *File) dynString(tag elf.DynTag) (string, bool) {
 	v, ok := f.dynVal(tag)
 	if !ok {

@@ -6,6 +6,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/cudapatch/cudapatch/internal/printable"
 )
 
 // Problem is one broken invariant found by Verify.
@@ -47,7 +49,7 @@ func Verify(r io.ReaderAt, size int64) ([]Problem, error) {
 func (f *File) Verify() []Problem {
 	var ps []Problem
 	add := func(rule, format string, args ...any) {
-		ps = append(ps, Problem{rule, fmt.Sprintf(format, args...)})
+		ps = append(ps, Problem{rule, printable.String(fmt.Sprintf(format, args...))})
 	}
 	if f.debugOnly {
 		return nil
@@ -137,14 +139,14 @@ func (f *File) Verify() []Problem {
 		}
 	}
 	f.verifyNotes(add, containing)
-	// A tag the loaders keep one value of, given twice: glibc and musl
-	// use the last entry, readelf shows each, this package (and with it
-	// the linter and the resolution note) reads the first.
+	// A tag the loaders keep one value of, given twice: glibc, musl and
+	// this reader use the last entry, readelf shows each, and a tool that
+	// takes the first sees another file.
 	var seen [len(singleTags)]int
 	for _, d := range f.Dynamic[:max(f.dynLen, 0)] {
 		if k := slices.Index(singleTags[:], d.Tag); k >= 0 {
 			if seen[k]++; seen[k] == 2 {
-				add("dynamic-duplicate", "%v appears more than once (the loaders use the last, this reader the first)", d.Tag)
+				add("dynamic-duplicate", "%v appears more than once (the loaders use the last)", d.Tag)
 			}
 		}
 	}
@@ -383,8 +385,8 @@ func checkResult(before *File, was []Problem, after *File, e *Edit) error {
 		got, _ := after.dynString(tag)
 		want(tag.String(), got, *e.SetPath)
 	}
-	// One value of each tag set: the loaders read the last entry of a
-	// tag, readers the first.
+	// One entry of each tag set: the loaders read the last of a tag,
+	// readelf shows each.
 	count := func(tag elf.DynTag) int {
 		n := 0
 		for _, d := range after.Dynamic[:max(after.dynLen, 0)] {

@@ -1,9 +1,10 @@
 package ldso
 
 import (
-	"fmt"
 	"io"
 	"strings"
+
+	"github.com/cudapatch/cudapatch/internal/printable"
 )
 
 // Format writes t as an indented tree: one line per DT_NEEDED, under the
@@ -87,8 +88,10 @@ type errWriter struct {
 	err error
 }
 
+// printf writes a line of the tree, its names and paths escaped: they
+// are the files' (printable).
 func (e *errWriter) printf(format string, args ...any) {
 	if e.err == nil {
-		_, e.err = fmt.Fprintf(e.w, format, args...)
+		_, e.err = printable.Fprintf(e.w, format, args...)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"path/filepath"
 	"strings"
+
+	"github.com/cudapatch/cudapatch/internal/printable"
 )
 
 // WriteText writes the findings for people: grouped by file, one line per
@@ -32,12 +34,12 @@ func WriteText(w io.Writer, r *Report, color bool) error {
 			last = f.Path
 			files++
 			if color {
-				ew.printf("\x1b[1m%s\x1b[0m\n", f.Path)
+				ew.printf("\x1b[1m%s\x1b[0m\n", printable.String(f.Path))
 			} else {
-				ew.printf("%s\n", f.Path)
+				ew.printf("%s\n", printable.String(f.Path))
 			}
 		}
-		ew.printf("  %s %s %s: %s\n", paint(f.Severity, fmt.Sprintf("%-7s", f.Severity)), f.Rule, f.Name, f.Message)
+		ew.printf("  %s %s %s: %s\n", paint(f.Severity, fmt.Sprintf("%-7s", f.Severity)), f.Rule, f.Name, printable.String(f.Message))
 	}
 	if len(r.Findings) > 0 {
 		ew.printf("\n")
