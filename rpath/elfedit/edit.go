@@ -201,3 +201,26 @@ func (e *Edit) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// NeededAfter returns the DT_NEEDED list the edit makes of needed, as the
+// planner makes it: RemoveNeeded first, then each ReplaceNeeded in order,
+// then AddNeeded's names not already there, in front, in the order given.
+// The final check compares the result with it, and a caller can tell
+// from it whether the edit changes the list at all.
+func (e *Edit) NeededAfter(needed []string) []string {
+	out := slices.DeleteFunc(slices.Clone(needed), func(n string) bool { return slices.Contains(e.RemoveNeeded, n) })
+	for _, r := range e.ReplaceNeeded {
+		for i := range out {
+			if out[i] == r.Old {
+				out[i] = r.New
+			}
+		}
+	}
+	var add []string
+	for _, n := range e.AddNeeded {
+		if !slices.Contains(out, n) && !slices.Contains(add, n) {
+			add = append(add, n)
+		}
+	}
+	return append(add, out...)
+}

@@ -425,7 +425,7 @@ func checkResult(before *File, was []Problem, after *File, e *Edit) error {
 	// applied as desiredDyn applies it (removals, then replacements, then
 	// additions first). A name written over another in place that reads
 	// back wrong is caught here by position, not only by presence.
-	if got, exp := after.Needed(), editNeeded(before.Needed(), e); !slices.Equal(got, exp) {
+	if got, exp := after.Needed(), e.NeededAfter(before.Needed()); !slices.Equal(got, exp) {
 		bad = append(bad, fmt.Sprintf("DT_NEEDED reads back as %q, want %q", got, exp))
 	}
 	bad = append(bad, checkNotes(before, after, e)...)
@@ -448,25 +448,6 @@ func checkResult(before *File, was []Problem, after *File, e *Edit) error {
 		return fmt.Errorf("%w: %s", ErrVerify, strings.Join(bad, "; "))
 	}
 	return nil
-}
-
-// editNeeded is the DT_NEEDED list an edit makes of names.
-func editNeeded(names []string, e *Edit) []string {
-	out := slices.DeleteFunc(slices.Clone(names), func(n string) bool { return slices.Contains(e.RemoveNeeded, n) })
-	for _, r := range e.ReplaceNeeded {
-		for i := range out {
-			if out[i] == r.Old {
-				out[i] = r.New
-			}
-		}
-	}
-	var add []string
-	for _, n := range e.AddNeeded {
-		if !slices.Contains(out, n) && !slices.Contains(add, n) {
-			add = append(add, n)
-		}
-	}
-	return append(add, out...)
 }
 
 // checkNotes verifies the notes of a planned result: SetNote is there once,

@@ -48,7 +48,7 @@ func resolutionCache(f *elfedit.File, o *patchelfOpts, e *elfedit.Edit, stderr i
 		warn("no dynamic section (statically linked?)")
 		return nil
 	}
-	cache, outcome := ldcache.Build(neededAfter(f.Needed(), e), searchPathAfter(f, e), ldcache.OS{},
+	cache, outcome := ldcache.Build(e.NeededAfter(f.Needed()), searchPathAfter(f, e), ldcache.OS{},
 		rpath.ResolutionRules(rpath.DefaultDriverLink, rpath.DefaultDriverLink32))
 	switch outcome {
 	case ldcache.NothingToResolve:
@@ -115,27 +115,7 @@ func derivedChanges(f *elfedit.File, e *elfedit.Edit) bool {
 			return true
 		}
 	}
-	return !slices.Equal(f.Needed(), neededAfter(f.Needed(), e))
-}
-
-// neededAfter is DT_NEEDED as the edit leaves it (elfedit's order: added
-// names first, in the order given, names already needed not added again).
-func neededAfter(needed []string, e *elfedit.Edit) []string {
-	out := slices.DeleteFunc(slices.Clone(needed), func(n string) bool { return slices.Contains(e.RemoveNeeded, n) })
-	for _, r := range e.ReplaceNeeded {
-		for i := range out {
-			if out[i] == r.Old {
-				out[i] = r.New
-			}
-		}
-	}
-	var add []string
-	for _, n := range e.AddNeeded {
-		if !slices.Contains(out, n) && !slices.Contains(add, n) {
-			add = append(add, n)
-		}
-	}
-	return append(add, out...)
+	return !slices.Equal(f.Needed(), e.NeededAfter(f.Needed()))
 }
 
 // searchPathAfter is the search path the loader reads after the edit:
