@@ -524,6 +524,14 @@ func (b *builder) slack() (*Plan, bool) {
 		return nil, false
 	}
 	start := first.Off + first.Filesz
+	endVaddr := first.Vaddr + first.Filesz
+	// The grown segment keeps off the pages of the segments after it, not
+	// only their bytes: glibc since 2.35 refuses an object whose first
+	// segment's last page is a page of its last one ("ELF load command
+	// address/offset not page-aligned"), and where it maps both, the later
+	// mapping takes the page. Pages are the largest the machine's kernels
+	// use; the page the segment already ends in is its own to fill.
+	page := maxPageSize(f.Header.Machine)
 	fileLimit, memLimit := uint64(f.size), ^uint64(0)
 	for i, p := range f.Progs {
 		if p.Type != elf.PT_LOAD || i == li {
@@ -536,7 +544,7 @@ func (b *builder) slack() (*Plan, bool) {
 			fileLimit = min(fileLimit, p.Off)
 		}
 		if p.Vaddr >= first.Vaddr {
-			memLimit = min(memLimit, p.Vaddr)
+			memLimit = min(memLimit, max(p.Vaddr/page*page, alignUp(endVaddr, page)), p.Vaddr)
 		}
 	}
 	for _, r := range f.usedRanges() {
@@ -548,7 +556,6 @@ func (b *builder) slack() (*Plan, bool) {
 		}
 	}
 	n := b.sl.size()
-	endVaddr := first.Vaddr + first.Filesz
 	if start+n > fileLimit || endVaddr+n > memLimit || start+n < start {
 		return nil, false
 	}

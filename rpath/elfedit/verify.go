@@ -85,6 +85,14 @@ func (f *File) Verify() []Problem {
 		}
 		if a.Vaddr < b.Vaddr+b.Memsz && b.Vaddr < a.Vaddr+a.Memsz {
 			add("load-overlap", "PT_LOADs at 0x%x and 0x%x overlap in memory", a.Vaddr, b.Vaddr)
+		} else if b.Vaddr >= a.Vaddr && alignUp(a.Vaddr+a.Filesz, minPage) > b.Vaddr/minPage*minPage {
+			// glibc maps a segment's file bytes by whole pages: a page
+			// two segments share is mapped twice, the later mapping
+			// winning, and since 2.35 an object whose first and last
+			// segments share one is refused ("ELF load command
+			// address/offset not page-aligned"). Linkers start each
+			// segment on a page of its own; 4 KiB is the smallest page.
+			add("load-page-share", "PT_LOADs at 0x%x (file bytes to 0x%x) and 0x%x share a page", a.Vaddr, a.Vaddr+a.Filesz, b.Vaddr)
 		}
 	}
 	containing := func(off, n uint64) (elf.ProgHeader, bool) { return inOneLoad(loads, off, n) }
@@ -158,6 +166,9 @@ func (f *File) Verify() []Problem {
 	f.verifySections(add)
 	return ps
 }
+
+// minPage is the smallest page size kernels use.
+const minPage = 0x1000
 
 // singleTags are the dynamic tags this package reads one value of.
 var singleTags = [...]elf.DynTag{elf.DT_SONAME, elf.DT_RUNPATH, elf.DT_RPATH, elf.DT_STRTAB, elf.DT_STRSZ,
