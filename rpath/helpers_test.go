@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -188,7 +189,42 @@ func (tr *tree) runpathOf(rel string) string {
 func (tr *tree) patch(roots []string, opts ...rpath.Option) (*rpath.Report, error) {
 	tr.t.Helper()
 	sameAsEager(tr.t, tr.ps(roots...), opts...)
-	return rpath.Patch(context.Background(), tr.ps(roots...), opts...)
+	rep, err := rpath.Patch(context.Background(), tr.ps(roots...), opts...)
+	if rep != nil && rep.Written {
+		for _, f := range rep.Files {
+			if f.Changed && len(f.Errors) == 0 {
+				mapsOnHost(tr.t, f.Path)
+			}
+		}
+	}
+	return rep, err
+}
+
+// mapsOnHost fails the test when the host's glibc refuses to map a
+// patched x86_64 file ("error while loading shared libraries: FILE: ...",
+// as for segments that share a page). Its libraries need not be found:
+// most fixtures name stubs the tree does not hold, and a missing one is
+// reported under its own name. Every file the main job writes in these
+// tests goes through here, so a layout the loader refuses cannot pass
+// for one that only reads back right.
+func mapsOnHost(t *testing.T, path string) {
+	t.Helper()
+	ef, err := elf.Open(path)
+	if err != nil {
+		return // not ELF: the report says what it is
+	}
+	dynamic := slices.ContainsFunc(ef.Progs, func(p *elf.Prog) bool { return p.Type == elf.PT_DYNAMIC })
+	native := ef.Machine == elf.EM_X86_64
+	ef.Close()
+	if !dynamic || !native {
+		return
+	}
+	cmd := exec.Command(hostLoader, "--list", path)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "LD_LIBRARY_PATH=") })
+	out, _ := cmd.CombinedOutput()
+	if bytes.Contains(out, []byte("error while loading shared libraries: "+path+": ")) {
+		t.Errorf("the host's loader refuses the patched file: %s", bytes.TrimSpace(out))
+	}
 }
 
 // sameAsEager fails the test unless a dry run with the lazy library index
