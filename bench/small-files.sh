@@ -107,3 +107,12 @@ if command -v strace >/dev/null && command -v python3 >/dev/null; then
 else
 	echo "(no strace or python3 here: system call counts skipped)"
 fi
+
+# The patched tree must still load: the host's ld.so maps every x86_64
+# file of it (scripts/maps-on-host.sh; a refused file fails the script).
+fresh
+"$CP" "${ARGS[@]}" "$W/work/store" >/dev/null 2>&1 || true
+echo "Loader check of the patched tree ($(name "$CP")):"
+echo '```'
+bash "$HERE/../scripts/maps-on-host.sh" "$W/work/store"
+echo '```'
