@@ -1012,14 +1012,8 @@ func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dyns
 		var steps []Step
 		n := s.Size / es
 		// Symbols per read: a huge table is not read at once, and a big one
-		// not in many reads either. 4 MiB takes node's 2.6 MiB .symtab and
-		// 1.8 MiB .dynsym in one read and one write each (29 reads and 10
-		// write-side calls for the file with 1 MiB, 20 and 7 now, its floor
-		// under the crash order); where every symbol is renumbered the plan
-		// holds the whole table anyway, so only a table where few change
-		// keeps a larger buffer (peak RSS on the small-files tree: 58 MiB
-		// either way).
-		chunk := uint64(4<<20) / es
+		// (node: 2.6 MiB of .symtab) not in a hundred reads either.
+		chunk := uint64(1<<20) / es
 		// One buffer for the chunks, read over until a step takes a
 		// slice of one (a chunk where nothing moved or was renumbered).
 		var buf []byte
