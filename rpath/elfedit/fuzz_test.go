@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -489,6 +490,55 @@ func TestEditShstrndxPastTable(t *testing.T) {
 			ef.ByteOrder().PutUint16(data[at:], uint16(ef.Header.Shnum+62))
 			for _, path := range []string{"", strings.Repeat("/long", 100)} {
 				for _, tag := range []uint8{0, 0x10} {
+					for flags := range 256 {
+						if !checkEdit(t, data, path, "/lib64/../lib64/ld-linux-x86-64.so.2", "libx.so.1", "libnew.so", tag, uint8(flags)) {
+							t.Fatalf("path of %d bytes, tag 0x%x, flags 0x%x", len(path), tag, flags)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestEditUnterminatedSectionName: a section name table whose last name
+// lost its NUL (its last byte made ';') read that name as nothing; an
+// edit that added a section name appended to the table after a NUL of its
+// own, and the old name then read as something (".note.nixos.ldcache;"
+// in TestEditMutatedBodies with ELFEDIT_MUTATION_SEED=7). Such a table
+// now takes no new name (a one-line error), Verify names it, and an edit
+// that writes a note of a new section either fails or leaves every
+// section's name as it read.
+func TestEditUnterminatedSectionName(t *testing.T) {
+	for _, s := range seedFiles {
+		t.Run(s.name, func(t *testing.T) {
+			data := seedBytes(t, s.variant, s.file)
+			ef, err := elfedit.NewFile(bytes.NewReader(data), int64(len(data)))
+			require.NoError(t, err)
+			st := ef.Sections[ef.Header.Shstrndx]
+			last := st.Offset + st.Size - 1
+			require.Zero(t, data[last], "the name table does not end in a NUL")
+			data[last] = ';'
+			ef, err = elfedit.NewFile(bytes.NewReader(data), int64(len(data)))
+			require.NoError(t, err)
+			assert.True(t, slices.ContainsFunc(ef.Verify(), func(p elfedit.Problem) bool { return p.Rule == "section-name" }), "Verify: %v", ef.Verify())
+			var names []string
+			for _, s := range ef.Sections {
+				names = append(names, s.Name)
+			}
+			if p, err := ef.Plan(elfedit.Edit{SetNote: &elfedit.Note{NoteID: elfedit.NoteID{Owner: "Test", Type: 7}, Desc: []byte("x"), Section: ".note.test"}}); err != nil {
+				assert.NotContains(t, err.Error(), "\n")
+			} else {
+				res, err := p.Result()
+				require.NoError(t, err)
+				for i, s := range res.Sections {
+					if s.Name != ".note.test" {
+						assert.Contains(t, names, s.Name, "section %d's name changed", i)
+					}
+				}
+			}
+			for _, path := range []string{"", strings.Repeat("/x", 50)} {
+				for _, tag := range []uint8{0x10, 0x30, 0x90} {
 					for flags := range 256 {
 						if !checkEdit(t, data, path, "/lib64/../lib64/ld-linux-x86-64.so.2", "libx.so.1", "libnew.so", tag, uint8(flags)) {
 							t.Fatalf("path of %d bytes, tag 0x%x, flags 0x%x", len(path), tag, flags)

@@ -345,10 +345,12 @@ func (f *File) sectionName(name string) (uint32, []byte, error) {
 	if f.namesInDynstr() {
 		return 0, nil, formatErr(int64(s.Offset), "the section names are in the dynamic string table: cannot add one")
 	}
-	grown := slices.Clone(tab)
-	if len(grown) > 0 && grown[len(grown)-1] != 0 {
-		grown = append(grown, 0)
+	if len(tab) > 0 && tab[len(tab)-1] != 0 {
+		// The last name has no NUL: whatever is appended (a NUL of our
+		// own, or the new name) would become part of it.
+		return 0, nil, formatErr(int64(s.Offset), "the section name table does not end in a NUL: a name added to it would change the last one")
 	}
+	grown := slices.Clone(tab)
 	off := len(grown)
 	grown = append(grown, want...)
 	if uint64(len(grown)) > 1<<32-1 {

@@ -96,6 +96,10 @@ type File struct {
 	strAddr    uint64 // DT_STRTAB
 	region     *regionInfo
 	debugOnly  bool // separate debug object: contents are NOBITS
+	// openName is the first section whose name runs to the end of the
+	// section name table without a NUL (0 if none): it reads as nothing
+	// now, and as something else once the table grows (Verify).
+	openName int
 
 	// notes memoizes allNotes. A File is not for concurrent use.
 	notes struct {
@@ -483,7 +487,11 @@ func (f *File) readSections() error {
 		if s.Type != elf.SHT_NOBITS {
 			if names, err := readAt(f.r, f.size, s.Offset, s.Size, "section name table"); err == nil {
 				for i := range f.Sections {
-					f.Sections[i].Name, _ = cstring(names, uint64(f.Sections[i].NameOff))
+					var ok bool
+					f.Sections[i].Name, ok = cstring(names, uint64(f.Sections[i].NameOff))
+					if !ok && i > 0 && f.openName == 0 && uint64(f.Sections[i].NameOff) < uint64(len(names)) {
+						f.openName = i
+					}
 				}
 			}
 		}

@@ -390,9 +390,9 @@ func strEnd(tab []byte, x uint64) uint64 {
 // ("libfoo.so" and a path "oo.so" inside it) or a crafted table. Neither
 // may be written over in place, since the write over one would change the
 // other's new value. Sorted by offset, a string overlaps an earlier one
-// when it starts before the furthest end so far, and a later one when the
-// next starts before its own end: two passes, whatever a hostile file
-// holds.
+// when it starts before the furthest end so far, and a later one exactly
+// when the next one starts before its own end: one pass after the sort,
+// whatever a hostile file holds.
 func (f *File) entangled(offs map[uint64]int) map[uint64]bool {
 	if len(offs) < 2 {
 		return nil

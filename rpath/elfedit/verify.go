@@ -289,8 +289,9 @@ func (f *File) verifySections(add func(rule, format string, args ...any)) {
 		{"the program header table", rng{h.Phoff, h.Phoff + uint64(h.Phnum)*uint64(h.Phentsize)}},
 		{"the section header table", rng{h.Shoff, h.Shoff + uint64(h.Shnum)*uint64(h.Shentsize)}},
 	}
-	// A name outside the name table reads as nothing today and as
-	// whatever a grown copy of the table puts there tomorrow.
+	// A name outside the name table, or one without its NUL, reads as
+	// nothing today and as whatever a grown copy of the table puts there
+	// tomorrow.
 	if si := int(h.Shstrndx); si >= len(f.Sections) && len(f.Sections) > 0 {
 		add("section-name", "e_shstrndx %d is past the section header table (%d sections)", si, len(f.Sections))
 	} else if si > 0 && si < len(f.Sections) {
@@ -298,6 +299,9 @@ func (f *File) verifySections(add func(rule, format string, args ...any)) {
 		tab := st.Size
 		if st.Type != elf.SHT_STRTAB || st.Offset > uint64(f.size) || st.Size > uint64(f.size)-st.Offset {
 			add("section-name", "the section name table (section %d, 0x%x+0x%x) is not a string table inside the file", si, st.Offset, st.Size)
+		}
+		if i := f.openName; i > 0 {
+			add("section-name", "section %d's name (at 0x%x) runs to the end of the section name table without a NUL", i, f.Sections[i].NameOff)
 		}
 		for i, s := range f.Sections {
 			if i > 0 && uint64(s.NameOff) >= tab {
