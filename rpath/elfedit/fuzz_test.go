@@ -295,6 +295,31 @@ func checkEdit(t *testing.T, data []byte, path, interp, soname, needed string, t
 	if err := elfedit.CheckResult(ef, res, &e); err != nil {
 		fail("%v (planned result: %s)", err, planString(p))
 	}
+	// Section names read as before: a note edit may add its section's
+	// name and drop a note section's, nothing else changes. (Not where
+	// the names are unreadable or ambiguous to begin with, which Verify
+	// names: a name table past the end of the file reads once the file
+	// grows.)
+	namesOK := !slices.ContainsFunc(ef.Verify(), func(p elfedit.Problem) bool { return p.Rule == "section-name" || p.Rule == "section-headers" })
+	count := func(f *elfedit.File) map[string]int {
+		m := map[string]int{}
+		for _, s := range f.Sections {
+			m[s.Name]++
+		}
+		return m
+	}
+	was, now := count(ef), count(res)
+	for name, n := range was {
+		note := slices.ContainsFunc(ef.Sections, func(s elfedit.Section) bool { return s.Name == name && s.Type == elf.SHT_NOTE })
+		if namesOK && now[name] < n && !note {
+			fail("section name %q: %d sections before, %d after (%s)", name, n, now[name], planString(p))
+		}
+	}
+	for name, n := range now {
+		if namesOK && n > was[name] && (e.SetNote == nil || name != e.SetNote.Section) {
+			fail("section name %q: %d sections before, %d after (%s)", name, was[name], n, planString(p))
+		}
+	}
 	had := map[string]bool{}
 	for _, pr := range ef.Verify() {
 		had[pr.Rule] = true

@@ -97,7 +97,7 @@ type File struct {
 	region     *regionInfo
 	debugOnly  bool // separate debug object: contents are NOBITS
 	// openName is the first section whose name runs to the end of the
-	// section name table without a NUL (0 if none): it reads as nothing
+	// section name table without a NUL (-1 if none): it reads as nothing
 	// now, and as something else once the table grows (Verify).
 	openName int
 
@@ -257,7 +257,7 @@ func readAt(r io.ReaderAt, size int64, off, n uint64, what string) ([]byte, erro
 // NewFile reads the headers and dynamic-linking data of the ELF file of the
 // given size that r reads from.
 func NewFile(r io.ReaderAt, size int64) (*File, error) {
-	f := &File{r: r, size: size, dynProg: -1, interpProg: -1}
+	f := &File{r: r, size: size, dynProg: -1, interpProg: -1, openName: -1}
 	if err := f.readHeader(); err != nil {
 		return nil, err
 	}
@@ -489,7 +489,7 @@ func (f *File) readSections() error {
 				for i := range f.Sections {
 					var ok bool
 					f.Sections[i].Name, ok = cstring(names, uint64(f.Sections[i].NameOff))
-					if !ok && i > 0 && f.openName == 0 && uint64(f.Sections[i].NameOff) < uint64(len(names)) {
+					if !ok && f.openName < 0 && uint64(f.Sections[i].NameOff) < uint64(len(names)) {
 						f.openName = i
 					}
 				}

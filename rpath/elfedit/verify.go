@@ -300,11 +300,11 @@ func (f *File) verifySections(add func(rule, format string, args ...any)) {
 		if st.Type != elf.SHT_STRTAB || st.Offset > uint64(f.size) || st.Size > uint64(f.size)-st.Offset {
 			add("section-name", "the section name table (section %d, 0x%x+0x%x) is not a string table inside the file", si, st.Offset, st.Size)
 		}
-		if i := f.openName; i > 0 {
+		if i := f.openName; i >= 0 {
 			add("section-name", "section %d's name (at 0x%x) runs to the end of the section name table without a NUL", i, f.Sections[i].NameOff)
 		}
 		for i, s := range f.Sections {
-			if i > 0 && uint64(s.NameOff) >= tab {
+			if uint64(s.NameOff) >= tab && (i > 0 || s.NameOff != 0) {
 				add("section-name", "section %d's name offset 0x%x is outside the section name table (0x%x bytes)", i, s.NameOff, tab)
 			}
 			// Names read out of another section's bytes change when
@@ -457,12 +457,45 @@ func checkResult(before *File, was []Problem, after *File, e *Edit) error {
 			}
 		}
 	}
+	if !had["section-name"] && !had["section-headers"] {
+		bad = append(bad, checkSectionNames(before, after, e)...)
+	}
 	bad = append(bad, checkFields(after, e)...)
 	bad = append(bad, checkRename(before, after, e)...)
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: %s", ErrVerify, strings.Join(bad, "; "))
 	}
 	return nil
+}
+
+// checkSectionNames: every section name reads as before, as many times.
+// A note edit may add its section's name, and take away a note section
+// (a removed note's); nothing else renames a section (tools find sections
+// by name: strip, objcopy, debuggers). Files whose names are unreadable
+// to begin with (Verify's section-name, section-headers) are not asked.
+func checkSectionNames(before, after *File, e *Edit) []string {
+	count := func(f *File) map[string]int {
+		m := make(map[string]int, len(f.Sections))
+		for _, s := range f.Sections {
+			m[s.Name]++
+		}
+		return m
+	}
+	was, now := count(before), count(after)
+	var bad []string
+	for name, n := range was {
+		note := slices.ContainsFunc(before.Sections, func(s Section) bool { return s.Name == name && s.Type == elf.SHT_NOTE })
+		if now[name] < n && !note {
+			bad = append(bad, fmt.Sprintf("section name %q: %d sections before, %d after", name, n, now[name]))
+		}
+	}
+	for name, n := range now {
+		if n > was[name] && (e.SetNote == nil || name != e.SetNote.Section) {
+			bad = append(bad, fmt.Sprintf("section name %q: %d sections before, %d after", name, was[name], n))
+		}
+	}
+	slices.Sort(bad)
+	return bad
 }
 
 // checkNotes verifies the notes of a planned result: SetNote is there once,
