@@ -279,6 +279,28 @@ func (f *File) verifyNotes(add func(rule, format string, args ...any), containin
 
 func (f *File) verifySections(add func(rule, format string, args ...any)) {
 	h := f.Header
+	// Sections hold bytes of their own: two over the same bytes (a
+	// header whose offset was changed) are rewritten, moved or cleared
+	// as one and read as the other. In offset order, a section overlaps
+	// an earlier one when it starts before the furthest end so far.
+	order := make([]int, 0, len(f.Sections))
+	for i, s := range f.Sections {
+		if i > 0 && s.Type != elf.SHT_NOBITS && s.Type != elf.SHT_NULL && s.Size > 0 {
+			order = append(order, i)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmpU64(f.Sections[a].Offset, f.Sections[b].Offset) })
+	far := -1
+	for _, i := range order {
+		s := f.Sections[i]
+		if far >= 0 && s.Offset < f.Sections[far].Offset+f.Sections[far].Size {
+			add("section-overlap", "sections %d %s and %d %s overlap in the file", far, f.Sections[far].Name, i, s.Name)
+			break
+		}
+		if far < 0 || s.Offset+s.Size > f.Sections[far].Offset+f.Sections[far].Size {
+			far = i
+		}
+	}
 	// The headers belong to no section: a section over them (a name table
 	// read out of the program headers) changes whenever they do.
 	headers := []struct {
