@@ -97,6 +97,17 @@ func (f *File) Verify() []Problem {
 	}
 	containing := func(off, n uint64) (elf.ProgHeader, bool) { return inOneLoad(loads, off, n) }
 	phSize := uint64(h.Phnum) * uint64(h.Phentsize)
+	// The three tables are each their own: a program header table over
+	// the ELF header (an e_phoff of 20) reads header fields as a segment,
+	// and an edit that rewrites one table rewrites the other.
+	tables := f.headerRanges()
+	for a := range tables {
+		for b := a + 1; b < len(tables); b++ {
+			if ta, tb := tables[a], tables[b]; ta.r.lo < ta.r.hi && tb.r.lo < tb.r.hi && ta.r.overlaps(tb.r) {
+				add("header-overlap", "%s (0x%x+0x%x) overlaps %s (0x%x+0x%x)", ta.what, ta.r.lo, ta.r.hi-ta.r.lo, tb.what, tb.r.lo, tb.r.hi-tb.r.lo)
+			}
+		}
+	}
 	if len(loads) > 0 && (f.dynProg >= 0 || f.interpProg >= 0) {
 		pl, ok := containing(h.Phoff, phSize)
 		switch {
@@ -165,6 +176,23 @@ func (f *File) Verify() []Problem {
 	}
 	f.verifySections(add)
 	return ps
+}
+
+// headerRange is one of the file's header tables and the bytes it takes.
+type headerRange struct {
+	what string
+	r    rng
+}
+
+// headerRanges are the ELF header, the program header table and the
+// section header table, as the ELF header places them.
+func (f *File) headerRanges() []headerRange {
+	h := f.Header
+	return []headerRange{
+		{"the ELF header", rng{0, uint64(f.ehdrSize())}},
+		{"the program header table", rng{h.Phoff, h.Phoff + uint64(h.Phnum)*uint64(h.Phentsize)}},
+		{"the section header table", rng{h.Shoff, h.Shoff + uint64(h.Shnum)*uint64(h.Shentsize)}},
+	}
 }
 
 // minPage is the smallest page size kernels use.
@@ -303,14 +331,7 @@ func (f *File) verifySections(add func(rule, format string, args ...any)) {
 	}
 	// The headers belong to no section: a section over them (a name table
 	// read out of the program headers) changes whenever they do.
-	headers := []struct {
-		what string
-		r    rng
-	}{
-		{"the ELF header", rng{0, uint64(f.ehdrSize())}},
-		{"the program header table", rng{h.Phoff, h.Phoff + uint64(h.Phnum)*uint64(h.Phentsize)}},
-		{"the section header table", rng{h.Shoff, h.Shoff + uint64(h.Shnum)*uint64(h.Shentsize)}},
-	}
+	headers := f.headerRanges()
 	// A name outside the name table, or one without its NUL, reads as
 	// nothing today and as whatever a grown copy of the table puts there
 	// tomorrow.
