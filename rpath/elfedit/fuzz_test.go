@@ -513,16 +513,24 @@ func TestEditShstrndxPastTable(t *testing.T) {
 				at = 0x32
 			}
 			ef.ByteOrder().PutUint16(data[at:], uint16(ef.Header.Shnum+62))
-			for _, path := range []string{"", strings.Repeat("/long", 100)} {
-				for _, tag := range []uint8{0, 0x10} {
-					for flags := range 256 {
-						if !checkEdit(t, data, path, "/lib64/../lib64/ld-linux-x86-64.so.2", "libx.so.1", "libnew.so", tag, uint8(flags)) {
-							t.Fatalf("path of %d bytes, tag 0x%x, flags 0x%x", len(path), tag, flags)
-						}
-					}
+			checkEdits(t, data, []string{"", strings.Repeat("/long", 100)}, []uint8{0, 0x10})
+		})
+	}
+}
+
+// checkEdits runs FuzzEdit's property over data with every flags value,
+// each path and each tag, and stops the test at the first edit that
+// breaks it.
+func checkEdits(t *testing.T, data []byte, paths []string, tags []uint8) {
+	t.Helper()
+	for _, path := range paths {
+		for _, tag := range tags {
+			for flags := range 256 {
+				if !checkEdit(t, data, path, "/lib64/../lib64/ld-linux-x86-64.so.2", "libx.so.1", "libnew.so", tag, uint8(flags)) {
+					t.Fatalf("path of %d bytes, tag 0x%x, flags 0x%x", len(path), tag, flags)
 				}
 			}
-		})
+		}
 	}
 }
 
@@ -562,15 +570,7 @@ func TestEditUnterminatedSectionName(t *testing.T) {
 					}
 				}
 			}
-			for _, path := range []string{"", strings.Repeat("/x", 50)} {
-				for _, tag := range []uint8{0x10, 0x30, 0x90} {
-					for flags := range 256 {
-						if !checkEdit(t, data, path, "/lib64/../lib64/ld-linux-x86-64.so.2", "libx.so.1", "libnew.so", tag, uint8(flags)) {
-							t.Fatalf("path of %d bytes, tag 0x%x, flags 0x%x", len(path), tag, flags)
-						}
-					}
-				}
-			}
+			checkEdits(t, data, []string{"", strings.Repeat("/x", 50)}, []uint8{0x10, 0x30, 0x90})
 		})
 	}
 }
