@@ -131,6 +131,12 @@ func (f *File) Verify() []Problem {
 			if _, ok := containing(p.Off, p.Filesz); !ok {
 				add("interp-load", "PT_INTERP at 0x%x is in no PT_LOAD", p.Off)
 			}
+			// The interpreter's bytes are moved and rewritten by
+			// p_filesz: one that runs on over other sections takes
+			// them along.
+			if p.Filesz != p.Memsz {
+				add("interp-size", "PT_INTERP p_filesz 0x%x differs from p_memsz 0x%x", p.Filesz, p.Memsz)
+			}
 		case elf.PT_DYNAMIC:
 			pl, ok := containing(p.Off, p.Filesz)
 			if !ok {
