@@ -248,6 +248,28 @@ type rng struct{ lo, hi uint64 }
 
 func (r rng) overlaps(o rng) bool { return r.lo < o.hi && o.lo < r.hi }
 
+// sweepOverlaps calls fn(a, b) for each range rs[b] that, in offset order
+// (ties in the order given), begins before the furthest end of the ranges
+// before it, rs[a] being the one that reaches furthest; fn returns false
+// to stop. Every range that overlaps another is an a or a b of some call,
+// and the sweep is one pass after a sort, whatever a hostile file holds.
+func sweepOverlaps(rs []rng, fn func(a, b int) bool) {
+	order := make([]int, len(rs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(rs[a].lo, rs[b].lo) })
+	far := -1
+	for _, i := range order {
+		if far >= 0 && rs[i].lo < rs[far].hi && !fn(far, i) {
+			return
+		}
+		if far < 0 || rs[i].hi > rs[far].hi {
+			far = i
+		}
+	}
+}
+
 // union sorts rs and returns the ranges they cover, ranges that overlap or
 // touch merged into one, in order.
 func union(rs []rng) []rng {
@@ -389,10 +411,7 @@ func strEnd(tab []byte, x uint64) uint64 {
 // entries) whose strings, NUL included, overlap another's: tail merging
 // ("libfoo.so" and a path "oo.so" inside it) or a crafted table. Neither
 // may be written over in place, since the write over one would change the
-// other's new value. Sorted by offset, a string overlaps an earlier one
-// when it starts before the furthest end so far, and a later one exactly
-// when the next one starts before its own end: one pass after the sort,
-// whatever a hostile file holds.
+// other's new value.
 func (f *File) entangled(offs map[uint64]int) map[uint64]bool {
 	if len(offs) < 2 {
 		return nil
@@ -401,18 +420,11 @@ func (f *File) entangled(offs map[uint64]int) map[uint64]bool {
 	for o := range offs {
 		spans = append(spans, rng{o, strEnd(f.strtab, o) + 1})
 	}
-	slices.SortFunc(spans, func(a, b rng) int { return cmpU64(a.lo, b.lo) })
 	out := map[uint64]bool{}
-	var furthest uint64
-	for i, s := range spans {
-		if i > 0 && s.lo < furthest {
-			out[s.lo] = true
-		}
-		if i+1 < len(spans) && spans[i+1].lo < s.hi {
-			out[s.lo] = true
-		}
-		furthest = max(furthest, s.hi)
-	}
+	sweepOverlaps(spans, func(a, b int) bool {
+		out[spans[a].lo], out[spans[b].lo] = true, true
+		return true
+	})
 	return out
 }
 

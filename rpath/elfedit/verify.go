@@ -184,6 +184,20 @@ func (f *File) Verify() []Problem {
 	return ps
 }
 
+// sectionRanges returns the indices and file ranges of the non-empty
+// sections keep accepts.
+func (f *File) sectionRanges(keep func(int, Section) bool) ([]int, []rng) {
+	var idx []int
+	var rs []rng
+	for i, s := range f.Sections {
+		if s.Size > 0 && keep(i, s) {
+			idx = append(idx, i)
+			rs = append(rs, rng{s.Offset, s.Offset + s.Size})
+		}
+	}
+	return idx, rs
+}
+
 // headerRange is one of the file's header tables and the bytes it takes.
 type headerRange struct {
 	what string
@@ -270,27 +284,12 @@ func (f *File) verifyNotes(add func(rule, format string, args ...any), containin
 	if _, err := f.allNotes(); err != nil {
 		add("note-parse", "%v", err)
 	}
-	// Each note belongs to one section: note sections do not overlap
-	// (checked in offset order against the furthest end so far).
-	var byOff []int
-	for i, s := range f.Sections {
-		if s.Type == elf.SHT_NOTE && s.Size > 0 {
-			byOff = append(byOff, i)
-		}
-	}
-	slices.SortStableFunc(byOff, func(a, b int) int { return cmpU64(f.Sections[a].Offset, f.Sections[b].Offset) })
-	far := -1
-	for _, i := range byOff {
-		s := f.Sections[i]
-		if far >= 0 {
-			if o := f.Sections[far]; s.Offset < o.Offset+o.Size {
-				add("section-note", "note sections %d %s and %d %s overlap", far, o.Name, i, s.Name)
-			}
-		}
-		if far < 0 || s.Offset+s.Size > f.Sections[far].Offset+f.Sections[far].Size {
-			far = i
-		}
-	}
+	// Each note belongs to one section: note sections do not overlap.
+	idx, rs := f.sectionRanges(func(_ int, s Section) bool { return s.Type == elf.SHT_NOTE })
+	sweepOverlaps(rs, func(a, b int) bool {
+		add("section-note", "note sections %d %s and %d %s overlap", idx[a], f.Sections[idx[a]].Name, idx[b], f.Sections[idx[b]].Name)
+		return true
+	})
 	for i, s := range f.Sections {
 		if s.Type != elf.SHT_NOTE || s.Size == 0 {
 			continue
@@ -317,24 +316,11 @@ func (f *File) verifySections(add func(rule, format string, args ...any)) {
 	// header whose offset was changed) are rewritten, moved or cleared
 	// as one and read as the other. In offset order, a section overlaps
 	// an earlier one when it starts before the furthest end so far.
-	order := make([]int, 0, len(f.Sections))
-	for i, s := range f.Sections {
-		if i > 0 && s.Type != elf.SHT_NOBITS && s.Type != elf.SHT_NULL && s.Size > 0 {
-			order = append(order, i)
-		}
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmpU64(f.Sections[a].Offset, f.Sections[b].Offset) })
-	far := -1
-	for _, i := range order {
-		s := f.Sections[i]
-		if far >= 0 && s.Offset < f.Sections[far].Offset+f.Sections[far].Size {
-			add("section-overlap", "sections %d %s and %d %s overlap in the file", far, f.Sections[far].Name, i, s.Name)
-			break
-		}
-		if far < 0 || s.Offset+s.Size > f.Sections[far].Offset+f.Sections[far].Size {
-			far = i
-		}
-	}
+	idx, rs := f.sectionRanges(func(i int, s Section) bool { return i > 0 && s.Type != elf.SHT_NOBITS && s.Type != elf.SHT_NULL })
+	sweepOverlaps(rs, func(a, b int) bool {
+		add("section-overlap", "sections %d %s and %d %s overlap in the file", idx[a], f.Sections[idx[a]].Name, idx[b], f.Sections[idx[b]].Name)
+		return false // one finding names the file
+	})
 	// The headers belong to no section: a section over them (a name table
 	// read out of the program headers) changes whenever they do.
 	headers := f.headerRanges()
