@@ -22,9 +22,11 @@ import (
 // .gnu.hash and the program died in ld.so's _dl_setup_hash. For every
 // dynamic variant: our edit with a note and a longer RUNPATH (a region,
 // its program header table grown by two), section headers that patchelf's
-// walk takes in order afterwards (walkedInOrder), then patchelf --set-rpath with a longer path still, and the
-// result must run and load wherever patchelf's own edit of the pristine
-// file does.
+// walk takes in order afterwards (walkedInOrder), then patchelf --set-rpath
+// with a longer path still, and the result must run and load wherever
+// patchelf's own edit of the pristine file does, with every symbol in the
+// section of the same name as in the pristine file (patchelf renumbers
+// st_shndx when it sorts headers we left out of order).
 func TestPatchelfAfterUs(t *testing.T) {
 	t.Parallel()
 	pe, err := exec.LookPath("patchelf")
@@ -63,6 +65,7 @@ func TestPatchelfAfterUs(t *testing.T) {
 				out, err = exec.Command(pe, "--set-rpath", longer, path).CombinedOutput()
 				require.NoError(t, err, "patchelf after us on %s: %s", file, out)
 				assert.NoError(t, use[file](path), "%s: patchelf's edit after ours", file)
+				assert.Equal(t, symbolSectionNames(t, filepath.Join(orig.Dir, rel)), symbolSectionNames(t, path), "%s: the section of each symbol after patchelf's edit", file)
 			}
 			if t.Failed() {
 				keepOnFailure(t, fx)
@@ -78,12 +81,17 @@ func TestPatchelfAfterUs(t *testing.T) {
 // the ELF header plus phnum + (SHT_NOTE sections) + 1 program headers, and
 // no further. A section below that end with a header after the walk
 // stopped is one patchelf overwrites. Headers in offset order pass;
-// headers out of order pass when the disorder is all above that end.
+// headers out of order pass when the disorder is all above that end. An
+// ET_EXEC file passes: patchelf takes it through rewriteSectionsExecutable,
+// which sorts the headers before it looks at them.
 func walkedInOrder(t testing.TB, path string) {
 	t.Helper()
 	f, err := elfedit.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
+	if f.Header.Type == elf.ET_EXEC {
+		return
+	}
 	ehdr := uint64(64)
 	if f.Header.Class == elf.ELFCLASS32 {
 		ehdr = 52
@@ -109,12 +117,14 @@ func walkedInOrder(t testing.TB, path string) {
 
 // TestSafeDisorderKeepsSymbolIndices: headers whose disorder patchelf's
 // walk cannot trip on (a moved .dynstr or .dynamic, a table that moved
-// into the region) are left in their order, so that no symbol is
-// renumbered: sorting them would rewrite every st_shndx after the first
-// moved section, all of .dynsym and .symtab. The matrix has such edits.
+// into the region, any disorder of an ET_EXEC file, whose headers patchelf
+// sorts before it walks them) are left in their order, so that no symbol
+// is renumbered: sorting them would rewrite every st_shndx after the first
+// moved section, all of .dynsym and .symtab. The matrix has such edits,
+// and every non-PIE executable's region moves its .interp.
 func TestSafeDisorderKeepsSymbolIndices(t *testing.T) {
 	t.Parallel()
-	unsorted := 0
+	unsorted, execs := 0, 0
 	for _, orig := range dynamic(t) {
 		fx := orig.Copy(t)
 		for _, path := range []string{fx.Libs[0], fx.Exe} {
@@ -131,7 +141,12 @@ func TestSafeDisorderKeepsSymbolIndices(t *testing.T) {
 			for i := 2; i < len(f.Sections); i++ {
 				inOrder = inOrder && f.Sections[i].Offset >= f.Sections[i-1].Offset
 			}
+			exec := f.Header.Type == elf.ET_EXEC
 			require.NoError(t, f.Close())
+			if exec {
+				execs++
+				assert.False(t, inOrder, "%s/%s: an ET_EXEC file whose .interp moved keeps its headers' order", fx.Name, filepath.Base(path))
+			}
 			if inOrder {
 				continue
 			}
@@ -140,8 +155,9 @@ func TestSafeDisorderKeepsSymbolIndices(t *testing.T) {
 			assert.Equal(t, before, symbolSections(t, path), "%s/%s: st_shndx of each symbol", fx.Name, filepath.Base(path))
 		}
 	}
-	t.Logf("%d edited files keep headers out of order", unsorted)
+	t.Logf("%d edited files keep headers out of order, %d ET_EXEC files edited", unsorted, execs)
 	assert.Positive(t, unsorted, "edits that leave the headers in their order")
+	assert.Positive(t, execs, "ET_EXEC files edited")
 }
 
 // symbolSections lists the section index of every symbol of .dynsym, then
@@ -160,6 +176,25 @@ func symbolSections(t testing.TB, path string) []elf.SectionIndex {
 	}
 	for _, s := range append(dyn, syms...) {
 		out = append(out, s.Section)
+	}
+	return out
+}
+
+// symbolSectionNames lists, for every symbol of .dynsym and then of
+// .symtab, the name of its section (or its special index), which a sort
+// of the section headers must keep.
+func symbolSectionNames(t testing.TB, path string) []string {
+	t.Helper()
+	f, err := elf.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	var out []string
+	for _, i := range symbolSections(t, path) {
+		if i == elf.SHN_UNDEF || i >= elf.SHN_LORESERVE || int(i) >= len(f.Sections) {
+			out = append(out, i.GoString())
+			continue
+		}
+		out = append(out, f.Sections[i].Name)
 	}
 	return out
 }

@@ -30,13 +30,23 @@ import (
 // nothing before them moved. Those are the disorders patchelf's walk
 // cannot trip on, and patchelf sorts the headers itself when it writes.
 //
+// The walk is rewriteSectionsLibrary's, the way patchelf takes ET_DYN
+// files (libraries and position-independent executables). An ET_EXEC file
+// goes through rewriteSectionsExecutable, which in every release since 0.9
+// sorts the headers itself (by offset, renumbering sh_link, sh_info,
+// e_shstrndx and, when it writes, every st_shndx by section name) before
+// it looks at them, so its headers keep their order whatever moved: for a
+// non-PIE executable such as node, sorting rewrote 4.4 MB of symbol tables
+// for nothing. (patchelf --no-sort skips that sort, as it would for a
+// linker's unsorted output; see TestPatchelfAfterUs.)
+//
 // ok is false when nothing is out of order or the disorder is no danger
-// (walkStopsShort finds neither, and a sort would then be the identity),
-// or when the file holds section indices elfedit does not
-// renumber (SHT_SYMTAB_SHNDX, SHT_GROUP, extended numbering): those files
-// keep their order.
+// (an ET_EXEC file, or walkStopsShort finds neither, and a sort would then
+// be the identity), or when the file holds section indices elfedit does
+// not renumber (SHT_SYMTAB_SHNDX, SHT_GROUP, extended numbering): those
+// files keep their order.
 func (f *File) sortSections(secs []Section, phnum int) (sorted []Section, pos []int, ok bool) {
-	if !walkStopsShort(secs, uint64(len(f.rawEhdr)), uint64(f.phdrSize()), phnum) {
+	if f.Header.Type == elf.ET_EXEC || !walkStopsShort(secs, uint64(len(f.rawEhdr)), uint64(f.phdrSize()), phnum) {
 		return nil, nil, false
 	}
 	order := make([]int, len(secs))
