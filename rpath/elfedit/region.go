@@ -501,6 +501,14 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 	// The unloaded tail: a copy of the section name table when a name was
 	// added (or it lives in the live region), then the section header
 	// table when it grows, shrinks or lived in the live region.
+	//
+	// An ET_EXEC file takes the copy in any case, so that a section lies
+	// after the tables the region holds: patchelf (0.9 to 0.19) takes such
+	// a file through rewriteSectionsExecutable, which asserts that a
+	// section follows the last one it replaces ("lastReplaced + 1 <
+	// shdrs.size()") and aborts when that is the region's .dynstr, as a
+	// longer RUNPATH set after ours would make it. The name table is a
+	// section patchelf never replaces.
 	shstrSec := -1
 	if h.Shstrndx > 0 && h.Shstrndx < len(f.Sections) {
 		shstrSec = h.Shstrndx
@@ -508,7 +516,7 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 	var shstr []byte
 	if ne != nil && ne.shstr != nil {
 		shstr = ne.shstr
-	} else if shstrSec >= 0 && f.Sections[shstrSec].Type != elf.SHT_NOBITS && live.contains(f.Sections[shstrSec].Offset) {
+	} else if shstrSec >= 0 && f.Sections[shstrSec].Type != elf.SHT_NOBITS && (live.contains(f.Sections[shstrSec].Offset) || h.Type == elf.ET_EXEC) {
 		s := f.Sections[shstrSec]
 		var err error
 		if shstr, err = readAt(f.r, f.size, s.Offset, s.Size, "section name table"); err != nil {
