@@ -2,6 +2,7 @@ package elfedit
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"errors"
 	"fmt"
@@ -140,6 +141,56 @@ func (f *File) clearVersions(names []string) (uint64, []byte, error) {
 		return 0, nil, nil
 	}
 	return voff + lo*2, vers[lo*2 : hi*2], nil
+}
+
+// checkKept: what an edit does not ask to change reads as before. EI_OSABI,
+// PT_GNU_STACK, DT_DEBUG and DF_1_NODEFLIB, and every program header of a
+// type no layout writes (PT_TLS, PT_GNU_RELRO, PT_GNU_EH_FRAME, the OS- and
+// processor-specific ones): a step that strayed over the program header
+// table (hygiene of a .dynstr that a mutated PT_LOAD mapped there) turned
+// PT_GNU_STACK into a PT_TLS of garbage, and nothing else asked.
+func checkKept(before, after *File, e *Edit) []string {
+	var bad []string
+	if e.OSABI == nil && after.Header.OSABI != before.Header.OSABI {
+		bad = append(bad, fmt.Sprintf("EI_OSABI changed from %v to %v", before.Header.OSABI, after.Header.OSABI))
+	}
+	written := func(t elf.ProgType) bool {
+		switch t {
+		case elf.PT_NULL, elf.PT_LOAD, elf.PT_PHDR, elf.PT_INTERP, elf.PT_DYNAMIC, elf.PT_NOTE, elf.PT_GNU_PROPERTY:
+			return true
+		}
+		return t == elf.PT_GNU_STACK && e.ExecStack != nil
+	}
+	// Where such a header describes bytes a region moves (a note the
+	// linker typed otherwise), it moves with them: its place may change,
+	// nothing else.
+	kept := func(f *File) []elf.ProgHeader {
+		var out []elf.ProgHeader
+		for _, p := range f.Progs {
+			if !written(p.Type) {
+				p.Off, p.Vaddr, p.Paddr = 0, 0, 0
+				out = append(out, p)
+			}
+		}
+		slices.SortStableFunc(out, func(a, b elf.ProgHeader) int { return cmp.Compare(a.Type, b.Type) })
+		return out
+	}
+	if kb, ka := kept(before), kept(after); !slices.Equal(kb, ka) {
+		bad = append(bad, fmt.Sprintf("program headers no edit writes changed: %d before, %d after", len(kb), len(ka)))
+	}
+	if _, had := before.dynVal(elf.DT_DEBUG); !e.AddDebug {
+		if _, has := after.dynVal(elf.DT_DEBUG); has != had {
+			bad = append(bad, fmt.Sprintf("DT_DEBUG present %v, was %v", has, had))
+		}
+	}
+	if !e.NoDefaultLib {
+		fb, _ := before.dynVal(elf.DT_FLAGS_1)
+		fa, _ := after.dynVal(elf.DT_FLAGS_1)
+		if fb&uint64(elf.DF_1_NODEFLIB) != fa&uint64(elf.DF_1_NODEFLIB) {
+			bad = append(bad, "DF_1_NODEFLIB changed")
+		}
+	}
+	return bad
 }
 
 // checkFields reads back what the edit asked of the fields and entries of

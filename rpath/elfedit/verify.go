@@ -108,6 +108,20 @@ func (f *File) Verify() []Problem {
 			}
 		}
 	}
+	// Nor is a segment an edit rewrites in place (the interpreter's
+	// string, .dynamic) part of one: a PT_INTERP read out of the program
+	// headers (a PT_PHDR retyped) took the new interpreter over them.
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_INTERP && p.Type != elf.PT_DYNAMIC || p.Filesz == 0 || p.Off+p.Filesz < p.Off {
+			continue
+		}
+		r := rng{p.Off, p.Off + p.Filesz}
+		for _, t := range tables {
+			if t.r.lo < t.r.hi && r.overlaps(t.r) {
+				add("header-overlap", "%v (0x%x+0x%x) overlaps %s (0x%x+0x%x)", p.Type, p.Off, p.Filesz, t.what, t.r.lo, t.r.hi-t.r.lo)
+			}
+		}
+	}
 	if len(loads) > 0 && (f.dynProg >= 0 || f.interpProg >= 0) {
 		pl, ok := containing(h.Phoff, phSize)
 		switch {
@@ -496,6 +510,7 @@ func checkResult(before *File, was []Problem, after *File, e *Edit) error {
 		bad = append(bad, checkSectionNames(before, after, e)...)
 	}
 	bad = append(bad, checkFields(after, e)...)
+	bad = append(bad, checkKept(before, after, e)...)
 	bad = append(bad, checkRename(before, after, e)...)
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: %s", ErrVerify, strings.Join(bad, "; "))
