@@ -19,7 +19,7 @@ CP=$(readlink -f "$1")
 shift
 [ $# -gt 0 ] || { echo "usage: $0 CUDAPATCH PATCHELF..." >&2; exit 2; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-R=$(ls -d "$HERE"/testdata/build/*/ 2>/dev/null | head -1)
+R=$(find "$HERE/testdata/build" -mindepth 1 -maxdepth 1 -type d 2>/dev/null | sort | head -1)
 [ -n "$R" ] || { echo "no fixtures under testdata/build: run go test ./internal/fixtures first" >&2; exit 2; }
 T=$(mktemp -d)
 trap 'rm -rf "${T:?}"' EXIT
