@@ -18,7 +18,9 @@
 //     program header table and of whatever grew (.interp, .dynamic, .dynstr).
 //     A later edit of the same file builds its region in the free slot before
 //     or after the live one, so repeated edits do not grow the file without
-//     bound.
+//     bound. An ET_EXEC file's region ends with a copy of .shstrtab, so that
+//     a later patchelf, whose executable layout needs a section after the
+//     last one it replaces, finds one.
 //
 // Nothing else moves: section contents such as CUDA's .nv_fatbin stay where the
 // linker put them.
