@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // ErrNoGnuStack means the stack flag of a file without PT_GNU_STACK was to
@@ -176,7 +177,17 @@ func checkKept(before, after *File, e *Edit) []string {
 		return out
 	}
 	if kb, ka := kept(before), kept(after); !slices.Equal(kb, ka) {
-		bad = append(bad, fmt.Sprintf("program headers no edit writes changed: %d before, %d after", len(kb), len(ka)))
+		show := func(ps []elf.ProgHeader) string {
+			var b strings.Builder
+			for i, p := range ps {
+				if i > 0 {
+					b.WriteString(", ")
+				}
+				fmt.Fprintf(&b, "%v %v 0x%x/0x%x", p.Type, p.Flags, p.Filesz, p.Memsz)
+			}
+			return b.String()
+		}
+		bad = append(bad, fmt.Sprintf("program headers no edit writes changed from [%s] to [%s]", show(kb), show(ka)))
 	}
 	if _, had := before.dynVal(elf.DT_DEBUG); !e.AddDebug {
 		if _, has := after.dynVal(elf.DT_DEBUG); has != had {
