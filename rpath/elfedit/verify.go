@@ -189,6 +189,19 @@ func (f *File) Verify() []Problem {
 			}
 		}
 	}
+	// Every table the loader reads through an address in .dynamic lies in
+	// a PT_LOAD's memory.
+	if len(loads) > 0 {
+		for _, tag := range pointerTags {
+			v, ok := f.dynVal(tag)
+			if !ok || v == 0 {
+				continue
+			}
+			if !slices.ContainsFunc(loads, func(p elf.ProgHeader) bool { return v >= p.Vaddr && v-p.Vaddr < max(p.Memsz, p.Filesz) }) {
+				add("dynamic-pointer", "%v 0x%x lies in no PT_LOAD", tag, v)
+			}
+		}
+	}
 	for _, tag := range []elf.DynTag{elf.DT_RUNPATH, elf.DT_RPATH} {
 		if s, ok := f.dynString(tag); ok && s != "" && slices.Contains(strings.Split(s, ":"), "") {
 			add("path-empty-entry", "%v %q has an empty entry (the current directory)", tag, s)
@@ -227,6 +240,25 @@ func (f *File) headerRanges() []headerRange {
 		{"the program header table", rng{h.Phoff, h.Phoff + uint64(h.Phnum)*uint64(h.Phentsize)}},
 		{"the section header table", rng{h.Shoff, h.Shoff + uint64(h.Shnum)*uint64(h.Shentsize)}},
 	}
+}
+
+// dtRELR is DT_RELR (glibc 2.36, binutils 2.38), which debug/elf lacks.
+const dtRELR elf.DynTag = 36
+
+// pointerTags are the dynamic tags whose value is an address the loader
+// reads or calls through.
+var pointerTags = [...]elf.DynTag{elf.DT_PLTGOT, elf.DT_HASH, elf.DT_STRTAB, elf.DT_SYMTAB, elf.DT_RELA,
+	elf.DT_INIT, elf.DT_FINI, elf.DT_REL, elf.DT_JMPREL, elf.DT_INIT_ARRAY, elf.DT_FINI_ARRAY,
+	elf.DT_PREINIT_ARRAY, dtRELR, elf.DT_GNU_HASH, elf.DT_VERSYM, elf.DT_VERDEF, elf.DT_VERNEED}
+
+// tableSections pairs the dynamic tags that locate a table with the
+// section type that holds it.
+var tableSections = [...]struct {
+	tag elf.DynTag
+	typ elf.SectionType
+}{
+	{elf.DT_SYMTAB, elf.SHT_DYNSYM}, {elf.DT_HASH, elf.SHT_HASH}, {elf.DT_GNU_HASH, elf.SHT_GNU_HASH},
+	{elf.DT_VERSYM, elf.SHT_GNU_VERSYM}, {elf.DT_VERNEED, elf.SHT_GNU_VERNEED}, {elf.DT_VERDEF, elf.SHT_GNU_VERDEF},
 }
 
 // minPage is the smallest page size kernels use.
@@ -389,6 +421,25 @@ func (f *File) verifySections(add func(rule, format string, args ...any)) {
 		for i, s := range f.Sections {
 			if s.Type == elf.SHT_DYNAMIC && (s.Addr != p.Vaddr || s.Offset != p.Off) {
 				add("section-dynamic", "section %d %s (0x%x at 0x%x) is not PT_DYNAMIC (0x%x at 0x%x)", i, s.Name, s.Offset, s.Addr, p.Off, p.Vaddr)
+			}
+		}
+		// The tables the dynamic section points to are the sections of
+		// their type: a DT_VERNEED aimed elsewhere (into .dynamic, in a
+		// mutated file) is a table no layout knows to carry, and a
+		// region that replaced the one it lay in left it dangling.
+		for _, tt := range tableSections {
+			v, ok := f.dynVal(tt.tag)
+			if !ok || v == 0 {
+				continue
+			}
+			some, at := false, false
+			for _, s := range f.Sections {
+				if s.Type == tt.typ && s.Flags&elf.SHF_ALLOC != 0 {
+					some, at = true, at || s.Addr == v
+				}
+			}
+			if some && !at {
+				add("section-table", "%v 0x%x is the address of no %v section", tt.tag, v, tt.typ)
 			}
 		}
 		for i, s := range f.Sections {
