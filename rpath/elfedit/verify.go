@@ -259,6 +259,7 @@ var tableSections = [...]struct {
 }{
 	{elf.DT_SYMTAB, elf.SHT_DYNSYM}, {elf.DT_HASH, elf.SHT_HASH}, {elf.DT_GNU_HASH, elf.SHT_GNU_HASH},
 	{elf.DT_VERSYM, elf.SHT_GNU_VERSYM}, {elf.DT_VERNEED, elf.SHT_GNU_VERNEED}, {elf.DT_VERDEF, elf.SHT_GNU_VERDEF},
+	{elf.DT_INIT_ARRAY, elf.SHT_INIT_ARRAY}, {elf.DT_FINI_ARRAY, elf.SHT_FINI_ARRAY}, {elf.DT_PREINIT_ARRAY, elf.SHT_PREINIT_ARRAY},
 }
 
 // minPage is the smallest page size kernels use.
