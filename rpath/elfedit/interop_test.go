@@ -16,6 +16,23 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 )
 
+// interopEdits are the edits of ours that a later patchelf run meets: a
+// longer RUNPATH with a resolution note (the main job), and without one
+// (cudapatch patchelf --set-rpath), where nothing but the moved tables
+// lies in the region and patchelf's executable walk asserted that a
+// section follows the last one it replaces.
+var interopEdits = []struct {
+	name string
+	edit func(fx fixtures.Fixture) elfedit.Edit
+}{
+	{"note", func(fx fixtures.Fixture) elfedit.Edit {
+		return elfedit.Edit{SetPath: str(pad(120, fx.LibDir)), SetNote: cacheNote("interop", 300), Derived: []elfedit.NoteID{cacheID}}
+	}},
+	{"plain", func(fx fixtures.Fixture) elfedit.Edit {
+		return elfedit.Edit{SetPath: str(pad(120, fx.LibDir))}
+	}},
+}
+
 // TestPatchelfAfterUs: a file cudapatch laid out must survive a later run
 // of an older patchelf, as nixpkgs' builds make one (a hook that runs after
 // cudaPatchelfHook, a postFixup script). Debian's patchelf 0.14.3, like
@@ -34,22 +51,8 @@ func TestPatchelfAfterUs(t *testing.T) {
 	t.Parallel()
 	pe, err := exec.LookPath("patchelf")
 	require.NoError(t, err, "patchelf (Debian package patchelf) is needed")
-	edits := []struct {
-		name string
-		edit func(fx fixtures.Fixture) elfedit.Edit
-	}{
-		{"note", func(fx fixtures.Fixture) elfedit.Edit {
-			return elfedit.Edit{SetPath: str(pad(120, fx.LibDir)), SetNote: cacheNote("interop", 300), Derived: []elfedit.NoteID{cacheID}}
-		}},
-		// Without a note (cudapatch patchelf --set-rpath), nothing but the
-		// moved tables lies in the region: patchelf's executable walk
-		// asserted that a section follows the last one it replaces.
-		{"plain", func(fx fixtures.Fixture) elfedit.Edit {
-			return elfedit.Edit{SetPath: str(pad(120, fx.LibDir))}
-		}},
-	}
 	for _, orig := range dynamic(t) {
-		for _, ed := range edits {
+		for _, ed := range interopEdits {
 			t.Run(orig.Name+"/"+ed.name, func(t *testing.T) {
 				t.Parallel()
 				fx := orig.Copy(t)
@@ -248,25 +251,21 @@ func TestPatchelfOpsAfterUs(t *testing.T) {
 		if orig.Static {
 			continue
 		}
-		for _, note := range []bool{false, true} {
+		for _, ed := range interopEdits {
 			for _, op := range ops {
 				fx, control := orig.Copy(t), orig.Copy(t)
 				for _, lib := range []string{fx.Libs[0], control.Libs[0]} {
 					copyFile(t, lib, filepath.Join(filepath.Dir(lib), renamed))
 				}
 				for _, path := range []string{fx.Libs[0], filepath.Join(fx.LibDir, renamed), fx.Exe} {
-					e := elfedit.Edit{SetPath: str(pad(120, fx.LibDir))}
-					if note {
-						e.SetNote, e.Derived = cacheNote("interop", 300), []elfedit.NoteID{cacheID}
-					}
-					_, err := elfedit.EditFile(path, e, elfedit.Options{})
+					_, err := elfedit.EditFile(path, ed.edit(fx), elfedit.Options{})
 					require.NoError(t, err, "%s: our edit of %s", orig.Name, path)
 				}
 				for _, path := range []string{control.Libs[0], filepath.Join(control.LibDir, renamed), control.Exe} {
 					out, err := exec.Command(pe, "--set-rpath", control.LibDir, path).CombinedOutput()
 					require.NoError(t, err, "%s: patchelf --set-rpath %s: %s", orig.Name, path, out)
 				}
-				name := fmt.Sprintf("%s/note=%v/%s", orig.Name, note, op.name)
+				name := fmt.Sprintf("%s/%s/%s", orig.Name, ed.name, op.name)
 				out, err := exec.Command(pe, append(op.args(control), control.Exe)...).CombinedOutput()
 				require.NoError(t, err, "%s: patchelf after patchelf: %s", name, out)
 				if err := runs(t, control)(control.Exe); err != nil {

@@ -2,7 +2,6 @@ package elfedit_test
 
 import (
 	"debug/elf"
-	"encoding/binary"
 	"os"
 	"slices"
 	"testing"
@@ -41,16 +40,9 @@ func TestTablePointerIntoTheRegion(t *testing.T) {
 	require.False(t, in(ef.Progs[region], data), ".dynamic moved into the region")
 	ef.Close()
 
-	b := readFile(t, fx.Exe)
-	o := binary.LittleEndian
-	found := false
-	for at := dyn.Offset; at+16 <= dyn.Offset+dyn.Size; at += 16 {
-		if elf.DynTag(o.Uint64(b[at:])) == elf.DT_VERNEED {
-			o.PutUint64(b[at+8:], dyn.Addr+0x30)
-			found = true
-		}
-	}
-	require.True(t, found, "no DT_VERNEED")
+	x := newElfBytes(t, readFile(t, fx.Exe))
+	x.setTag(t, elf.DT_VERNEED, dyn.Addr+0x30)
+	b := x.b
 	require.NoError(t, os.WriteFile(fx.Exe, b, 0o755))
 
 	f, err := elfedit.Open(fx.Exe)
