@@ -70,15 +70,7 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 		}
 		return nil
 	}
-	// Only the steps up to the last one whose failure rolls back need
-	// their old bytes: a failed hygiene step or truncation leaves the
-	// result, tidied less.
-	undoTo := -1
-	for i, st := range p.Steps[:n] {
-		if st.Kind != StepHygiene && st.Kind != StepTruncate {
-			undoTo = i
-		}
-	}
+	undoTo := p.undoTo(n)
 	for i, st := range p.Steps[:n] {
 		if st.Kind == StepCommit {
 			if err := flush(); err != nil {
@@ -304,7 +296,7 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	}
 	var res *Result
 	var plan *Plan
-	if p := opt.Prepared; p != nil && p.fp != nil && !opt.KeepOldSections && rc.matches(p.fp, &e) {
+	if p := opt.Prepared; p != nil && p.fp != nil && !opt.KeepOldSections && rc.holdsAgain(p.fp, st, &e) {
 		// The plan File.Prepare made and verified from these very bytes,
 		// its steps rebuilt from them.
 		if steps, ok := rc.materialize(p, p.det); ok {
@@ -349,6 +341,32 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 		return nil, unwrapPath(err)
 	}
 	return res, nil
+}
+
+// undoTo is the last of the first n steps whose old bytes apply keeps
+// to undo it: only the steps up to the last one whose failure rolls back
+// need them (a failed hygiene step or truncation leaves the result,
+// tidied less). -1 if none.
+func (p *Plan) undoTo(n int) int {
+	last := -1
+	for i, st := range p.Steps[:n] {
+		if st.Kind != StepHygiene && st.Kind != StepTruncate {
+			last = i
+		}
+	}
+	return last
+}
+
+// undoSpans lists the ranges of the file that Apply keeps the old bytes
+// of, to undo the steps that overwrite them.
+func (p *Plan) undoSpans() []span {
+	var out []span
+	for _, st := range p.Steps[:p.undoTo(len(p.Steps))+1] {
+		if st.Kind != StepTruncate && st.Off < p.OldSize {
+			out = append(out, span{st.Off, min(st.Off+st.Len, p.OldSize)})
+		}
+	}
+	return out
 }
 
 // planFile reads the file rc reads, plans e and verifies the planned

@@ -106,6 +106,19 @@ func (c *readCache) detach(p *Plan) *detached {
 	return d
 }
 
+// sources lists the ranges of the file the pieces copy.
+func (d *detached) sources() []span {
+	var out []span
+	for _, ps := range d.pieces {
+		for _, pc := range ps {
+			if pc.src >= 0 {
+				out = append(out, span{pc.src, pc.src + pc.n})
+			}
+		}
+	}
+	return out
+}
+
 // piecesOf splits data, written at file offset out, into pieces: each
 // block of it is zeros, a copy of bytes the cache holds (the continuation
 // of the previous block's source, a hinted source, or the block's own

@@ -1,6 +1,10 @@
 package elfedit
 
-import "io"
+import (
+	"io"
+	"syscall"
+	"time"
+)
 
 // ApplyPrefix runs only the first n steps of p on t, as a process killed
 // after its n-th write would leave the file: nothing is rolled back and
@@ -82,4 +86,46 @@ func HeldOwnBytes(p *Plan) int64 {
 		return 0
 	}
 	return int64(len(p.det.lit))
+}
+
+// PreparedByIdentity reports whether a prepared plan's fingerprint is the
+// file's identity and the bytes its write takes from the file (a settled
+// file), rather than every byte the plan was made from.
+func PreparedByIdentity(p *Plan) bool { return p.fp != nil && p.fp.ident != nil }
+
+// FingerprintBytes is how many bytes of its file a prepared plan's
+// fingerprint covers: what EditFile reads again before writing it.
+func FingerprintBytes(p *Plan) int64 {
+	var n int64
+	for _, s := range p.fp.spans {
+		n += s.end - s.off
+	}
+	return n
+}
+
+// SpoilFingerprint makes a prepared plan's fingerprint disagree with any
+// file: what EditFile sees when the bytes it reads again have changed
+// behind an identity that has not.
+func SpoilFingerprint(p *Plan) { p.fp.sum++ }
+
+// SettleTime is how long a file must go unchanged before it is read for
+// its prepared plan to be fingerprinted by identity (prepare.go).
+const SettleTime = settleFine
+
+// MergeSpans is mergeSpans over [off, end) pairs.
+func MergeSpans(in [][2]int64) [][2]int64 {
+	var spans []span
+	for _, s := range in {
+		spans = append(spans, span{s[0], s[1]})
+	}
+	var out [][2]int64
+	for _, s := range mergeSpans(spans) {
+		out = append(out, [2]int64{s.off, s.end})
+	}
+	return out
+}
+
+// Settled is fileIdent.settled for a file whose ctime is ctime.
+func Settled(ctime, at time.Time) bool {
+	return fileIdent{ctime: syscall.NsecToTimespec(ctime.UnixNano())}.settled(at)
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // This file is how Open and EditFile talk to the kernel. Patching a tree
@@ -124,6 +125,7 @@ func (b *Buffers) open(path string, editing bool) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
+	at := time.Now()
 	st, err := fd.stat()
 	if err != nil {
 		fd.Close()
@@ -131,6 +133,8 @@ func (b *Buffers) open(path string, editing bool) (*File, error) {
 	}
 	c := newReadCache(fd, st.Size, b)
 	c.editing = editing
+	id := identOf(st)
+	c.ident, c.settled = &id, id.settled(at)
 	f, err := NewFile(c, st.Size)
 	if err != nil {
 		c.Close()
@@ -337,6 +341,11 @@ type readCache struct {
 	// lent is the scratch lent through the cache (File.scratch), given
 	// back to bufs on Close.
 	lent [][]byte
+	// ident is the file's identity when it was opened (nil for a source
+	// that is not a file), and settled whether its ctime was old enough
+	// then to show any later write (prepare.go).
+	ident   *fileIdent
+	settled bool
 }
 
 // span is a range of a file, [off, end).

@@ -1,9 +1,12 @@
 package elfedit_test
 
 import (
+	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -127,6 +130,13 @@ func TestPrepareRefused(t *testing.T) {
 func TestDetachedPlansWriteTheSameBytes(t *testing.T) {
 	t.Parallel()
 	var held, written int64
+	type job struct {
+		orig, a, b fixtures.Fixture
+		name       string
+		edit       elfedit.Edit
+		settled    bool
+	}
+	var jobs []job
 	for _, orig := range dynamic(t) {
 		for _, c := range []struct {
 			name string
@@ -137,28 +147,44 @@ func TestDetachedPlansWriteTheSameBytes(t *testing.T) {
 				return elfedit.Edit{SetPath: str(pad(300, fx.LibDir)), SetNote: cacheNote("detach", 200), Derived: []elfedit.NoteID{cacheID}}
 			}},
 		} {
-			a, b := orig.Copy(t), orig.Copy(t)
-			for i, pa := range []string{a.Exe, a.Libs[0]} {
-				pb := []string{b.Exe, b.Libs[0]}[i]
-				e := c.edit(a)
-				f, err := elfedit.Open(pa)
-				require.NoError(t, err)
-				p, err := f.Prepare(e, nil)
-				require.NoError(t, err)
-				require.NoError(t, f.Close())
-				if p.IsNoOp() {
-					continue
-				}
-				require.True(t, p.Prepared(), "%s %s %s", orig.Name, c.name, pa)
-				res, err := elfedit.EditFile(pa, e, elfedit.Options{Prepared: p})
-				require.NoError(t, err)
-				require.Same(t, p, res.Plan, "%s %s %s: the detached plan written", orig.Name, c.name, pa)
-				_, err = elfedit.EditFile(pb, e, elfedit.Options{})
-				require.NoError(t, err)
-				require.Equal(t, readFile(t, pb), readFile(t, pa), "%s %s %s", orig.Name, c.name, pa)
-				held += elfedit.HeldOwnBytes(p)
-				written += p.Written
+			// Each twice: prepared right after a write, when the copy's
+			// ctime may be too recent to show a later one (fingerprinted
+			// by every byte), and settled (by identity and the bytes the
+			// write takes, see TestPreparedSettled).
+			for _, settled := range []bool{false, true} {
+				a := orig.Copy(t)
+				jobs = append(jobs, job{orig, a, orig.Copy(t), c.name, c.edit(a), settled})
 			}
+		}
+	}
+	time.Sleep(elfedit.SettleTime + 50*time.Millisecond)
+	for _, j := range jobs {
+		for i, pa := range []string{j.a.Exe, j.a.Libs[0]} {
+			pb := []string{j.b.Exe, j.b.Libs[0]}[i]
+			if !j.settled {
+				require.NoError(t, os.WriteFile(pa, readFile(t, pa), 0o755))
+			}
+			f, err := elfedit.Open(pa)
+			require.NoError(t, err)
+			p, err := f.Prepare(j.edit, nil)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+			if p.IsNoOp() {
+				continue
+			}
+			what := fmt.Sprintf("%s %s settled=%v %s", j.orig.Name, j.name, j.settled, pa)
+			require.True(t, p.Prepared(), what)
+			if j.settled {
+				require.True(t, elfedit.PreparedByIdentity(p), what)
+			}
+			res, err := elfedit.EditFile(pa, j.edit, elfedit.Options{Prepared: p})
+			require.NoError(t, err)
+			require.Same(t, p, res.Plan, "%s: the detached plan written", what)
+			_, err = elfedit.EditFile(pb, j.edit, elfedit.Options{})
+			require.NoError(t, err)
+			require.Equal(t, readFile(t, pb), readFile(t, pa), what)
+			held += elfedit.HeldOwnBytes(p)
+			written += p.Written
 		}
 	}
 	t.Logf("fixtures: detached plans hold %d bytes of their own, write %d", held, written)
@@ -184,6 +210,185 @@ func TestDetachedPlansWriteTheSameBytes(t *testing.T) {
 	assert.Less(t, elfedit.HeldOwnBytes(p)*10, p.Written)
 	fresh := filepath.Join(t.TempDir(), "libc.so.6")
 	require.NoError(t, os.WriteFile(fresh, readFile(t, libc[0]), 0o755))
+	res, err := elfedit.EditFile(path, e, elfedit.Options{Prepared: p})
+	require.NoError(t, err)
+	require.Same(t, p, res.Plan)
+	_, err = elfedit.EditFile(fresh, e, elfedit.Options{})
+	require.NoError(t, err)
+	require.Equal(t, readFile(t, fresh), readFile(t, path))
+}
+
+// TestPreparedSettled: a file that went unchanged for longer than the
+// kernel's timestamps are coarse before it was read is fingerprinted by
+// its identity (device, inode, size, mtime, ctime) and by the bytes the
+// write takes from it, which are all EditFile reads again; any change of
+// the file since (a write, even of the same bytes, a touch, another file
+// renamed over it) shows in the identity, and the file is planned afresh;
+// bytes that differ behind an unchanged identity fail the comparison.
+// A plan prepared from a reader that is not a file is fingerprinted by
+// every byte it read, as before.
+func TestPreparedSettled(t *testing.T) {
+	t.Parallel()
+	e := func(fx fixtures.Fixture) elfedit.Edit {
+		return elfedit.Edit{SetPath: str(pad(300, fx.LibDir)), SetNote: cacheNote("settled", 200), Derived: []elfedit.NoteID{cacheID}}
+	}
+	for _, c := range []struct {
+		name      string
+		change    func(t *testing.T, fx fixtures.Fixture, path string, p *elfedit.Plan) // between Prepare and EditFile
+		other     bool                                                                  // EditFile gets another edit
+		reader    bool                                                                  // prepared through a reader, not Open
+		reused    bool
+		unchecked bool // the change leaves a file that need not run
+	}{
+		{name: "unchanged", reused: true},
+		{name: "rewritten", unchecked: true, change: func(t *testing.T, _ fixtures.Fixture, path string, _ *elfedit.Plan) {
+			b := readFile(t, path)
+			b[len(b)/2] ^= 0xff
+			require.NoError(t, os.WriteFile(path, b, 0o755))
+		}},
+		{name: "same-bytes-rewritten", change: func(t *testing.T, _ fixtures.Fixture, path string, _ *elfedit.Plan) {
+			require.NoError(t, os.WriteFile(path, readFile(t, path), 0o755))
+		}},
+		{name: "touched", change: func(t *testing.T, _ fixtures.Fixture, path string, _ *elfedit.Plan) {
+			st, err := os.Stat(path)
+			require.NoError(t, err)
+			require.NoError(t, os.Chtimes(path, st.ModTime(), st.ModTime())) // only the ctime moves
+		}},
+		{name: "replaced", change: func(t *testing.T, fx fixtures.Fixture, path string, _ *elfedit.Plan) {
+			other := fixtures.ByName(t, "bfd-pie").Copy(t).Exe
+			require.NoError(t, os.Rename(other, path))
+		}},
+		{name: "bytes-differ", change: func(t *testing.T, _ fixtures.Fixture, _ string, p *elfedit.Plan) {
+			elfedit.SpoilFingerprint(p)
+		}},
+		{name: "other-edit", other: true},
+		{name: "reader", reader: true, reused: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			fx := fixtures.ByName(t, "bfd-pie").Copy(t)
+			_, err := elfedit.EditFile(fx.Libs[0], elfedit.Edit{SetPath: str(originLib)}, elfedit.Options{})
+			require.NoError(t, err)
+			path := fx.Exe
+			time.Sleep(elfedit.SettleTime + 50*time.Millisecond)
+			e := e(fx)
+			var p *elfedit.Plan
+			if c.reader {
+				b := readFile(t, path)
+				src := &elfedit.CountingReader{R: bytes.NewReader(b)}
+				f, err := elfedit.NewFile(elfedit.NewCachedReader(src, int64(len(b)), nil), int64(len(b)))
+				require.NoError(t, err)
+				p, err = f.Prepare(e, nil)
+				require.NoError(t, err)
+				require.True(t, p.Prepared(), planString(p))
+				assert.False(t, elfedit.PreparedByIdentity(p), "no identity without a file")
+			} else {
+				f, err := elfedit.Open(path)
+				require.NoError(t, err)
+				p, err = f.Prepare(e, nil)
+				require.NoError(t, err)
+				require.NoError(t, f.Close())
+				require.True(t, p.Prepared(), planString(p))
+				require.True(t, elfedit.PreparedByIdentity(p), "a file unchanged for %v", elfedit.SettleTime)
+			}
+			if c.change != nil {
+				c.change(t, fx, path, p)
+			}
+			if c.other {
+				e.SetPath = str(pad(200, fx.LibDir))
+			}
+			probs := problems(t, path)
+			before := info(t, path)
+			res, err := elfedit.EditFile(path, e, elfedit.Options{Prepared: p})
+			require.NoError(t, err)
+			assert.Equal(t, c.reused, res.Plan == p, "prepared plan reused")
+			assert.True(t, res.Changed)
+			checkWant(t, path, expect(before, e))
+			noNewProblems(t, probs, path)
+			if !c.unchecked {
+				assert.NoError(t, runs(t, fx)(path))
+			}
+			if c.reused {
+				fresh := fixtures.ByName(t, "bfd-pie").Copy(t)
+				_, err := elfedit.EditFile(fresh.Libs[0], elfedit.Edit{SetPath: str(originLib)}, elfedit.Options{})
+				require.NoError(t, err)
+				_, err = elfedit.EditFile(fresh.Exe, e, elfedit.Options{})
+				require.NoError(t, err)
+				assert.Equal(t, readFile(t, fresh.Exe), readFile(t, path), "the same bytes as a plan made at the write")
+			}
+		})
+	}
+}
+
+// TestSettled: a ctime is trusted to show later writes once it is older
+// than the read by the settling time, which is longer for a file system
+// that keeps whole seconds.
+func TestSettled(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 25, 12, 0, 0, 500_000_000, time.UTC)
+	for _, c := range []struct {
+		ctime time.Time
+		want  bool
+	}{
+		{at, false},
+		{at.Add(time.Second), false}, // a ctime ahead of the clock
+		{at.Add(-elfedit.SettleTime / 2), false},
+		{at.Add(-elfedit.SettleTime - time.Millisecond), true},
+		{at.Add(-time.Second), true},
+		{time.Date(2026, 11, 25, 11, 59, 59, 0, time.UTC), false}, // whole seconds: 1.5 s is not enough
+		{time.Date(2026, 11, 25, 11, 59, 57, 0, time.UTC), true},
+		{time.Date(2026, 11, 25, 11, 59, 57, 1, time.UTC), true},
+	} {
+		assert.Equal(t, c.want, elfedit.Settled(c.ctime, at), "ctime %v", c.ctime)
+	}
+}
+
+// TestMergeSpans: the ranges a settled file's write reads again are
+// sorted, joined where they overlap or lie close, and at most four.
+func TestMergeSpans(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		in   [][2]int64
+		want [][2]int64
+	}{
+		{"none", nil, nil},
+		{"empty dropped", [][2]int64{{5, 5}, {0, 10}}, [][2]int64{{0, 10}}},
+		{"sorted and overlapping", [][2]int64{{100, 200}, {0, 150}}, [][2]int64{{0, 200}}},
+		{"close", [][2]int64{{0, 10}, {10 + 16<<10, 20 << 10}}, [][2]int64{{0, 20 << 10}}},
+		{"far", [][2]int64{{0, 10}, {1 << 20, 1<<20 + 10}}, [][2]int64{{0, 10}, {1 << 20, 1<<20 + 10}}},
+		{"the closest joined first", [][2]int64{{0, 1}, {1 << 20, 1<<20 + 1}, {2 << 20, 2<<20 + 1}, {3 << 20, 3<<20 + 1}, {3<<20 + 100<<10, 3<<20 + 100<<10 + 1}},
+			[][2]int64{{0, 1}, {1 << 20, 1<<20 + 1}, {2 << 20, 2<<20 + 1}, {3 << 20, 3<<20 + 100<<10 + 1}}},
+	} {
+		assert.Equal(t, c.want, elfedit.MergeSpans(c.in), c.name)
+	}
+}
+
+// TestSettledReadsLittle: for a real library, settled, what the write
+// reads again is the few ranges it takes bytes from (the headers, the
+// tables the region copies, the bytes it keeps to undo), not the tables
+// the plan was made from; and what it writes is what a plan made at the
+// write writes.
+func TestSettledReadsLittle(t *testing.T) {
+	t.Parallel()
+	libc, err := filepath.Glob("/[lu]*/*-linux-gnu*/libc.so.6")
+	require.NoError(t, err)
+	require.NotEmpty(t, libc, "glibc's libc.so.6")
+	orig := readFile(t, libc[0])
+	path := filepath.Join(t.TempDir(), "libc.so.6")
+	require.NoError(t, os.WriteFile(path, orig, 0o755))
+	fresh := filepath.Join(t.TempDir(), "libc.so.6")
+	require.NoError(t, os.WriteFile(fresh, orig, 0o755))
+	time.Sleep(elfedit.SettleTime + 50*time.Millisecond)
+	e := elfedit.Edit{SetPath: str(pad(300, "/nix/store/lib")), SetNote: cacheNote("settled", 200), Derived: []elfedit.NoteID{cacheID}}
+	f, err := elfedit.Open(path)
+	require.NoError(t, err)
+	p, err := f.Prepare(e, nil)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.True(t, elfedit.PreparedByIdentity(p))
+	t.Logf("%s (%d bytes): the write reads %d bytes again", libc[0], len(orig), elfedit.FingerprintBytes(p))
+	assert.Less(t, elfedit.FingerprintBytes(p)*8, int64(len(orig)))
 	res, err := elfedit.EditFile(path, e, elfedit.Options{Prepared: p})
 	require.NoError(t, err)
 	require.Same(t, p, res.Plan)
