@@ -224,15 +224,11 @@ func (c *readCache) sumSpans(seed maphash.Seed, spans []span) (uint64, bool) {
 
 // mergeSpansGap is the largest gap between two ranges a settled file's
 // write reads (mergeSpans) that is read along with them rather than
-// costing a read of its own; maxSpans bounds those reads.
-const (
-	mergeSpansGap = 16 << 10
-	maxSpans      = 4
-)
+// costing a read of its own.
+const mergeSpansGap = 16 << 10
 
 // mergeSpans sorts spans and joins those that overlap or lie within
-// mergeSpansGap of each other, then the closest until at most maxSpans
-// are left. Empty spans are dropped.
+// mergeSpansGap of each other. Empty spans are dropped.
 func mergeSpans(spans []span) []span {
 	spans = slices.DeleteFunc(spans, func(s span) bool { return s.end <= s.off })
 	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.off, b.off) })
@@ -243,16 +239,6 @@ func mergeSpans(spans []span) []span {
 			continue
 		}
 		out = append(out, s)
-	}
-	for len(out) > maxSpans {
-		k := 0
-		for i := 1; i < len(out)-1; i++ {
-			if out[i+1].off-out[i].end < out[k+1].off-out[k].end {
-				k = i
-			}
-		}
-		out[k].end = out[k+1].end
-		out = slices.Delete(out, k+1, k+2)
 	}
 	return out
 }
