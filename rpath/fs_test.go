@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath"
@@ -495,9 +497,18 @@ func TestTreeChangesDuringTheJob(t *testing.T) {
 // file and says "no space left on device", the CLI exits 2, and each file
 // that failed is byte-identical to the original (the plan's writes are
 // rolled back and the file cut to its old size). Once there is room, the
-// same command succeeds.
+// same command succeeds. Twice: with the files just written, and settled
+// (unchanged for longer than elfedit's settling time, 100 ms), when the
+// write reads again only the bytes it takes and keeps to undo, and rolls
+// back from those.
 func TestFullDisk(t *testing.T) {
 	requireRoot(t, "it mounts a tmpfs")
+	for _, settled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("settled=%v", settled), func(t *testing.T) { fullDisk(t, settled) })
+	}
+}
+
+func fullDisk(t *testing.T, settled bool) {
 	dir := t.TempDir()
 	for _, d := range []string{filepath.Dir(dir), dir} {
 		if err := os.Chmod(d, 0o755); err != nil {
@@ -530,6 +541,9 @@ func TestFullDisk(t *testing.T) {
 	}
 	if err := os.Symlink("/lib64/ld-linux-x86-64.so.2", interp); err != nil {
 		t.Fatal(err)
+	}
+	if settled {
+		time.Sleep(200 * time.Millisecond)
 	}
 	// Fill the disk to the last byte.
 	fill, err := os.Create(filepath.Join(mnt, "filler"))
