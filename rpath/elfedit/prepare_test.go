@@ -51,13 +51,11 @@ func TestPrepared(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			fx := fixtures.ByName(t, "bfd-pie").Copy(t)
-			_, err := elfedit.EditFile(fx.Libs[0], elfedit.Edit{SetPath: str(originLib)}, elfedit.Options{})
-			require.NoError(t, err)
+			fx := runnableCopy(t)
 			path := fx.Exe
 			e := elfedit.Edit{SetPath: str(pad(300, fx.LibDir)), SetNote: cacheNote("prep", 200), Derived: []elfedit.NoteID{cacheID}}
 			p := prepare(t, path, e)
-			_, err = p.Result()
+			_, err := p.Result()
 			assert.Error(t, err, "a detached plan does not read its file")
 			if c.change != nil {
 				c.change(t, fx, path)
@@ -65,17 +63,7 @@ func TestPrepared(t *testing.T) {
 			if c.other {
 				e.SetPath = str(pad(200, fx.LibDir))
 			}
-			probs := problems(t, path)
-			before := info(t, path)
-			res, err := elfedit.EditFile(path, e, elfedit.Options{Prepared: p})
-			require.NoError(t, err)
-			assert.Equal(t, c.reused, res.Plan == p, "prepared plan reused")
-			assert.True(t, res.Changed)
-			checkWant(t, path, expect(before, e))
-			noNewProblems(t, probs, path)
-			if c.name != "same-size-rewrite" {
-				assert.NoError(t, runs(t, fx)(path))
-			}
+			writePrepared(t, fx, e, p, c.reused, c.name != "same-size-rewrite")
 		})
 	}
 }
@@ -194,28 +182,13 @@ func TestDetachedPlansWriteTheSameBytes(t *testing.T) {
 
 	// A real library: its string table (tens of KiB) moves with the
 	// region, and is held by offset.
-	libc, err := filepath.Glob("/[lu]*/*-linux-gnu*/libc.so.6")
-	require.NoError(t, err)
-	require.NotEmpty(t, libc, "glibc's libc.so.6")
-	path := filepath.Join(t.TempDir(), "libc.so.6")
-	require.NoError(t, os.WriteFile(path, readFile(t, libc[0]), 0o755))
+	libc := hostLibc(t)
 	e := elfedit.Edit{SetPath: str(pad(300, "/nix/store/lib")), SetNote: cacheNote("detach", 200), Derived: []elfedit.NoteID{cacheID}}
-	f, err := elfedit.Open(path)
-	require.NoError(t, err)
-	p, err := f.Prepare(e, nil)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	path, p := preparedCopy(t, libc, e, false)
 	require.True(t, p.Prepared())
-	t.Logf("%s: the detached plan holds %d bytes of its own (%d in all), writes %d", libc[0], elfedit.HeldOwnBytes(p), p.HeldBytes(), p.Written)
+	t.Logf("%s: the detached plan holds %d bytes of its own (%d in all), writes %d", libc, elfedit.HeldOwnBytes(p), p.HeldBytes(), p.Written)
 	assert.Less(t, elfedit.HeldOwnBytes(p)*10, p.Written)
-	fresh := filepath.Join(t.TempDir(), "libc.so.6")
-	require.NoError(t, os.WriteFile(fresh, readFile(t, libc[0]), 0o755))
-	res, err := elfedit.EditFile(path, e, elfedit.Options{Prepared: p})
-	require.NoError(t, err)
-	require.Same(t, p, res.Plan)
-	_, err = elfedit.EditFile(fresh, e, elfedit.Options{})
-	require.NoError(t, err)
-	require.Equal(t, readFile(t, fresh), readFile(t, path))
+	writesAsFresh(t, libc, path, e, p)
 }
 
 // TestPreparedSettled: a file that went unchanged for longer than the
@@ -266,9 +239,7 @@ func TestPreparedSettled(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			fx := fixtures.ByName(t, "bfd-pie").Copy(t)
-			_, err := elfedit.EditFile(fx.Libs[0], elfedit.Edit{SetPath: str(originLib)}, elfedit.Options{})
-			require.NoError(t, err)
+			fx := runnableCopy(t)
 			path := fx.Exe
 			time.Sleep(elfedit.SettleTime + 50*time.Millisecond)
 			e := e(fx)
@@ -297,22 +268,10 @@ func TestPreparedSettled(t *testing.T) {
 			if c.other {
 				e.SetPath = str(pad(200, fx.LibDir))
 			}
-			probs := problems(t, path)
-			before := info(t, path)
-			res, err := elfedit.EditFile(path, e, elfedit.Options{Prepared: p})
-			require.NoError(t, err)
-			assert.Equal(t, c.reused, res.Plan == p, "prepared plan reused")
-			assert.True(t, res.Changed)
-			checkWant(t, path, expect(before, e))
-			noNewProblems(t, probs, path)
-			if !c.unchecked {
-				assert.NoError(t, runs(t, fx)(path))
-			}
+			writePrepared(t, fx, e, p, c.reused, !c.unchecked)
 			if c.reused {
-				fresh := fixtures.ByName(t, "bfd-pie").Copy(t)
-				_, err := elfedit.EditFile(fresh.Libs[0], elfedit.Edit{SetPath: str(originLib)}, elfedit.Options{})
-				require.NoError(t, err)
-				_, err = elfedit.EditFile(fresh.Exe, e, elfedit.Options{})
+				fresh := runnableCopy(t)
+				_, err := elfedit.EditFile(fresh.Exe, e, elfedit.Options{})
 				require.NoError(t, err)
 				assert.Equal(t, readFile(t, fresh.Exe), readFile(t, path), "the same bytes as a plan made at the write")
 			}
@@ -373,28 +332,78 @@ func TestMergeSpans(t *testing.T) {
 // write writes.
 func TestSettledReadsLittle(t *testing.T) {
 	t.Parallel()
+	libc := hostLibc(t)
+	e := elfedit.Edit{SetPath: str(pad(300, "/nix/store/lib")), SetNote: cacheNote("settled", 200), Derived: []elfedit.NoteID{cacheID}}
+	path, p := preparedCopy(t, libc, e, true)
+	require.True(t, elfedit.PreparedByIdentity(p))
+	size := int64(len(readFile(t, path)))
+	t.Logf("%s (%d bytes): the write reads %d bytes again", libc, size, elfedit.FingerprintBytes(p))
+	assert.Less(t, elfedit.FingerprintBytes(p)*8, size)
+	writesAsFresh(t, libc, path, e, p)
+}
+
+// hostLibc is this machine's glibc libc.so.6, a real library of 2 MB.
+func hostLibc(t *testing.T) string {
 	libc, err := filepath.Glob("/[lu]*/*-linux-gnu*/libc.so.6")
 	require.NoError(t, err)
 	require.NotEmpty(t, libc, "glibc's libc.so.6")
-	orig := readFile(t, libc[0])
-	path := filepath.Join(t.TempDir(), "libc.so.6")
-	require.NoError(t, os.WriteFile(path, orig, 0o755))
-	fresh := filepath.Join(t.TempDir(), "libc.so.6")
-	require.NoError(t, os.WriteFile(fresh, orig, 0o755))
-	time.Sleep(elfedit.SettleTime + 50*time.Millisecond)
-	e := elfedit.Edit{SetPath: str(pad(300, "/nix/store/lib")), SetNote: cacheNote("settled", 200), Derived: []elfedit.NoteID{cacheID}}
+	return libc[0]
+}
+
+// preparedCopy copies src into a temporary directory, lets it settle
+// (elfedit.SettleTime) if asked, and prepares e for the copy.
+func preparedCopy(t *testing.T, src string, e elfedit.Edit, settle bool) (string, *elfedit.Plan) {
+	path := filepath.Join(t.TempDir(), filepath.Base(src))
+	require.NoError(t, os.WriteFile(path, readFile(t, src), 0o755))
+	if settle {
+		time.Sleep(elfedit.SettleTime + 50*time.Millisecond)
+	}
 	f, err := elfedit.Open(path)
 	require.NoError(t, err)
 	p, err := f.Prepare(e, nil)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
-	require.True(t, elfedit.PreparedByIdentity(p))
-	t.Logf("%s (%d bytes): the write reads %d bytes again", libc[0], len(orig), elfedit.FingerprintBytes(p))
-	assert.Less(t, elfedit.FingerprintBytes(p)*8, int64(len(orig)))
+	return path, p
+}
+
+// writesAsFresh writes the prepared plan p of e to path, a copy of src,
+// and requires that the plan was reused and that the file then equals a
+// fresh copy of src edited with e without a prepared plan.
+func writesAsFresh(t *testing.T, src, path string, e elfedit.Edit, p *elfedit.Plan) {
 	res, err := elfedit.EditFile(path, e, elfedit.Options{Prepared: p})
 	require.NoError(t, err)
 	require.Same(t, p, res.Plan)
+	fresh := filepath.Join(t.TempDir(), filepath.Base(src))
+	require.NoError(t, os.WriteFile(fresh, readFile(t, src), 0o755))
 	_, err = elfedit.EditFile(fresh, e, elfedit.Options{})
 	require.NoError(t, err)
 	require.Equal(t, readFile(t, fresh), readFile(t, path))
+}
+
+// runnableCopy is a copy of the bfd-pie fixture whose libfoo finds libbar
+// ($ORIGIN), so that its main runs once its own RUNPATH is set.
+func runnableCopy(t *testing.T) fixtures.Fixture {
+	fx := fixtures.ByName(t, "bfd-pie").Copy(t)
+	_, err := elfedit.EditFile(fx.Libs[0], elfedit.Edit{SetPath: str(originLib)}, elfedit.Options{})
+	require.NoError(t, err)
+	return fx
+}
+
+// writePrepared writes e to fx's main with the prepared plan p and checks
+// that the plan was reused or not as expected, and that the file carries
+// e's values, has no new problems and (with run) runs.
+func writePrepared(t *testing.T, fx fixtures.Fixture, e elfedit.Edit, p *elfedit.Plan, reused, run bool) {
+	t.Helper()
+	path := fx.Exe
+	probs := problems(t, path)
+	before := info(t, path)
+	res, err := elfedit.EditFile(path, e, elfedit.Options{Prepared: p})
+	require.NoError(t, err)
+	assert.Equal(t, reused, res.Plan == p, "prepared plan reused")
+	assert.True(t, res.Changed)
+	checkWant(t, path, expect(before, e))
+	noNewProblems(t, probs, path)
+	if run {
+		assert.NoError(t, runs(t, fx)(path))
+	}
 }
