@@ -25,9 +25,10 @@ import (
 // hashes: on this machine's /usr/lib and /usr/bin (1,225 files), the main
 // job read 288 MB where `cudapatch print` reads 127 MB, and the check took
 // about 15% of the run's CPU (pprof). The kernel already says whether a
-// file has changed. Every write to a file
-// and every change of its metadata sets its status change time (ctime),
-// which no system call sets back, so a file that reads, at the write,
+// file has changed. Every write to a file and every change of its
+// metadata sets its status change time (ctime), which no system call
+// sets back (a clock that jumps back can; a ctime ahead of the clock is
+// never settled), so a file that reads, at the write,
 // with the device, inode, size, mtime and ctime it had when it was read
 // holds the same bytes, provided that the ctime was older than the read
 // by more than the kernel's stamps are coarse: otherwise a write right
