@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -406,4 +408,102 @@ func writePrepared(t *testing.T, fx fixtures.Fixture, e elfedit.Edit, p *elfedit
 	if run {
 		assert.NoError(t, runs(t, fx)(path))
 	}
+}
+
+// TestPreparedOnFuzzCorpus: on every input of FuzzEdit's corpus (seed
+// files of each linker, the fuzzer's crashers, the mutation sweeps'
+// finds), with the corpus entry's edit and each of FuzzEdit's seed edits,
+// a plan prepared from the settled file and written with EditFile gives
+// what EditFile gives without one, byte for byte, or fails as it fails.
+func TestPreparedOnFuzzCorpus(t *testing.T) {
+	t.Parallel()
+	entries, err := filepath.Glob(filepath.Join("testdata", "fuzz", "FuzzEdit", "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, entries)
+	type job struct {
+		what        string
+		e           elfedit.Edit
+		path, fresh string
+	}
+	var jobs []job
+	for _, name := range entries {
+		args := corpusArgs(t, name)
+		require.Len(t, args, 7, name)
+		data := []byte(args[0].(string))
+		ef, err := elfedit.NewFile(bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			continue
+		}
+		type fields struct {
+			path, interp, soname, needed string
+			tag, flags                   uint8
+		}
+		edits := []fields{{args[1].(string), args[2].(string), args[3].(string), args[4].(string), args[5].(uint8), args[6].(uint8)}}
+		for _, s := range editSeeds {
+			edits = append(edits, fields{s.path, s.interp, s.soname, s.needed, s.tag, s.flags})
+		}
+		for i, x := range edits {
+			e := fuzzEdit(ef.Info(), x.path, x.interp, x.soname, x.needed, x.tag, x.flags)
+			if e.Validate() != nil {
+				continue
+			}
+			dir := t.TempDir()
+			j := job{fmt.Sprintf("%s edit %d", filepath.Base(name), i), e, filepath.Join(dir, "a"), filepath.Join(dir, "b")}
+			require.NoError(t, os.WriteFile(j.path, data, 0o755))
+			require.NoError(t, os.WriteFile(j.fresh, data, 0o755))
+			jobs = append(jobs, j)
+		}
+	}
+	time.Sleep(elfedit.SettleTime + 50*time.Millisecond)
+	var byIdentity, written int
+	for _, j := range jobs {
+		var p *elfedit.Plan
+		if f, err := elfedit.Open(j.path); err == nil {
+			p, _ = f.Prepare(j.e, nil)
+			require.NoError(t, f.Close())
+		}
+		if p != nil && elfedit.PreparedByIdentity(p) {
+			byIdentity++
+		}
+		_, errFresh := elfedit.EditFile(j.fresh, j.e, elfedit.Options{})
+		_, err := elfedit.EditFile(j.path, j.e, elfedit.Options{Prepared: p})
+		require.Equal(t, errFresh == nil, err == nil, "%s: with a prepared plan %v, without %v", j.what, err, errFresh)
+		require.Equal(t, readFile(t, j.fresh), readFile(t, j.path), j.what)
+		if err == nil {
+			written++
+		}
+	}
+	t.Logf("%d edits of %d inputs: %d written, %d plans prepared by identity", len(jobs), len(entries), written, byIdentity)
+	assert.Positive(t, byIdentity)
+}
+
+// corpusArgs reads the arguments of a Go fuzz corpus entry: []byte and
+// string values as strings, byte values as uint8.
+func corpusArgs(t *testing.T, path string) []any {
+	text := string(readFile(t, path))
+	lines := strings.Split(strings.TrimSpace(strings.TrimPrefix(text, "go test fuzz v1\n")), "\n")
+	var out []any
+	for _, l := range lines {
+		kind, rest, ok := strings.Cut(l, "(")
+		require.True(t, ok, "%s: %q", path, l)
+		v := strings.TrimSuffix(rest, ")")
+		switch kind {
+		case "[]byte", "string":
+			s, err := strconv.Unquote(v)
+			require.NoError(t, err, "%s: %q", path, l)
+			out = append(out, s)
+		case "byte":
+			if n, err := strconv.Atoi(v); err == nil {
+				out = append(out, uint8(n))
+				continue
+			}
+			r, _, tail, err := strconv.UnquoteChar(strings.Trim(v, "'"), '\'')
+			require.NoError(t, err, "%s: %q", path, l)
+			require.Empty(t, tail, "%s: %q", path, l)
+			out = append(out, uint8(r))
+		default:
+			t.Fatalf("%s: %q: unknown type", path, l)
+		}
+	}
+	return out
 }
