@@ -273,8 +273,10 @@ func writeOrder(files []*File) []int {
 }
 
 // The write phase writes the plans decide prepared when the files still
-// hold the bytes they were made from (elfedit.File.Prepare), instead of
-// reading, planning and verifying every file a second time. What a kept
+// hold the bytes they were made from (elfedit.File.Prepare: for a file
+// unchanged since well before it was read, its identity and the bytes the
+// write takes from it say so; for another, every byte read again), instead
+// of reading, planning and verifying every file a second time. What a kept
 // plan holds is live until the write phase, so it is bounded: a plan
 // holding more than keptPlanMax, or one past keptPlanPerJob times the jobs
 // for the whole run, is dropped and its file planned again when written.
