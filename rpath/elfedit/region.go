@@ -237,6 +237,33 @@ var addrTags = map[elf.DynTag]bool{
 	elf.DT_VERSYM: true, elf.DT_VERNEED: true, elf.DT_VERDEF: true,
 }
 
+// checkPointers refuses a layout that would leave an address of .dynamic
+// pointing at bytes it clears or replaces: into a blob it moves, or into
+// the live region, which the new one takes the place of. Only the tables
+// of addrTags are repointed (blobAddr), the string table and the copied
+// tables are laid out anew; nothing else the loader reads or calls
+// through (DT_PLTGOT, DT_INIT, DT_FINI_ARRAY…) lies in what a layout may
+// move in a file a linker wrote, so one that does comes from a mangled
+// file, and its target would be left behind (a fault of mutation seed
+// 25: a DT_PLTGOT aimed into an earlier edit's region).
+func (b *builder) checkPointers(live *regionInfo, blobAddr func(uint64) (uint64, bool)) error {
+	f := b.f
+	for _, d := range b.ents {
+		if d.val == 0 || d.tag == elf.DT_STRTAB || !slices.Contains(pointerTags[:], d.tag) ||
+			slices.ContainsFunc(b.copies, func(c *tableCopy) bool { return c.tag == d.tag }) {
+			continue
+		}
+		_, inBlob := blobAddr(d.val)
+		if inBlob && addrTags[d.tag] {
+			continue // repointed
+		}
+		if o, ok := f.vaddrToOff(d.val, 0); inBlob || ok && live.contains(o) {
+			return formatErr(-1, "%v 0x%x points into bytes the edit would move or replace, and is not a table it moves", d.tag, d.val)
+		}
+	}
+	return nil
+}
+
 // gapBlobs finds what occupies the bytes after the program header table
 // that k more entries need, and returns it as blobs to move, if all of it
 // may move.
@@ -457,6 +484,9 @@ func (b *builder) regionLayout(phdrIn bool) (*Plan, bool, error) {
 			}
 		}
 		return 0, false
+	}
+	if err := b.checkPointers(live, blobAddr); err != nil {
+		return nil, false, err
 	}
 	remapped := false
 	for _, d := range b.ents {
