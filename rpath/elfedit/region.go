@@ -97,6 +97,14 @@ func (f *File) findRegion() *regionInfo {
 			return nil
 		}
 	}
+	// And so does every section before it: a base inside them (a header
+	// mangled, mutation seed 32) would have the next region laid over
+	// .symtab and its neighbours.
+	for _, s := range f.Sections {
+		if s.Type != elf.SHT_NOBITS && s.Size > 0 && s.Offset < ri.off && s.Offset+s.Size > ri.base {
+			return nil
+		}
+	}
 	return ri
 }
 
