@@ -133,8 +133,9 @@ func (b *Buffers) open(path string, editing bool) (*File, error) {
 	}
 	c := newReadCache(fd, st.Size, b)
 	c.editing = editing
-	id := identOf(st)
-	c.ident, c.settled = &id, id.settled(at)
+	if id := identOf(st); id.settled(at) {
+		c.settled = &id
+	}
 	f, err := NewFile(c, st.Size)
 	if err != nil {
 		c.Close()
@@ -341,11 +342,10 @@ type readCache struct {
 	// lent is the scratch lent through the cache (File.scratch), given
 	// back to bufs on Close.
 	lent [][]byte
-	// ident is the file's identity when it was opened (nil for a source
-	// that is not a file), and settled whether its ctime was old enough
-	// then to show any later write (prepare.go).
-	ident   *fileIdent
-	settled bool
+	// settled is the file's identity when it was opened, if its ctime
+	// was old enough then to show any later write (prepare.go); nil for
+	// a file changed too recently and for a source that is not a file.
+	settled *fileIdent
 }
 
 // span is a range of a file, [off, end).

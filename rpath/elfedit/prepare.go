@@ -137,21 +137,20 @@ func (f *File) Prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
 		return p, nil
 	}
 	fp := &fingerprint{seed: maphash.MakeSeed(), size: f.size, edit: e, before: f.Info(), after: after.Info()}
-	if c.ident != nil && c.settled {
-		fp.ident = c.ident
+	if c.settled != nil {
+		fp.ident = c.settled
 		fp.spans = mergeSpans(append(d.sources(), p.undoSpans()...))
-		sum, ok := c.sumSpans(fp.seed, fp.spans)
-		if !ok {
-			return p, nil
-		}
-		fp.sum = sum
 	} else {
 		fp.spans = make([]span, len(c.reads))
 		for i, w := range c.reads {
 			fp.spans[i] = w.span()
 		}
-		fp.sum = c.sum(fp.seed)
 	}
+	sum, ok := c.sumSpans(fp.seed, fp.spans)
+	if !ok {
+		return p, nil
+	}
+	fp.sum = sum
 	p.fp, p.f, p.det, p.hints = fp, nil, d, nil
 	for i := range p.Steps {
 		p.Steps[i].data = nil // held as pieces
@@ -179,24 +178,6 @@ func (p *Plan) HeldBytes() int64 {
 		}
 	}
 	return n
-}
-
-// sum hashes the offsets and contents of the cache's reads, which it
-// holds: the head, then its windows and prefetched ranges in the order
-// they were read.
-// The caller holds c.mu.
-func (c *readCache) sum(seed maphash.Seed) uint64 {
-	var h maphash.Hash
-	h.SetSeed(seed)
-	var hdr [16]byte
-	for _, w := range c.reads {
-		s := w.span()
-		binary.LittleEndian.PutUint64(hdr[:8], uint64(s.off))
-		binary.LittleEndian.PutUint64(hdr[8:], uint64(s.end))
-		h.Write(hdr[:])
-		h.Write(w.b)
-	}
-	return h.Sum64()
 }
 
 // sumSpans hashes the offsets and contents of spans, which the cache
@@ -253,7 +234,7 @@ func (c *readCache) holdsAgain(fp *fingerprint, st *syscall.Stat_t, e *Edit) boo
 	if fp.ident == nil {
 		return c.matches(fp, e)
 	}
-	return identOf(st) == *fp.ident && fp.size == c.size && reflect.DeepEqual(&fp.edit, e) && c.readSpans(fp)
+	return identOf(st) == *fp.ident && reflect.DeepEqual(&fp.edit, e) && c.readSpans(fp)
 }
 
 // readSpans reads the ranges of fp into the cache c, which must not have
@@ -306,5 +287,6 @@ func (c *readCache) matches(fp *fingerprint, e *Edit) bool {
 			return false
 		}
 	}
-	return c.sum(fp.seed) == fp.sum
+	sum, ok := c.sumSpans(fp.seed, fp.spans)
+	return ok && sum == fp.sum
 }
