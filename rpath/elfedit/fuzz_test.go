@@ -124,12 +124,8 @@ func TestFuzzSeeds(t *testing.T) {
 			require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
 			require.NoError(t, os.WriteFile(p, []byte(corpusFile(b, e.path, e.interp, e.soname, e.needed, e.tag, e.flags)), 0o644))
 		}
-		text := string(readFile(t, readPath))
-		line, _, _ := strings.Cut(strings.TrimPrefix(text, "go test fuzz v1\n"), "\n")
-		q := strings.TrimSuffix(strings.TrimPrefix(line, "[]byte("), ")")
-		b, err := strconv.Unquote(q)
-		require.NoError(t, err, readPath)
-		_, err = elfedit.NewFile(strings.NewReader(b), int64(len(b)))
+		b := corpusArgs(t, readPath)[0].(string)
+		_, err := elfedit.NewFile(strings.NewReader(b), int64(len(b)))
 		assert.NoError(t, err, readPath)
 	}
 }
