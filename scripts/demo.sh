@@ -9,6 +9,7 @@ export PATH=$PATH:/usr/local/go/bin
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
+echo "== building the sample package from C sources (hooks/test/sample) and cudapatch (a cold Go cache takes about 2 minutes)"
 bash hooks/test/build-sample.sh "$work" >/dev/null
 # shellcheck disable=SC1091
 . "$work/toolchain.env" # interp= and libc= of this machine's toolchain

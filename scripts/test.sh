@@ -4,9 +4,32 @@
 # fuzz target for a bounded time. README: "Running the tests".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export PATH=$PATH:/usr/local/go/bin
+export PATH=$PATH:/usr/local/go/bin:$HOME/go/bin
 
-unformatted=$(gofmt -l $(git ls-files '*.go'))
+# A line before every step that can take a while, so a fresh machine's first
+# run is never silent for minutes.
+step() { echo "== $*" >&2; }
+
+# The Debian packages the tests need: installed here when missing (as root),
+# otherwise deps.sh prints the apt-get line to run and the suite stops.
+step "checking the Debian packages the tests need (scripts/deps.sh)"
+bash scripts/deps.sh
+if ! command -v go >/dev/null; then
+	echo "test.sh: no go on PATH; the README asks for Go 1.26 under /usr/local/go" >&2
+	exit 1
+fi
+go version
+# Nix (the hooks' Nix tier, nix/tests/build): Debian's nix-bin alone, no
+# daemon, no nixbld group, no /etc/nix/nix.conf. As root, the first build
+# creates /nix/store and /nix/var/nix; the test passes sandbox = false,
+# build-users-group = "" and substituters = "" through NIX_CONFIG itself.
+nix-build --version
+step "downloading the Go modules (go mod download)"
+go mod download
+
+step "gofmt, go mod tidy -diff, go vet"
+mapfile -t gofiles < <(git ls-files '*.go')
+unformatted=$(gofmt -l "${gofiles[@]}")
 if [ -n "$unformatted" ]; then
 	echo "gofmt would change: $unformatted" >&2
 	exit 1
@@ -15,6 +38,7 @@ fi
 # missing or stale go.sum line) fails here, before the tests.
 go mod tidy -diff
 go vet ./...
+step "go test ./... (about 5 minutes on 2 cores; a fresh clone first builds the fixture matrix from testdata/src, and ./hooks runs real nix-builds)"
 go test -count=1 -timeout 30m ./...
 
 # patchelf's own test suite against cudapatch installed as patchelf
@@ -49,6 +73,7 @@ fuzz() {
 	rm -f "$log"
 	return 1
 }
+step "fuzz targets, $fuzztime each"
 while read -r pkg target; do
 	fuzz "$pkg" "$target"
 done < <(grep -rE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+\(' . |
