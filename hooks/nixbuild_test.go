@@ -709,8 +709,8 @@ func runProgram(t *testing.T, m *nixManifest, rel, path string, dynamic bool, r 
 		cmd := exec.Command(m.Interpreter, "--inhibit-cache", path)
 		cmd.Env = append(env, "LD_DEBUG=libs")
 		out, _ := cmd.CombinedOutput()
-		if !bytes.Contains(out, []byte("trying file="+m.DriverLink+"/libcuda.so.1")) {
-			t.Errorf("%s: the loader never tried %s/libcuda.so.1:\n%s", rel, m.DriverLink, out)
+		if !searchedDir(out, "libcuda.so.1", m.DriverLink) {
+			t.Errorf("%s: the loader never searched %s for libcuda.so.1:\n%s", rel, m.DriverLink, out)
 		}
 		return
 	}
@@ -725,6 +725,45 @@ func runProgram(t *testing.T, m *nixManifest, rel, path string, dynamic bool, r 
 		args := append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", m.DriverLink, m.DriverLib}, how.argv...)
 		check(how.name, exec.Command("unshare", args...))
 	}
+}
+
+// searchedDir says whether glibc's LD_DEBUG=libs output shows lib looked
+// up in dir. The loader prints "trying file=DIR/LIB" only while DIR exists:
+// after a first lookup finds no DIR it drops DIR from that RUNPATH's search
+// path for good. So where DIR is absent, lib counts as looked up in DIR when
+// a RUNPATH it was searched with listed DIR the first time it was used.
+func searchedDir(out []byte, lib, dir string) bool {
+	if bytes.Contains(out, []byte("trying file="+dir+"/"+lib)) {
+		return true
+	}
+	if _, err := os.Stat(dir); err == nil {
+		return false
+	}
+	firstPath := map[string][]string{} // RUNPATH owner -> its search path when first used
+	var owners []string                // the owners whose RUNPATH searched lib
+	inLib := false
+	for _, line := range strings.Split(string(out), "\n") {
+		if _, rest, ok := strings.Cut(line, "find library="); ok {
+			inLib = strings.HasPrefix(rest, lib+" ")
+			continue
+		}
+		_, rest, ok := strings.Cut(line, "search path=")
+		if !ok {
+			continue
+		}
+		path, owner, ok := strings.Cut(rest, "\t\t(RUNPATH from file ")
+		if !ok {
+			continue
+		}
+		owner = strings.TrimSuffix(owner, ")")
+		if _, seen := firstPath[owner]; !seen {
+			firstPath[owner] = strings.Split(path, ":")
+		}
+		if inLib {
+			owners = append(owners, owner)
+		}
+	}
+	return slices.ContainsFunc(owners, func(o string) bool { return slices.Contains(firstPath[o], dir) })
 }
 
 // probeMountNamespace says whether this process may run a command in a
@@ -858,5 +897,36 @@ func TestNoteProblems(t *testing.T) {
 	}
 	if got := noteProblems(f, map[string]bool{good: true, other: true, stubs: true}); len(got) != 2 {
 		t.Errorf("with libother referenced: %q, want the stub and the build directory", got)
+	}
+}
+
+// TestSearchedDir: the LD_DEBUG reading above, on the loader's own words
+// (glibc 2.36), with the driver link absent as on a machine without one.
+func TestSearchedDir(t *testing.T) {
+	const link = "/nonexistent/cudapatch-driver-link"
+	first := "  1:\tfind library=libgpu.so [0]; searching\n" +
+		"  1:\t search path=" + link + "/tls:" + link + ":/s/app/lib\t\t(RUNPATH from file /s/app/bin/app)\n" +
+		"  1:\t  trying file=" + link + "/libgpu.so\n"
+	for _, tc := range []struct {
+		name string
+		out  string
+		want bool
+	}{
+		{"tried directly", "  1:\t  trying file=" + link + "/libcuda.so.1\n", true},
+		{"pruned after the first lookup", first +
+			"  1:\tfind library=libcuda.so.1 [0]; searching\n" +
+			"  1:\t search path=\t\t(RUNPATH from file /s/app/bin/app)\n", true},
+		{"searched with a RUNPATH without the link", first +
+			"  1:\tfind library=libcuda.so.1 [0]; searching\n" +
+			"  1:\t search path=/s/lib\t\t(RUNPATH from file /s/lib/libgpu.so)\n", false},
+		{"the link only in another library's search", first +
+			"  1:\tfind library=libcuda.so.1 [0]; searching\n" +
+			"  1:\t search path=/lib\t\t(system search path)\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := searchedDir([]byte(tc.out), "libcuda.so.1", link); got != tc.want {
+				t.Errorf("searchedDir = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

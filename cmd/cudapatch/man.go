@@ -28,9 +28,11 @@ func manCommand(g *globals) *cli.Command {
 }
 
 // roff escapes text for a roff line: backslashes, and a leading . or '
-// that roff would read as a request.
+// that roff would read as a request. "…" becomes "...": groff has no glyph
+// for it on an ASCII terminal (LANG unset or C) and warns on every page view.
 func roff(s string) string {
 	s = strings.ReplaceAll(s, `\`, `\e`)
+	s = strings.ReplaceAll(s, "…", "...")
 	if strings.HasPrefix(s, ".") || strings.HasPrefix(s, "'") {
 		s = `\&` + s
 	}
