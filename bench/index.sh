@@ -21,7 +21,7 @@
 #    either index can know, each architecture) asked of the lazy and the
 #    eager index, and Patch's decisions (a dry run) compared. The trees: the
 #    CUDA corpus ($CPCORPUS, default /tmp/cpcorpus; built by
-#    ../shared/corpus/cuda-corpus.sh), the debootstrap userland
+#    scripts/cuda-corpus.sh), the debootstrap userland
 #    ($USERLAND/pristine, default /tmp/cudapatch-userland; made by
 #    scripts/userland.sh) and this machine's library directories. Trees
 #    that are not there are skipped with a note.
