@@ -21,7 +21,7 @@
 #    either index can know, each architecture) asked of the lazy and the
 #    eager index, and Patch's decisions (a dry run) compared. The trees: the
 #    CUDA corpus ($CPCORPUS, default /tmp/cpcorpus; built by
-#    ../shared/corpus/cuda-corpus.sh), the debootstrap userland
+#    scripts/cuda-corpus.sh), the debootstrap userland
 #    ($USERLAND/pristine, default /tmp/cudapatch-userland; made by
 #    scripts/userland.sh) and this machine's library directories. Trees
 #    that are not there are skipped with a note.
@@ -38,11 +38,13 @@ BIG=/usr/lib/x86_64-linux-gnu
 EXE=/usr/bin/curl
 OUT=${OUT:-$HERE/INDEX.md}
 mkdir -p "$W/bin"
-exec > >(tee "$OUT")
+# The report names this machine's directories by their variables.
+exec > >(sed -e "s#$CORPUS#\$CPCORPUS#g" -e "s#$USERLAND#\$USERLAND#g" -e "s#$W#\$W#g" | tee "$OUT")
 echo "# Library index benchmark"
 echo
 echo "Written by \`bash bench/index.sh\` at commit $(cd "$REPO" && git rev-parse --short HEAD), $(date -u '+%Y-%m-%d %H:%M UTC')."
-[ -z "${BEFORE:-}" ] || echo "The *before* rows: \`BEFORE=$BEFORE\` (${BEFORE_DESC:-another build})."
+echo "\$W is the work directory (the argument), \$CPCORPUS the CUDA corpus (scripts/cuda-corpus.sh), \$USERLAND the debootstrap userland (scripts/userland.sh)."
+[ -z "${BEFORE:-}" ] || echo "The *before* rows: \`BEFORE=$(basename "$BEFORE")\` (${BEFORE_DESC:-another build})."
 echo
 (cd "$REPO" && go build -o "$W/bin/cudapatch" ./cmd/cudapatch) >&2
 CP=$W/bin/cudapatch

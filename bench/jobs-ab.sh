@@ -9,6 +9,7 @@
 # run: build, jobs, wall, user and system seconds, peak RSS (/usr/bin/time).
 # Needs bash, coreutils, python3 and /usr/bin/time only (runs on the GPU
 # machine, which has no Go: cross-build the two binaries and carry them).
+# Recorded runs: docs/logs/jobs-ab-DATE-GPU-COMMIT.log, read in bench/JOBS.md.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 A=$(readlink -f "$1")
@@ -22,8 +23,8 @@ python3 "$HERE/mktree.py" "$W/pristine" --count 10000 --max-size 1048576 >/dev/n
 for _ in $(seq "$RUNS"); do
 	for b in "$A" "$B"; do
 		for j in 1 "$MAXJ"; do
-			rm -rf "${W:?}/work" && cp -a "$W/pristine" "$W/work" && sync
-			/usr/bin/time -f "$b j$j %e %U %S %MkB" "$b" --jobs "$j" "${ARGS[@]}" "$W/work/store" >/dev/null 2>>"$W/err" || {
+			rm -rf "${W:?}/copy" && cp -a "$W/pristine" "$W/copy" && sync
+			/usr/bin/time -f "$b j$j %e %U %S %MkB" "$b" --jobs "$j" "${ARGS[@]}" "$W/copy/store" >/dev/null 2>>"$W/err" || {
 				tail -3 "$W/err" >&2
 				exit 1
 			}

@@ -20,7 +20,7 @@ ARGS=(--driver-link-for all --ignore-missing '*' --libc /lib/x86_64-linux-gnu)
 read -r -a SETTINGS <<<"${SETTINGS:-- GOGC=100,GOMEMLIMIT=64MiB GOMEMLIMIT=128MiB GOMEMLIMIT=256MiB GOGC=off,GOMEMLIMIT=4GiB}"
 rm -rf "$W" && mkdir -p "$W"
 python3 "$HERE/mktree.py" "$W/pristine" --count "$COUNT" --max-size 1048576 >&2
-fresh() { rm -rf "$W/work" && cp -a "$W/pristine" "$W/work" && sync; }
+fresh() { rm -rf "$W/copy" && cp -a "$W/pristine" "$W/copy" && sync; }
 # one ENV CMD...: "wall_ms cpu_ms maxrss_kib" of one run (ENV: a,b,c or -)
 one() {
 	local env=$1
@@ -54,7 +54,7 @@ for s in "${SETTINGS[@]}"; do
 		rows=()
 		for _ in $(seq "$RUNS"); do
 			fresh
-			rows+=("$(one "$s" "$CP" --jobs "$j" "${ARGS[@]}" "$W/work/store")")
+			rows+=("$(one "$s" "$CP" --jobs "$j" "${ARGS[@]}" "$W/copy/store")")
 		done
 		w=$(printf '%s\n' "${rows[@]}" | cut -d' ' -f1 | median)
 		c=$(printf '%s\n' "${rows[@]}" | cut -d' ' -f2 | median)
@@ -63,6 +63,6 @@ for s in "${SETTINGS[@]}"; do
 		printf '| %s | %d | %d | %d | %.1f | %.2f× |\n' "$( [ "$s" = - ] && echo "cudapatch's own" || echo "$s")" "$j" "$w" "$c" "$(awk -v k="$m" 'BEGIN{print k/1024}')" "$(awk -v a="$base" -v b="$w" 'BEGIN{print a/b}')"
 	done
 done
-mapfile -t FILES < <(find "$W/work/store" -type f | sort)
+mapfile -t FILES < <(find "$W/copy/store" -type f | sort)
 echo
 echo "print over every file (one process): $(one - "$CP" print "${FILES[@]}" | awk '{print $1 " ms wall, " $2 " ms CPU"}')"

@@ -48,7 +48,7 @@ else
 fi
 files=$(find "$W/pristine/store" -type f | wc -l)
 size=$(du -sh "$W/pristine/store" | cut -f1)
-fresh() { rm -rf "$W/work" && cp -a "$W/pristine" "$W/work" && sync; }
+fresh() { rm -rf "$W/copy" && cp -a "$W/pristine" "$W/copy" && sync; }
 
 # one [ENV=...] ARGS...: one run of cudapatch on a fresh copy (unless
 # NOFRESH is set); prints "wall_ms cpu_ms"
@@ -76,7 +76,7 @@ table() {
 	for j in 1 2 4 8 16 32 64 128; do
 		[ "$j" -le "$MAXJ" ] || break
 		rows=()
-		for _ in $(seq "$RUNS"); do rows+=("$(one "$@" "$CP" --jobs "$j" "${ARGS[@]}" "$W/work/store")"); done
+		for _ in $(seq "$RUNS"); do rows+=("$(one "$@" "$CP" --jobs "$j" "${ARGS[@]}" "$W/copy/store")"); done
 		w=$(printf '%s\n' "${rows[@]}" | cut -d' ' -f1 | median)
 		c=$(printf '%s\n' "${rows[@]}" | cut -d' ' -f2 | median)
 		[ -n "$bw" ] || bw=$w bc=$c
@@ -99,15 +99,15 @@ echo
 echo "| run | wall (s) | user+sys (s) |"
 echo "| --- | ---: | ---: |"
 row() { printf '| %s | %s | %s |\n' "$1" "$(ms "${2% *}")" "$(ms "${2#* }")"; }
-row "full patch" "$(one "$CP" --jobs "$MAXJ" "${ARGS[@]}" "$W/work/store")"
-row "no-op re-run of the patched tree" "$(NOFRESH=1 one "$CP" --jobs "$MAXJ" "${ARGS[@]}" "$W/work/store")"
-row "dry run (decide only, nothing written)" "$(one "$CP" --jobs "$MAXJ" --dry-run "${ARGS[@]}" "$W/work/store")"
-row "full patch, GOGC=off GOMEMLIMIT=2GiB" "$(one GOGC=off GOMEMLIMIT=2GiB "$CP" --jobs "$MAXJ" "${ARGS[@]}" "$W/work/store")"
-row "full patch, --jobs 1, GOGC=off GOMEMLIMIT=2GiB" "$(one GOGC=off GOMEMLIMIT=2GiB "$CP" --jobs 1 "${ARGS[@]}" "$W/work/store")"
-mapfile -t FILES < <(find "$W/work/store" -type f | sort)
+row "full patch" "$(one "$CP" --jobs "$MAXJ" "${ARGS[@]}" "$W/copy/store")"
+row "no-op re-run of the patched tree" "$(NOFRESH=1 one "$CP" --jobs "$MAXJ" "${ARGS[@]}" "$W/copy/store")"
+row "dry run (decide only, nothing written)" "$(one "$CP" --jobs "$MAXJ" --dry-run "${ARGS[@]}" "$W/copy/store")"
+row "full patch, GOGC=off GOMEMLIMIT=2GiB" "$(one GOGC=off GOMEMLIMIT=2GiB "$CP" --jobs "$MAXJ" "${ARGS[@]}" "$W/copy/store")"
+row "full patch, --jobs 1, GOGC=off GOMEMLIMIT=2GiB" "$(one GOGC=off GOMEMLIMIT=2GiB "$CP" --jobs 1 "${ARGS[@]}" "$W/copy/store")"
+mapfile -t FILES < <(find "$W/copy/store" -type f | sort)
 row "print over every file (one process, one file at a time)" "$(NOFRESH=1 one "$CP" print "${FILES[@]}")"
 for j in 1 "$MAXJ"; do
 	fresh
-	GODEBUG=gctrace=1 "$CP" --jobs "$j" "${ARGS[@]}" "$W/work/store" >/dev/null 2>"$W/gc" || true
+	GODEBUG=gctrace=1 "$CP" --jobs "$j" "${ARGS[@]}" "$W/copy/store" >/dev/null 2>"$W/gc" || true
 	echo "garbage collections at --jobs $j: $(grep -c '^gc ' "$W/gc"); last: $(grep '^gc ' "$W/gc" | tail -1)"
 done

@@ -4,7 +4,7 @@
 # failed openat/stat calls (strace -f), the loader's own probes (LD_DEBUG=libs)
 # and wall time, note on and off in the same run, on
 #
-#   1. the CUDA corpus (../shared/corpus/cuda-corpus.sh): a program linking
+#   1. the CUDA corpus (scripts/cuda-corpus.sh): a program linking
 #      every CUDA library of the corpus, patched by cudapatch like a Nix
 #      build would leave it (driver link, gcc-lib, the libc dir kept);
 #   2. a synthetic deep tree: PKGS packages x LIBS libraries, every library
@@ -63,7 +63,7 @@ echo "loader: $LDSO ($("$LDSO" --version | head -1))"
 echo "patchelf: $("$PE" --version); cudapatch: $("$CP" --version 2>&1 | head -1) ($(git -C "$ROOT" rev-parse --short HEAD))"
 
 hr "1. CUDA corpus"
-[ -d "$C/pristine/store" ] || bash "$ROOT/../shared/corpus/cuda-corpus.sh" "$C" >/dev/null
+[ -d "$C/pristine/store" ] || bash "$ROOT/scripts/cuda-corpus.sh" "$C" >/dev/null
 S=$W/corpus/store
 mkdir -p "$W/corpus" && cp -a "$C/pristine/store" "$S"
 DRV=$W/corpus/run/opengl-driver/lib

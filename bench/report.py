@@ -1,14 +1,22 @@
 #!/usr/bin/env python3
 """Writes bench/RESULTS.md (and the PNG plots, when gnuplot is installed)
-from what bench/run.sh measured.  Usage: report.py RAWDIR BENCHDIR"""
+from what bench/run.sh measured, and the README's figures from it (the block
+between the README's bench/RESULTS.md markers; internal/docs checks that the
+two agree).  Usage: report.py RAWDIR BENCHDIR [OUTDIR]
+
+With OUTDIR (a QUICK run), RESULTS.md and the plots go there and the README
+is left alone."""
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 
-RAW, OUT = sys.argv[1], sys.argv[2]
+RAW, BENCH = sys.argv[1], sys.argv[2]
+OUT = sys.argv[3] if len(sys.argv) > 3 else BENCH
+PUBLISHED = os.path.realpath(OUT) == os.path.realpath(BENCH)
 COLS = ["wall", "user", "sys", "maxrss", "rchar", "wchar", "read_bytes", "write_bytes", "exit"]
 
 
@@ -116,26 +124,35 @@ w("""## How it was measured
 
 # ---- headline ----------------------------------------------------------
 w("## Headline\n")
-w("| case | files | bytes | runs | cudapatch | the nixpkgs way | ratio | peak RSS cudapatch | peak RSS nixpkgs | written cudapatch | written nixpkgs | pages dirtied cudapatch | pages dirtied nixpkgs |")
-w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+HEAD = ["case", "files", "bytes", "runs", "cudapatch", "the nixpkgs way", "ratio", "peak RSS cudapatch",
+        "peak RSS nixpkgs", "written cudapatch", "written nixpkgs", "pages dirtied cudapatch",
+        "pages dirtied nixpkgs"]
 labels = {"corpus": "CUDA 11.8 corpus", "small": "this machine's /usr/lib + /usr/bin"}
 
 
 def headline(case, label, files, size):
     a, b = med(case, "cudapatch"), med(case, "nixpkgs")
-    w(f"| {label} | {files} | {fb(size)} | {nruns(case, 'cudapatch')} | {fs(a)} | {fs(b)} | {fr(a, b)} | "
-      f"{fb(peak(case, 'cudapatch') * 1024)} | {fb(peak(case, 'nixpkgs') * 1024)} | "
-      f"{fb(peak(case, 'cudapatch', 'wchar'))} | {fb(peak(case, 'nixpkgs', 'wchar'))} | "
-      f"{fb(peak(case, 'cudapatch', 'write_bytes'))} | {fb(peak(case, 'nixpkgs', 'write_bytes'))} |")
+    return dict(zip(HEAD, [
+        label, str(files), fb(size), str(nruns(case, "cudapatch")), fs(a), fs(b), fr(a, b),
+        fb(peak(case, "cudapatch") * 1024), fb(peak(case, "nixpkgs") * 1024),
+        fb(peak(case, "cudapatch", "wchar")), fb(peak(case, "nixpkgs", "wchar")),
+        fb(peak(case, "cudapatch", "write_bytes")), fb(peak(case, "nixpkgs", "write_bytes"))]))
 
 
+def table(rows, cols):
+    t = ["| " + " | ".join(cols) + " |", "| --- |" + " ---: |" * (len(cols) - 1)]
+    return t + ["| " + " | ".join(r[c] for c in cols) + " |" for r in rows]
+
+
+ROWS = {}
 for case in ("corpus", "small"):
     if (case, "cudapatch") in RUNS:
         n, b = TREES.get(case, ("?", None))
-        headline(case, labels[case], n, b)
+        ROWS[case] = headline(case, labels[case], n, b)
 filecases = sorted((c for c in SIZES), key=lambda c: SIZES[c][0])
 for case in filecases:
-    headline(case, f"`patchelf --set-rpath LONG` on {case[5:]}", 1, SIZES[case][0])
+    ROWS[case] = headline(case, f"`patchelf --set-rpath LONG` on {case[5:]}", 1, SIZES[case][0])
+out.extend(table(ROWS.values(), HEAD))
 w("")
 w("Single files: `cudapatch patchelf --set-rpath LONG FILE` against `patchelf --set-rpath LONG FILE`, "
   f"LONG being {ENV.get('long_rpath_len', '?')} bytes (ten store-path-like entries). "
@@ -320,13 +337,41 @@ for name, title in (("gobench.txt", "`go test -run=- -bench=. -benchmem ./rpath/
         w(open(p).read().rstrip())
         w("```\n")
 
-notes = os.path.join(OUT, "NOTES.md")
+notes = os.path.join(BENCH, "NOTES.md")
 if os.path.exists(notes):
     w("## Reading the numbers\n")
     w(open(notes).read().strip() + "\n")
 
 with open(os.path.join(OUT, "RESULTS.md"), "w") as f:
     f.write("\n".join(out).replace("\n\n\n", "\n\n"))
+
+# ---- the README's figures -----------------------------------------------
+# The rows and columns the README quotes, copied cell for cell; the line above
+# them names the run. internal/docs's test parses both files and fails when
+# they differ, so a hand edit of either is caught.
+README_ROWS = [c for c in ("corpus", "small", "file-libz-1GiB") if c in ROWS]
+README_COLS = ["case", "files", "bytes", "cudapatch", "the nixpkgs way", "ratio", "peak RSS cudapatch",
+               "peak RSS nixpkgs", "written cudapatch", "written nixpkgs"]
+BEGIN, END = "<!-- bench/RESULTS.md: begin -->", "<!-- bench/RESULTS.md: end -->"
+block = "\n".join([
+    BEGIN,
+    f"Figures of the run recorded in [bench/RESULTS.md](bench/RESULTS.md) (commit {ENV.get('commit', '?')}, "
+    f"{ENV.get('date', '?')}; {ENV.get('cpu', '?')}, {ENV.get('cores', '?')} cores; "
+    f"{ENV.get('patchelf', '?').split(' (')[0]}):",
+    "",
+    *table([ROWS[c] for c in README_ROWS], README_COLS),
+    END])
+readme = os.path.join(BENCH, "..", "README.md")
+if PUBLISHED and os.path.exists(readme):
+    text = open(readme).read()
+    pat = re.compile(re.escape(BEGIN) + ".*?" + re.escape(END), re.S)
+    if pat.search(text):
+        open(readme, "w").write(pat.sub(lambda _: block, text, count=1))
+    else:
+        print(f"report.py: {readme}: no {BEGIN} … {END} block; its figures were not updated", file=sys.stderr)
+elif not PUBLISHED:
+    with open(os.path.join(OUT, "README-figures.md"), "w") as f:
+        f.write(block + "\n")
 
 # ---- plots -------------------------------------------------------------
 if shutil.which("gnuplot"):

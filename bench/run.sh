@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # bench/run.sh: cudapatch's main job against the nixpkgs way of doing the
 # same work, on real trees, measured side by side in one run; writes
-# bench/RESULTS.md and the plots next to it.
+# bench/RESULTS.md and the plots next to it, and the figures the README
+# quotes from it (the block between its bench/RESULTS.md markers).
 #
 #   bash bench/run.sh            # everything (about 15 minutes on 2 cores)
-#   QUICK=1 bash bench/run.sh    # one run of each, small trees: checks the harness
+#   QUICK=1 bash bench/run.sh    # one run of each, small trees: checks the harness;
+#                                # its report goes to $CPBENCH_DIR/quick, bench/ is left alone
 #
 # Work directory: $CPBENCH_DIR (default /tmp/cpbench, ~6 GB free needed).
 # CUDA corpus: $CPCORPUS (default /tmp/cpcorpus), built by
-# ../shared/corpus/cuda-corpus.sh when missing (needs root and apt).
+# scripts/cuda-corpus.sh when missing (downloads about 1.4 GB from Debian's
+# non-free archive with apt-get; no root needed).
 # Needs: go, patchelf (Debian's), python3, objcopy; gnuplot for the plots.
 #
 # Every measured run starts from the same pristine copy (rm -rf, cp -a, sync,
@@ -52,7 +55,7 @@ log "building cudapatch and the measuring wrapper"
 # ---- the trees ---------------------------------------------------------
 if [ ! -d "$CORPUS/pristine/store" ]; then
   log "building the CUDA corpus in $CORPUS"
-  bash "$REPO/../shared/corpus/cuda-corpus.sh" "$CORPUS"
+  bash "$REPO/scripts/cuda-corpus.sh" "$CORPUS"
 fi
 SMALL=$W/small/store
 [ -n "$QUICK" ] && SMALL=$W/scale-${SCALES##* }/store # the quick check skips the big copy
@@ -249,5 +252,11 @@ go tool pprof -top -nodecount=30 "$RAW/rpath.test" "$RAW/cpu.pprof" >"$RAW/pprof
 go tool pprof -top -cum -nodecount=30 "$RAW/rpath.test" "$RAW/cpu.pprof" >"$RAW/pprof-cum.txt" 2>/dev/null || true
 
 echo "load_end=$(cut -d' ' -f1-3 /proc/loadavg)" >>"$RAW/machine.env"
-log "writing bench/RESULTS.md"
-python3 "$HERE/report.py" "$RAW" "$HERE"
+if [ -n "$QUICK" ]; then
+  log "writing $W/quick/RESULTS.md (a QUICK run does not replace bench/RESULTS.md)"
+  mkdir -p "$W/quick"
+  python3 "$HERE/report.py" "$RAW" "$HERE" "$W/quick"
+else
+  log "writing bench/RESULTS.md and the README's figures"
+  python3 "$HERE/report.py" "$RAW" "$HERE"
+fi

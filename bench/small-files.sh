@@ -39,9 +39,9 @@ copy() { # copy the ELF regular files of $1 (one level) to $2
 }
 copy /usr/lib/x86_64-linux-gnu "$W/pristine/store/00000000000000000000000000000000-usr-lib/lib"
 copy /usr/bin "$W/pristine/store/11111111111111111111111111111111-usr-bin/bin"
-fresh() { rm -rf "$W/work" && cp -a "$W/pristine" "$W/work" && sync; }
+fresh() { rm -rf "$W/copy" && cp -a "$W/pristine" "$W/copy" && sync; }
 fresh
-mapfile -t FILES < <(find "$W/work" -type f | sort)
+mapfile -t FILES < <(find "$W/copy" -type f | sort)
 echo "# Small files: the main job against reading the files"
 echo
 echo "Written by \`bash bench/small-files.sh\` at commit $(git -C "$HERE/.." rev-parse --short HEAD 2>/dev/null || echo unknown), $(date -u '+%Y-%m-%d %H:%M UTC')."
@@ -67,8 +67,8 @@ for _ in $(seq "$RUNS"); do
 		n=$(name "$b")
 		fresh
 		run "print-$n" "$b" print "${FILES[@]}"
-		run "full-$n" "$b" "${ARGS[@]}" "$W/work/store"
-		run "noop-$n" "$b" "${ARGS[@]}" "$W/work/store"
+		run "full-$n" "$b" "${ARGS[@]}" "$W/copy/store"
+		run "noop-$n" "$b" "${ARGS[@]}" "$W/copy/store"
 	done
 done
 med() { cut -d' ' -f"$2" "$W/$1" | sort -n | sed -n "$(((RUNS + 1) / 2))p"; }
@@ -93,15 +93,15 @@ if command -v strace >/dev/null && command -v python3 >/dev/null; then
 	for b in "${BUILDS[@]}"; do
 		n=$(name "$b")
 		fresh
-		"${T[@]}" -o "$W/full.trace" "$b" "${ARGS[@]}" "$W/work/store" >/dev/null 2>&1
-		"${T[@]}" -o "$W/noop.trace" "$b" "${ARGS[@]}" "$W/work/store" >/dev/null 2>&1
+		"${T[@]}" -o "$W/full.trace" "$b" "${ARGS[@]}" "$W/copy/store" >/dev/null 2>&1
+		"${T[@]}" -o "$W/noop.trace" "$b" "${ARGS[@]}" "$W/copy/store" >/dev/null 2>&1
 		echo "System calls per file ($n), full run (strace; target: at most 8 read calls per file, 6 write-side calls per written file):"
 		echo '```'
-		python3 "$HERE/syscalls.py" "$W/full.trace" "$W/work"
+		python3 "$HERE/syscalls.py" "$W/full.trace" "$W/copy"
 		echo '```'
 		echo "Nothing to do ($n; the patched tree again):"
 		echo '```'
-		python3 "$HERE/syscalls.py" "$W/noop.trace" "$W/work"
+		python3 "$HERE/syscalls.py" "$W/noop.trace" "$W/copy"
 		echo '```'
 	done
 else
@@ -111,8 +111,8 @@ fi
 # The patched tree must still load: the host's ld.so maps every x86_64
 # file of it (scripts/maps-on-host.sh; a refused file fails the script).
 fresh
-"$CP" "${ARGS[@]}" "$W/work/store" >/dev/null 2>&1 || true
+"$CP" "${ARGS[@]}" "$W/copy/store" >/dev/null 2>&1 || true
 echo "Loader check of the patched tree ($(name "$CP")):"
 echo '```'
-bash "$HERE/../scripts/maps-on-host.sh" "$W/work/store"
+bash "$HERE/../scripts/maps-on-host.sh" "$W/copy/store"
 echo '```'

@@ -5,7 +5,8 @@
 # BEFORE and AFTER on a fresh copy each run (default 7 runs each). Prints
 # each run's wall time and peak RSS, then the medians and what the last run
 # of each wrote (which must be the same files). For the GPU machine; checks
-# nothing about the GPU (gpu-proof.sh does).
+# nothing about the GPU (gpu-proof.sh does). Recorded runs:
+# docs/logs/torch-ab-DATE-GPU-COMMIT.log, read in docs/gpu-proof.md.
 set -euo pipefail
 BEFORE=$(readlink -f "$1") AFTER=$(readlink -f "$2") RUNS=${3:-7} W=${4:-/tmp/torch-ab}
 unset LD_LIBRARY_PATH
@@ -20,14 +21,14 @@ for f in "${sos[@]}"; do "$AFTER" patchelf --remove-rpath "$f" 2>/dev/null || tr
 echo "torch $(python3 -c 'import torch; print(torch.__version__)'): ${#sos[@]} shared objects, $(du -sh "$W/pristine" | cut -f1); $(nproc) CPUs"
 
 run() { # run NAME BIN
-	rm -rf "${W:?}/work" && cp -a "$W/pristine" "$W/work"
+	rm -rf "${W:?}/copy" && cp -a "$W/pristine" "$W/copy"
 	local searches=() d
-	while read -r d; do searches+=(--search "$d"); done < <(find "$W/work/$PY" -name '*.so*' -type f -printf '%h\n' | sort -u)
-	mkdir -p "$W/work/driver-link"
+	while read -r d; do searches+=(--search "$d"); done < <(find "$W/copy/$PY" -name '*.so*' -type f -printf '%h\n' | sort -u)
+	mkdir -p "$W/copy/driver-link"
 	local s e
 	s=$(date +%s%N)
-	/usr/bin/time -f %M -o "$W/rss" "$2" "${searches[@]}" --driver-link "$W/work/driver-link" --libc /lib/x86_64-linux-gnu \
-		--ignore-missing 'libpython*' --ignore-missing '*' "$W/work/$PY" >"$W/$1.out"
+	/usr/bin/time -f %M -o "$W/rss" "$2" "${searches[@]}" --driver-link "$W/copy/driver-link" --libc /lib/x86_64-linux-gnu \
+		--ignore-missing 'libpython*' --ignore-missing '*' "$W/copy/$PY" >"$W/$1.out"
 	e=$(date +%s%N)
 	echo "$1 $(((e - s) / 1000000)) $(cat "$W/rss")"
 }

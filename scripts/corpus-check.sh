@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Issue 2's real-library check: every ELF file of the CUDA corpus
-# (../shared/corpus/cuda-corpus.sh) gets a long RUNPATH, and an interpreter
+# (scripts/cuda-corpus.sh) gets a long RUNPATH, and an interpreter
 # where it has one, through `cudapatch patchelf`; then `ld.so --verify` and
 # `ld.so --list` must accept each as they accepted the original, and the
 # engine's verifier must find nothing. Usage: corpus-check.sh [CORPUS_DIR]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 C=${1:-/tmp/cpcorpus}
-[ -d "$C/pristine/store" ] || bash ../shared/corpus/cuda-corpus.sh "$C" >/dev/null
+[ -d "$C/pristine/store" ] || bash scripts/cuda-corpus.sh "$C" >/dev/null
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 go build -o "$W/cudapatch" ./cmd/cudapatch

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 15 on the GPU machine, one shot (about 2-4 minutes): what
 # `cudapatch doctor` says on a real NVIDIA host, checked against what really
-# loads. Recorded in docs/doctor.md and docs/doctor-gpu-*.log.
+# loads. Recorded in docs/doctor.md and docs/logs/doctor-gpu-*.log.
 #
 #   bash scripts/doctor-gpu.sh CUDAPATCH [WORKDIR]
 #
