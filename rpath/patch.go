@@ -181,6 +181,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		rep.Files = slices.DeleteFunc(rep.Files, func(f *File) bool { return f == nil })
 		return rep, err
 	}
+	c.logDecisions(ctx, rep.Files)
 	var errs []error
 	for _, f := range rep.Files {
 		for _, d := range f.Deps {
