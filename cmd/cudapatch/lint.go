@@ -12,7 +12,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/cudapatch/cudapatch/rpath"
-	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/lint"
 )
 
@@ -146,7 +145,7 @@ func (g *globals) lintTarget(interp, root string) []lint.Option {
 		g.log.Debug("target", "interpreter", interp, "why", "not readable: no file is skipped for its architecture")
 		return nil
 	}
-	h, err := ldso.FindHost(root)
+	h, err := g.findHost(root)
 	if err != nil {
 		g.log.Debug("target", "why", err.Error()+": no file is skipped for its architecture")
 		return nil
