@@ -96,9 +96,9 @@ func AutoPatchelfEvents(rep *Report, opts EventOptions) []Event {
 func skipReason(f *File) string {
 	switch f.skip {
 	case skipArch:
-		return fmt.Sprintf("its architecture (%s) differs from target (%s)", pyArch(f.machine), pyArch(f.target.machine))
+		return fmt.Sprintf("its architecture (%s) differs from target (%s)", pyArch(f.machine), pyArch(f.target.Machine))
 	case skipOSABI:
-		return fmt.Sprintf("its OS ABI (%s) is not compatible with target (%s)", pyOSABI(f.osabi), pyOSABI(f.target.osabi))
+		return fmt.Sprintf("its OS ABI (%s) is not compatible with target (%s)", pyOSABI(f.osabi), pyOSABI(f.target.OSABI))
 	case skipKind:
 		switch f.Kind {
 		case "static":

@@ -81,7 +81,7 @@ type File struct {
 	strSize int           // dynamic string table size when decided, for the write phase's gate
 	size    int64         // file size when decided, for the write phase's order
 	skip    skipWhy
-	target  target // the interpreter's, for the reason of a skip
+	target  Target // the interpreter's, for the reason of a skip
 	machine elf.Machine
 	osabi   elf.OSABI
 }
@@ -181,6 +181,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		rep.Files = slices.DeleteFunc(rep.Files, func(f *File) bool { return f == nil })
 		return rep, err
 	}
+	c.logDecisions(ctx, rep.Files)
 	var errs []error
 	for _, f := range rep.Files {
 		for _, d := range f.Deps {
@@ -413,30 +414,24 @@ func collect(ctx context.Context, roots []string, recurse bool, jobs int) ([]fou
 	return out, below, nil
 }
 
-// target is the architecture of the interpreter: files of others are not
-// patched with it.
-type target struct {
-	ok      bool
-	class   elf.Class
-	machine elf.Machine
-	osabi   elf.OSABI
-}
-
-func (c *config) interpreterTarget() target {
+// interpreterTarget is the interpreter's architecture, nil when there is
+// no interpreter or it cannot be read (then no file is skipped for its
+// architecture).
+func (c *config) interpreterTarget() *Target {
 	if c.interpreter == "" {
-		return target{}
+		return nil
 	}
 	f, err := c.bufs.Open(c.interpreter)
 	if err != nil {
-		return target{}
+		return nil
 	}
 	defer f.Close()
-	return target{ok: true, class: f.Header.Class, machine: f.Header.Machine, osabi: f.Header.OSABI}
+	return &Target{Class: f.Header.Class, Machine: f.Header.Machine, OSABI: f.Header.OSABI}
 }
 
 // decideSafe is decide, with a bug in the reader reported against the file
 // instead of killing a whole build.
-func (c *config) decideSafe(fd found, ix resolver, t target, held bool) (out *File) {
+func (c *config) decideSafe(fd found, ix resolver, t *Target, held bool) (out *File) {
 	defer func() {
 		if r := recover(); r != nil {
 			out = &File{Path: fd.path, Root: fd.root, Errors: []string{fmt.Sprintf("internal error (please report): %v", r)}}
@@ -450,7 +445,7 @@ func (c *config) decideSafe(fd found, ix resolver, t target, held bool) (out *Fi
 // says is taken for it: when it is not and the gate is taken, decide
 // closes the file and returns nil, and is called again with the gate
 // held.
-func (c *config) decide(fd found, ix resolver, t target, held bool) *File {
+func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 	path := fd.path
 	out := &File{Path: path, Root: fd.root}
 	f := c.share.take(path) // read by a probe already, or nil
@@ -460,7 +455,7 @@ func (c *config) decide(fd found, ix resolver, t target, held bool) *File {
 	}
 	if err != nil {
 		if errors.Is(err, elfedit.ErrNotELF) {
-			out.Skipped = "not ELF"
+			out.Skipped = SkippedNotELF
 			out.skip = skipNotELF
 		} else {
 			out.Errors = append(out.Errors, errMsg(path, err))
@@ -485,21 +480,11 @@ func (c *config) decide(fd found, ix resolver, t target, held bool) *File {
 	out.OldInterpreter, out.OldRunPath, out.OldRPath = info.Interpreter, info.RunPath, info.RPath
 	class, machine, osabi := info.ELFClass(), info.ELFMachine(), info.ELFOSABI()
 	out.machine, out.osabi = machine, osabi
-	switch info.Kind {
-	case elfedit.KindExecutable, elfedit.KindLibrary:
-	default:
-		out.Skipped = string(info.Kind)
-		out.skip = skipKind
-		return out
-	}
-	if t.ok && (t.class != class || t.machine != machine) {
-		out.Skipped = fmt.Sprintf("%v %v, not the interpreter's architecture", class, machine)
-		out.skip, out.target = skipArch, t
-		return out
-	}
-	if t.ok && !osabiCompatible(t.osabi, osabi) {
-		out.Skipped = fmt.Sprintf("OS ABI %v, not compatible with the interpreter's %v", osabi, t.osabi)
-		out.skip, out.target = skipOSABI, t
+	if why, reason := skipOf(info, t); why != skipNone {
+		out.Skipped, out.skip = reason, why
+		if t != nil {
+			out.target = *t
+		}
 		return out
 	}
 	// FreeBSD and OpenBSD ship ld.so apart from libc in nixpkgs: libc must

@@ -3,12 +3,15 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
 
+	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/lint"
 )
 
@@ -19,7 +22,10 @@ func lintCommand(g *globals) *cli.Command {
 		Description: "Each PATH is an ELF file or a directory, whose ELF files are checked (a named\n" +
 			"file that is not ELF is an error, exit 2). Rules are documented in docs/lint.md.\n" +
 			"A .cudapatch-lint.json at the root of each directory given (or --config) selects\n" +
-			"rules, changes severities and ignores paths.",
+			"rules, changes severities and ignores paths. Files the main job skips (another\n" +
+			"architecture than its interpreter's, static…) are skipped with its reason, and\n" +
+			"what its --preserve-origin, --append-rpath, --runtime-dependency and\n" +
+			"--ignore-missing kept is no finding: give lint the flags the main job had.",
 		ArgsUsage: "PATH...",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "root", Usage: "resolve absolute paths inside `DIR` (the PATHs must lie under it)"},
@@ -31,7 +37,13 @@ func lintCommand(g *globals) *cli.Command {
 			&cli.StringFlag{Name: "driver-link", Value: "/run/opengl-driver/lib", Usage: "the driver link `DIR`"},
 			&cli.StringFlag{Name: "store-dir", Value: "/nix/store", Usage: "the Nix store `DIR`"},
 			&cli.StringFlag{Name: "driver-version", Usage: "the NVIDIA driver `VERSION` the files are to run with (580.159.04); turns on CP021 compat-older-than-driver"},
+			&cli.StringFlag{Name: "interpreter", Usage: "the main job's interpreter `FILE`: files of another architecture are skipped, as it skips them (default: $NIX_BINTOOLS's, else this machine's)"},
+			&cli.BoolFlag{Name: "preserve-origin", Usage: "the main job kept the old $ORIGIN entries: they are no CP011 missing-dir findings"},
+			&cli.StringSliceFlag{Name: "append-rpath", Usage: "`ENTRY` the main job appended: no CP011 missing-dir finding (repeatable)"},
+			&cli.StringSliceFlag{Name: "runtime-dependency", Usage: "`DIR` the main job put first in executables' RUNPATH: no CP011 missing-dir finding (repeatable)"},
+			&cli.StringSliceFlag{Name: "ignore-missing", Usage: "libraries whose name matches `PATTERN` are no CP009 unresolvable-needed findings (Python fnmatch, as the main job; repeatable)"},
 			&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Usage: "check `N` files at once", DefaultText: "the number of CPUs", Validator: atLeast(1)},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log each file checked or skipped, and why"},
 			&cli.BoolFlag{Name: "list-rules", Usage: "print the rules and exit"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
@@ -57,14 +69,21 @@ func lintCommand(g *globals) *cli.Command {
 			if err := checkLintPaths(paths); err != nil {
 				return withCode(exitUsage, fmt.Errorf("lint: %w", err))
 			}
-			opts := []lint.Option{
+			if cmd.Bool("verbose") {
+				g.level.Set(slog.LevelDebug)
+			}
+			opts := append(g.lintTarget(cmd.String("interpreter"), cmd.String("root")),
+				lint.WithPreserveOrigin(cmd.Bool("preserve-origin")),
+				lint.WithAppendRunpaths(cmd.StringSlice("append-rpath")...),
+				lint.WithRuntimeDependencies(cmd.StringSlice("runtime-dependency")...),
+				lint.WithIgnoreMissing(cmd.StringSlice("ignore-missing")...),
 				lint.WithLogger(g.log),
 				lint.WithEnable(splitList(cmd.StringSlice("enable"))...),
 				lint.WithDisable(splitList(cmd.StringSlice("disable"))...),
 				lint.WithDriverLink(cmd.String("driver-link")),
 				lint.WithStoreDir(cmd.String("store-dir")),
 				lint.WithBuildDirs(g.getenv("NIX_BUILD_TOP")),
-			}
+			)
 			if r := cmd.String("root"); r != "" {
 				opts = append(opts, lint.WithRoot(r))
 			}
@@ -104,6 +123,35 @@ func lintCommand(g *globals) *cli.Command {
 			return nil
 		},
 	}
+}
+
+// lintTarget is the architecture lint checks, the main job's: that of
+// --interpreter, else of $NIX_BINTOOLS's interpreter, else of this
+// machine's (inside --root: the root's), as the main job finds it
+// (globals.loader). None found, no file is skipped for its architecture.
+func (g *globals) lintTarget(interp, root string) []lint.Option {
+	if interp != "" {
+		return []lint.Option{lint.WithInterpreter(interp)}
+	}
+	if bt := g.getenv("NIX_BINTOOLS"); bt != "" {
+		b, err := os.ReadFile(filepath.Join(bt, "nix-support", "dynamic-linker"))
+		if err == nil {
+			interp = strings.TrimSpace(string(b))
+			if t, err := rpath.InterpreterTarget(interp); err == nil {
+				g.log.Debug("target", "interpreter", interp, "from", "NIX_BINTOOLS")
+				return []lint.Option{lint.WithTarget(t)}
+			}
+		}
+		g.log.Debug("target", "interpreter", interp, "why", "not readable: no file is skipped for its architecture")
+		return nil
+	}
+	h, err := g.findHost(root)
+	if err != nil {
+		g.log.Debug("target", "why", err.Error()+": no file is skipped for its architecture")
+		return nil
+	}
+	g.log.Debug("target", "interpreter", h.Interpreter, "from", "this machine")
+	return []lint.Option{lint.WithTarget(rpath.Target{Class: h.Class, Machine: h.Machine, OSABI: h.OSABI})}
 }
 
 // checkLintPaths refuses, in one line each, the PATHs lint cannot check:

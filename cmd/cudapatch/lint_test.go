@@ -14,6 +14,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
+	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/lint"
 	"github.com/cudapatch/cudapatch/rpath/lint/linttest"
 )
@@ -253,4 +256,59 @@ func TestLintDriverVersion(t *testing.T) {
 	_, errOut, code = runCLI(t, nil, "lint", "--root", "root", "--enable", "CP021", file)
 	assert.Equal(t, exitUsage, code)
 	assert.Equal(t, "cudapatch: lint: rule CP021 compat-older-than-driver needs the target driver version (WithDriverVersion, --driver-version)\n", errOut)
+}
+
+// TestLintAgreesWithMainJob is issue 32's onnxruntime-node case through
+// the command line, outside Nix: a tree with an x86_64 variant beside an
+// aarch64 one, patched by the main job with this machine's interpreter
+// (no $NIX_BINTOOLS, --interpreter or --libc) and an old $ORIGIN entry kept
+// by --preserve-origin. lint, with nothing but --preserve-origin, takes the
+// same interpreter, skips the aarch64 files with the main job's reason
+// (--json's "skipped", text's "skipped:" lines), and finds nothing; -v logs
+// each skip. Without --preserve-origin, the kept entry is CP011.
+func TestLintAgreesWithMainJob(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"bfd-pie", "aarch64-bfd-pie"} {
+		require.NoError(t, os.CopyFS(filepath.Join(dir, name), os.DirFS(fixtures.ByName(t, name).Dir)))
+	}
+	lib := filepath.Join(dir, "bfd-pie", "lib", "libfoo.so")
+	old := "$ORIGIN/../plugins"
+	_, err := elfedit.EditFile(lib, elfedit.Edit{SetPath: &old}, elfedit.Options{})
+	require.NoError(t, err)
+
+	_, errOut, code := runCLI(t, nil, "--relativize-rpath", "--preserve-origin", "--json", dir)
+	require.Equal(t, exitOK, code, errOut)
+	var rep rpath.Report
+	out, _, _ := runCLI(t, nil, "--relativize-rpath", "--preserve-origin", "--json", "--dry-run", dir)
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	skipped := map[string]string{}
+	for _, f := range rep.Files {
+		if f.Skipped != "" {
+			skipped[f.Path] = f.Skipped
+		}
+	}
+	require.Len(t, skipped, 4)
+
+	out, errOut, code = runCLI(t, nil, "lint", "--preserve-origin", "--format", "json", dir)
+	assert.Equal(t, exitOK, code, out+errOut)
+	var lr lint.Report
+	require.NoError(t, json.Unmarshal([]byte(out), &lr))
+	assert.Empty(t, lr.Findings)
+	assert.Len(t, lr.Files, 4)
+	got := map[string]string{}
+	for _, s := range lr.Skipped {
+		got[s.Path] = s.Reason
+	}
+	assert.Equal(t, skipped, got)
+
+	out, errOut, code = runCLI(t, nil, "lint", "-v", "--preserve-origin", dir)
+	assert.Equal(t, exitOK, code, out+errOut)
+	arm := filepath.Join(dir, "aarch64-bfd-pie", "lib", "libfoo.so")
+	assert.Contains(t, out, arm+": skipped: ELFCLASS64 EM_AARCH64, not the interpreter's architecture\n")
+	assert.Contains(t, out, "4 ELF files checked (4 skipped), 0 with findings: 0 errors, 0 warnings, 0 info\n")
+	assert.Contains(t, errOut, `msg=skipped file=`+arm+` reason="ELFCLASS64 EM_AARCH64, not the interpreter's architecture"`)
+
+	out, _, code = runCLI(t, nil, "lint", dir)
+	assert.Equal(t, exitFindings, code)
+	assert.Contains(t, out, "warning CP011 missing-dir: DT_RUNPATH entry "+old+" does not exist")
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/cudapatch/cudapatch/internal/printable"
+	"github.com/cudapatch/cudapatch/rpath/ldso"
 )
 
 // Exit codes shared by every verb.
@@ -99,10 +100,11 @@ func newGlobals(stdout, stderr io.Writer, env []string) *globals {
 	return &globals{
 		setMemoryLimit: func(int64) {},
 		stdout:         stdout, stderr: stderr, env: env,
-		log:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel})),
-		level:   logLevel,
-		version: hostVersion(),
-		euid:    os.Geteuid(),
+		log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel})),
+		level:    logLevel,
+		version:  hostVersion(),
+		euid:     os.Geteuid(),
+		findHost: ldso.FindHost,
 	}
 }
 
@@ -182,6 +184,14 @@ type globals struct {
 	level          *slog.LevelVar
 	version        versionInfo
 	euid           int // doctor --fix refuses to write unless it is 0
+	// noLibc says why the main job has no libc directory ("" when it
+	// has one), for the hint after the missing dependencies.
+	noLibc string
+	// host is this machine's loader when the main job took it (no
+	// $NIX_BINTOOLS, --interpreter or --libc).
+	host *ldso.Host
+	// findHost is ldso.FindHost; tests replace it.
+	findHost func(root string) (ldso.Host, error)
 	// setMemoryLimit sets the Go heap's soft limit: debug.SetMemoryLimit
 	// in the process (unless GOMEMLIMIT is set), nothing in tests, which
 	// call run in-process.

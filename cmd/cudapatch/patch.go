@@ -29,8 +29,8 @@ func patchFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "search", Usage: "library search `DIR` (repeatable; searched in order, not recursively)"},
 		&cli.StringSliceFlag{Name: "search-recursive", Usage: "add every directory below `DIR` that holds a *.so* file (repeatable)"},
 		&cli.BoolFlag{Name: "no-recurse", Usage: "patch only the files named, not the trees below directories"},
-		&cli.StringFlag{Name: "interpreter", Usage: "set the interpreter of dynamic executables to `FILE` (default: $NIX_BINTOOLS/nix-support/dynamic-linker)"},
-		&cli.StringFlag{Name: "libc", Usage: "`DIR` of the libc the interpreter belongs to (default: $NIX_BINTOOLS/nix-support/orig-libc + /lib)"},
+		&cli.StringFlag{Name: "interpreter", Usage: "set the interpreter of dynamic executables to `FILE` (default: $NIX_BINTOOLS/nix-support/dynamic-linker; outside Nix, this machine's)"},
+		&cli.StringFlag{Name: "libc", Usage: "`DIR` of the libc the interpreter belongs to (default: $NIX_BINTOOLS/nix-support/orig-libc + /lib; outside Nix, this machine's)"},
 		&cli.BoolFlag{Name: "keep-libc", Usage: "give libc libraries a RUNPATH entry like any other"},
 		&cli.StringFlag{Name: "cuda-compat", Usage: "cuda_compat `DIR`, put first so its libcuda shadows the driver's"},
 		&cli.StringFlag{Name: "driver-link", Value: rpath.DefaultDriverLink, Usage: "driver link `DIR` (i686 files get the -32 variant)"},
@@ -51,7 +51,7 @@ func patchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "structured-logs", Usage: "print auto-patchelf's JSON-lines events instead of one line per changed file"},
 		&cli.IntFlag{Name: "jobs", Aliases: []string{"j"}, Usage: "process `N` files at once", DefaultText: "the number of CPUs", Validator: atLeast(1)},
 		&cli.BoolFlag{Name: "sync", Usage: "flush each file to disk around its commit (survives power loss)"},
-		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log every decision"},
+		&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "log on stderr each file's dependencies and where each resolved (or why not), and why a file was skipped"},
 	}
 }
 
@@ -110,21 +110,7 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
 	if cmd.Bool("verbose") {
 		g.level.Set(-4) // slog.LevelDebug
 	}
-	interp, libc := cmd.String("interpreter"), cmd.String("libc")
-	if bt := g.getenv("NIX_BINTOOLS"); bt != "" {
-		if interp == "" {
-			b, err := os.ReadFile(filepath.Join(bt, "nix-support", "dynamic-linker"))
-			if err == nil {
-				interp = strings.TrimSpace(string(b))
-			}
-		}
-		if libc == "" {
-			b, err := os.ReadFile(filepath.Join(bt, "nix-support", "orig-libc"))
-			if err == nil {
-				libc = filepath.Join(strings.TrimSpace(string(b)), "lib")
-			}
-		}
-	}
+	interp, libc := g.loader(cmd.String("interpreter"), cmd.String("libc"))
 	jobs := int(cmd.Int("jobs"))
 	if !cmd.IsSet("jobs") {
 		jobs = runtime.NumCPU()
@@ -175,6 +161,46 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
 	}, nil
 }
 
+// loader returns the interpreter and libc directory of the main job: those
+// given, else those $NIX_BINTOOLS names (inside a Nix build). Outside one,
+// with neither given, it takes this machine's (ldso.FindHost: /bin/sh's
+// interpreter and libc) and says so in one line: a packager outside Nix
+// patches for the system at hand, and libraries in its libc directory get
+// no RUNPATH entry (the loader finds them), so no host directory is
+// written into a file. runPatch says so where that decided something.
+// Where there is none, g.noLibc says why, for the hint after the missing
+// dependencies.
+func (g *globals) loader(interp, libc string) (string, string) {
+	bt := g.getenv("NIX_BINTOOLS")
+	if bt != "" {
+		if interp == "" {
+			b, err := os.ReadFile(filepath.Join(bt, "nix-support", "dynamic-linker"))
+			if err == nil {
+				interp = strings.TrimSpace(string(b))
+			}
+		}
+		if libc == "" {
+			b, err := os.ReadFile(filepath.Join(bt, "nix-support", "orig-libc"))
+			if err == nil {
+				libc = filepath.Join(strings.TrimSpace(string(b)), "lib")
+			}
+		}
+	}
+	if bt == "" && interp == "" && libc == "" {
+		h, err := g.findHost("")
+		if err != nil {
+			g.noLibc = "this machine's could not be found: " + err.Error()
+			return "", ""
+		}
+		g.host = &h
+		return h.Interpreter, h.LibcDir
+	}
+	if libc == "" {
+		g.noLibc = "none was given"
+	}
+	return interp, libc
+}
+
 // output is what runPatch prints on stdout.
 type output int
 
@@ -208,6 +234,9 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 	rep, err := rpath.Patch(ctx, paths, opts...)
 	if rep == nil {
 		return withCode(exitUsage, err)
+	}
+	if g.host != nil && usedHost(rep) {
+		printable.Fprintf(g.stderr, "cudapatch: no $NIX_BINTOOLS, --interpreter or --libc: used this machine's interpreter %s and libc directory %s (libraries found there get no RUNPATH entry)\n", g.host.Interpreter, g.host.LibcDir)
 	}
 	switch out {
 	case outJSON:
@@ -243,6 +272,9 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 			printable.Fprintf(g.stderr, "  hint: %s\n", m.Hint)
 		}
 	}
+	if len(rep.Missing) > 0 && g.noLibc != "" {
+		printable.Fprintf(g.stderr, "hint: no libc directory (%s): give --libc DIR and --interpreter FILE of the system the files are for ($NIX_BINTOOLS names them in a Nix build)\n", g.noLibc)
+	}
 	fmt.Fprintf(g.stderr, "cudapatch: %s\n", summary(rep, dryRun))
 	switch {
 	case err == nil:
@@ -254,6 +286,23 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 	default:
 		return withCode(exitUsage, errReported)
 	}
+}
+
+// usedHost says whether this machine's loader (globals.loader) decided
+// something: an interpreter it changed, a library found in its libc
+// directory, a file skipped for not being of its architecture.
+func usedHost(rep *rpath.Report) bool {
+	for _, f := range rep.Files {
+		if f.Interpreter != "" && f.Interpreter != f.OldInterpreter || f.SkippedForTarget() {
+			return true
+		}
+		for _, d := range f.Deps {
+			if d.How == rpath.HowLibc {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // summary is the last line of the main job: every file counted once as

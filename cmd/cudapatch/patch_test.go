@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,8 +15,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
+	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
 )
 
@@ -513,4 +516,124 @@ func TestPatchDryRun(t *testing.T) {
 	}
 	c.wantLines("stderr", stderr, "cudapatch: would patch 3 files, 0 unchanged, 1 skipped, 0 failed, 0 missing dependencies")
 	c.unchanged(before)
+}
+
+// TestPatchVerbose: -v logs, per file, each dependency and where it
+// resolved (or why it needs no RUNPATH entry, is ignored, or is missing),
+// and why each skipped file was skipped, in the report's order, before the
+// job's own lines; without -v, stderr has only those.
+func TestPatchVerbose(t *testing.T) {
+	c := newCLITree(t)
+	c.place("out/bin/app", cExe("/old/lib", "libdep.so", "libc.so.6", "libcuda.so.1", "libgone.so.3", "libmiss.so"))
+	c.place("out/lib/arm.so", cfix.Spec{Arch: "aarch64", Soname: "arm.so"})
+	c.write("out/share/doc.txt", "text\n")
+	c.place("deps/libdep.so", cLib("libdep.so"))
+	c.place("libc/libc.so.6", cLib("libc.so.6"))
+	args := []string{"--search", "{root}/deps", "--interpreter", sysLoader, "--libc", "{root}/libc", "--ignore-missing", "libgone*", "--dry-run", "{root}/out"}
+	code, _, quiet := c.runCLI(nil, args...)
+	if code != 1 {
+		t.Fatalf("exit %d\n%s", code, quiet)
+	}
+	if strings.Contains(quiet, "level=") {
+		t.Errorf("logs without -v:\n%s", quiet)
+	}
+	code, _, stderr := c.runCLI(nil, append([]string{"-v"}, args...)...)
+	if code != 1 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	var logs []string
+	for _, l := range lines(stderr) {
+		if rest, ok := strings.CutPrefix(l, "time="); ok {
+			logs = append(logs, rest[strings.Index(rest, " ")+1:])
+		}
+	}
+	c.wantLines("-v logs", strings.Join(logs, "\n"),
+		"level=DEBUG msg=dependency file={root}/out/bin/app needed=libdep.so source=needed how=resolved path={root}/deps/libdep.so",
+		`level=DEBUG msg=dependency file={root}/out/bin/app needed=libc.so.6 source=needed how=libc path={root}/libc/libc.so.6 why="in the libc directory: the interpreter finds it, no RUNPATH entry"`,
+		`level=DEBUG msg=dependency file={root}/out/bin/app needed=libcuda.so.1 source=needed how=driver why="an NVIDIA driver library: found at run time through /run/opengl-driver/lib"`,
+		`level=DEBUG msg=dependency file={root}/out/bin/app needed=libgone.so.3 source=needed how=ignored why="found nowhere, ignored" pattern=libgone*`,
+		`level=DEBUG msg=dependency file={root}/out/bin/app needed=libmiss.so source=needed how=missing why="found nowhere"`,
+		`level=DEBUG msg=skipped file={root}/out/lib/arm.so reason="ELFCLASS64 EM_AARCH64, not the interpreter's architecture"`,
+		`level=DEBUG msg=skipped file={root}/out/share/doc.txt reason="not ELF"`,
+	)
+	// The job's own lines follow, as without -v.
+	if !strings.HasSuffix(stderr, quiet) {
+		t.Errorf("-v changed the job's lines:\n%s\nwant the tail\n%s", stderr, quiet)
+	}
+}
+
+// TestPatchOutsideNix is the README's standalone use: no $NIX_BINTOOLS,
+// --interpreter or --libc. The main job takes this machine's interpreter
+// and libc directory (ldso.FindHost) and says so in one line; libc.so.6
+// gets no RUNPATH entry, the program runs. Where this machine's cannot be
+// found, the missing libc.so.6 ends with a one-line hint naming --libc
+// and --interpreter; so it does when --interpreter alone is given.
+func TestPatchOutsideNix(t *testing.T) {
+	host, err := ldso.FindHost("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fix := fixtures.ByName(t, "bfd-pie").Copy(t)
+	runOut := func(findHost func(string) (ldso.Host, error), args ...string) (int, string) {
+		var stdout, stderr bytes.Buffer
+		g := newGlobals(&stdout, &stderr, nil)
+		if findHost != nil {
+			g.findHost = findHost
+		}
+		return g.main(context.Background(), append([]string{"cudapatch"}, args...)), stderr.String()
+	}
+	noHost := func(string) (ldso.Host, error) {
+		return ldso.Host{}, errors.New("/bin/sh has no interpreter (statically linked)")
+	}
+	hint := func(why string) string {
+		return "hint: no libc directory (" + why + "): give --libc DIR and --interpreter FILE of the system the files are for ($NIX_BINTOOLS names them in a Nix build)"
+	}
+	for _, tc := range []struct {
+		name     string
+		findHost func(string) (ldso.Host, error)
+		args     []string
+		hint     string
+	}{
+		{"no host", noHost, nil, hint("this machine's could not be found: /bin/sh has no interpreter (statically linked)")},
+		{"interpreter alone", nil, []string{"--interpreter", host.Interpreter}, hint("none was given")},
+	} {
+		code, stderr := runOut(tc.findHost, append(tc.args, "--dry-run", fix.Dir)...)
+		if code != exitFindings {
+			t.Errorf("%s: exit %d, want 1\n%s", tc.name, code, stderr)
+		}
+		l := lines(stderr)
+		if !slices.Contains(l, tc.hint) || l[len(l)-2] != tc.hint {
+			t.Errorf("%s: stderr\n%s\nwant before the summary\n%s", tc.name, stderr, tc.hint)
+		}
+	}
+
+	code, stderr := runOut(nil, fix.Dir)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	want := "cudapatch: no $NIX_BINTOOLS, --interpreter or --libc: used this machine's interpreter " + host.Interpreter +
+		" and libc directory " + host.LibcDir + " (libraries found there get no RUNPATH entry)"
+	if l := lines(stderr); len(l) != 2 || l[0] != want {
+		t.Errorf("stderr\n%s\nwant first\n%s", stderr, want)
+	}
+	f, err := elf.Open(fix.Exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp, _ := f.DynString(elf.DT_RUNPATH)
+	f.Close()
+	if want := []string{"/run/opengl-driver/lib:" + fix.LibDir}; !slices.Equal(rp, want) {
+		t.Errorf("RUNPATH %q, want %q (no entry for libc)", rp, want)
+	}
+	out, err := fix.Run(t, fix.Exe)
+	if err != nil || out != fix.Want+"\n" {
+		t.Errorf("run: %q, %v", out, err)
+	}
+
+	// A tree where this machine's loader decides nothing: no line.
+	c := pkgTree(t)
+	code, _, stderr = c.runCLI(nil, "--search", "{root}/deps", "--dry-run", "{root}/out")
+	if code != 0 || len(lines(stderr)) != 1 {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
 }

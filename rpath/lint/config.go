@@ -13,6 +13,7 @@ import (
 	"github.com/bmatcuk/doublestar/v4"
 
 	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
 )
 
@@ -122,6 +123,14 @@ type config struct {
 	// driverVersion is the NVIDIA driver the files are to run with
 	// (WithDriverVersion); "" leaves CP021 nothing to compare with.
 	driverVersion string
+	// target is the main job's architecture (WithInterpreter): files it
+	// skips are skipped; nil skips none for their architecture.
+	target *rpath.Target
+	// What the main job was asked to keep: old $ORIGIN entries, entries
+	// given verbatim, missing libraries matching a pattern.
+	preserveOrigin bool
+	kept           []string
+	ignoreMissing  []*fnmatch.Pattern
 }
 
 // Option configures Lint. Options that can be wrong return an error.
@@ -247,8 +256,6 @@ func WithConfig(cfg *Config) Option {
 	}
 }
 
-// WithJobs sets how many files are checked at once (default: the number
-// of CPUs).
 // WithDriverVersion names the NVIDIA driver (580.159.04) the files are to
 // run with, and turns on CP021 compat-older-than-driver, which compares
 // with it the libcuda of each cuda_compat directory the loader would take:
@@ -264,12 +271,71 @@ func WithDriverVersion(v string) Option {
 	}
 }
 
+// WithJobs sets how many files are checked at once (default: the number
+// of CPUs).
 func WithJobs(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
 			return fmt.Errorf("jobs %d < 1", n)
 		}
 		c.jobs = n
+		return nil
+	}
+}
+
+// WithInterpreter names the interpreter the main job patched the files
+// with (its --interpreter; a path on this machine, not inside WithRoot):
+// the files it skipped for their architecture or OS ABI are skipped too,
+// with the same reason (rpath.SkipReason). Without it only files of a
+// kind the main job never patches (static, not ELF…) are skipped.
+func WithInterpreter(file string) Option {
+	return func(c *config) error {
+		t, err := rpath.InterpreterTarget(file)
+		if err != nil {
+			return fmt.Errorf("interpreter %s: %w", file, err)
+		}
+		c.target = &t
+		return nil
+	}
+}
+
+// WithTarget sets the main job's architecture directly, as WithInterpreter
+// reads it from an interpreter.
+func WithTarget(t rpath.Target) Option {
+	return func(c *config) error { c.target = &t; return nil }
+}
+
+// WithPreserveOrigin says the main job kept the old $ORIGIN entries
+// (rpath.WithPreserveOrigin): they are not findings of CP011 missing-dir.
+func WithPreserveOrigin(on bool) Option {
+	return func(c *config) error { c.preserveOrigin = on; return nil }
+}
+
+// WithAppendRunpaths names entries the main job appended verbatim
+// (rpath.WithAppendRunpaths): they are not findings of CP011 missing-dir,
+// also where the main job made them relative to the file.
+func WithAppendRunpaths(entries ...string) Option {
+	return func(c *config) error { c.kept = append(c.kept, entries...); return nil }
+}
+
+// WithRuntimeDependencies names the directories the main job put first in
+// executables' RUNPATH (rpath.WithRuntimeDependencies; nixpkgs adds
+// DEP/lib whether it exists or not): as WithAppendRunpaths.
+func WithRuntimeDependencies(dirs ...string) Option {
+	return WithAppendRunpaths(dirs...)
+}
+
+// WithIgnoreMissing takes the main job's ignore-missing patterns (Python
+// fnmatch on the basename, rpath/fnmatch): a DT_NEEDED library that
+// matches one is not a finding of CP009 unresolvable-needed.
+func WithIgnoreMissing(patterns ...string) Option {
+	return func(c *config) error {
+		for _, p := range patterns {
+			if p == "" {
+				return errors.New("empty ignore-missing pattern")
+			}
+			c.ignoreMissing = append(c.ignoreMissing, fnmatch.Compile(p))
+		}
 		return nil
 	}
 }

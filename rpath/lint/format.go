@@ -44,12 +44,19 @@ func WriteText(w io.Writer, r *Report, color bool) error {
 	if len(r.Findings) > 0 {
 		ew.printf("\n")
 	}
+	for _, s := range r.Skipped {
+		ew.printf("%s: skipped: %s\n", printable.String(s.Path), printable.String(s.Reason))
+	}
 	count := map[Severity]int{}
 	for _, f := range r.Findings {
 		count[f.Severity]++
 	}
-	ew.printf("%s checked, %d with findings: %s, %s, %d info\n",
-		countOf(len(r.Files), "ELF file"), files, countOf(count[Error], "error"), countOf(count[Warning], "warning"), count[Info])
+	skipped := ""
+	if len(r.Skipped) > 0 {
+		skipped = fmt.Sprintf(" (%d skipped)", len(r.Skipped))
+	}
+	ew.printf("%s checked%s, %d with findings: %s, %s, %d info\n",
+		countOf(len(r.Files), "ELF file"), skipped, files, countOf(count[Error], "error"), countOf(count[Warning], "warning"), count[Info])
 	return ew.err
 }
 
@@ -179,13 +186,18 @@ type (
 		Name     string      `xml:"name,attr"`
 		Tests    int         `xml:"tests,attr"`
 		Failures int         `xml:"failures,attr"`
+		Skipped  int         `xml:"skipped,attr,omitempty"`
 		Cases    []junitCase `xml:"testcase"`
 	}
 	junitCase struct {
 		Name      string         `xml:"name,attr"`
 		ClassName string         `xml:"classname,attr"`
+		Skipped   *junitSkipped  `xml:"skipped"`
 		Failures  []junitFailure `xml:"failure"`
 		SystemOut string         `xml:"system-out,omitempty"`
+	}
+	junitSkipped struct {
+		Message string `xml:"message,attr"`
 	}
 	junitFailure struct {
 		Type    string `xml:"type,attr"`
@@ -196,7 +208,8 @@ type (
 
 // WriteJUnit writes one test case per ELF file checked. Findings at or
 // above failOn are failures; lower ones go to the case's system-out, so a
-// CI page shows them without failing.
+// CI page shows them without failing. A skipped file is a skipped case
+// whose message is the reason.
 func WriteJUnit(w io.Writer, r *Report, failOn Severity) error {
 	byFile := map[string][]Finding{}
 	for _, f := range r.Findings {
@@ -219,6 +232,11 @@ func WriteJUnit(w io.Writer, r *Report, failOn Severity) error {
 		}
 		c.SystemOut = strings.Join(out, "\n")
 		s.Cases = append(s.Cases, c)
+	}
+	for _, sk := range r.Skipped {
+		s.Cases = append(s.Cases, junitCase{Name: sk.Path, ClassName: "cudapatch.lint", Skipped: &junitSkipped{Message: sk.Reason}})
+		s.Tests++
+		s.Skipped++
 	}
 	doc := junitSuites{Name: "cudapatch lint", Tests: s.Tests, Failures: s.Failures, Suites: []junitSuite{s}}
 	if _, err := io.WriteString(w, xml.Header); err != nil {

@@ -61,6 +61,15 @@ type Report struct {
 	Files []string `json:"files"`
 	// Findings are sorted by file, then rule.
 	Findings []Finding `json:"findings"`
+	// Skipped are the ELF files not checked because the main job does not
+	// patch them, sorted, with its reason (rpath.SkipReason).
+	Skipped []Skip `json:"skipped,omitempty"`
+}
+
+// Skip is an ELF file lint did not check, and why.
+type Skip struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
 }
 
 // Count returns the number of findings at or above level.
@@ -108,8 +117,7 @@ func Lint(ctx context.Context, paths []string, opts ...Option) (*Report, error) 
 		ldcfg:    map[[2]int]ldcfgResult{},
 		versions: map[string]string{},
 	}
-	results := make([][]Finding, len(jobs))
-	isELF := make([]bool, len(jobs))
+	results := make([]checked, len(jobs))
 	errs := make([]error, len(jobs))
 	work := make(chan int)
 	var wg sync.WaitGroup
@@ -118,7 +126,7 @@ func Lint(ctx context.Context, paths []string, opts ...Option) (*Report, error) 
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				isELF[i], results[i], errs[i] = l.check(jobs[i])
+				results[i], errs[i] = l.check(jobs[i])
 			}
 		}()
 	}
@@ -138,13 +146,17 @@ func Lint(ctx context.Context, paths []string, opts ...Option) (*Report, error) 
 		if errs[i] != nil {
 			return nil, errs[i]
 		}
-		if !isELF[i] {
-			continue
+		switch r := results[i]; {
+		case !r.elf:
+		case r.skipped != "":
+			rep.Skipped = append(rep.Skipped, Skip{Path: j.path, Reason: r.skipped})
+		default:
+			rep.Files = append(rep.Files, j.path)
+			rep.Findings = append(rep.Findings, r.findings...)
 		}
-		rep.Files = append(rep.Files, j.path)
-		rep.Findings = append(rep.Findings, results[i]...)
 	}
 	sort.Strings(rep.Files)
+	sort.Slice(rep.Skipped, func(a, b int) bool { return rep.Skipped[a].Path < rep.Skipped[b].Path })
 	sort.SliceStable(rep.Findings, func(a, b int) bool {
 		fa, fb := rep.Findings[a], rep.Findings[b]
 		if fa.Path != fb.Path {
@@ -350,11 +362,21 @@ func isELF(p string) (bool, error) {
 	return bytes.Equal(b, elfMagic), nil
 }
 
-// check runs every enabled rule on one file.
-func (l *linter) check(j job) (bool, []Finding, error) {
+// checked is what check found out about one file.
+type checked struct {
+	elf      bool   // it starts with the ELF magic
+	skipped  string // why the main job does not patch it; "" if it does
+	findings []Finding
+}
+
+// check runs every enabled rule on one file that the main job patches.
+func (l *linter) check(j job) (checked, error) {
 	ok, err := isELF(j.path)
 	if err != nil || !ok {
-		return false, nil, err
+		if err == nil {
+			l.log.Debug("skipped", "file", j.path, "reason", rpath.SkippedNotELF)
+		}
+		return checked{}, err
 	}
 	var out []Finding
 	add := func(id, entry, format string, args ...any) {
@@ -367,9 +389,14 @@ func (l *linter) check(j job) (bool, []Finding, error) {
 	f, err := elfedit.Open(j.path)
 	if err != nil {
 		add(VerifyFailed, "", "not a readable ELF file: %v", err)
-		return true, out, nil
+		return checked{elf: true, findings: out}, nil
 	}
 	in := f.Info()
+	if why := rpath.SkipReason(in, l.target); why != "" {
+		f.Close()
+		l.log.Debug("skipped", "file", j.path, "reason", why)
+		return checked{elf: true, skipped: why}, nil
+	}
 	problems := f.Verify()
 	note := ldso.ReadNote(f)
 	f.Close()
@@ -381,14 +408,11 @@ func (l *linter) check(j job) (bool, []Finding, error) {
 		}
 		add(VerifyFailed, p.Rule, "%s", p.Msg)
 	}
-	if in.Kind != elfedit.KindExecutable && in.Kind != elfedit.KindLibrary {
-		return true, out, nil
-	}
 	l.checkInterp(j, in, add)
 	l.checkPath(j, in, add)
 	l.checkNeeded(j, in, add)
 	l.checkNote(j, in, note, add)
-	return true, out, nil
+	return checked{elf: true, findings: out}, nil
 }
 
 type addFunc func(id, entry, format string, args ...any)
@@ -417,6 +441,26 @@ func expandOrigin(e, origin string) (string, bool) {
 	e = strings.ReplaceAll(e, "${ORIGIN}", origin)
 	e = strings.ReplaceAll(e, "$ORIGIN", origin)
 	return e, !strings.Contains(e, "$")
+}
+
+// isKept says whether search-path entry e of a file in directory origin
+// is one the main job was asked to keep: an old $ORIGIN entry under
+// WithPreserveOrigin, or an entry given verbatim, as given or made
+// relative to the file (--relative-rpaths, --relativize-rpath).
+func (l *linter) isKept(e, origin string) bool {
+	if l.preserveOrigin && (strings.Contains(e, "$ORIGIN") || strings.Contains(e, "${ORIGIN}")) {
+		return true
+	}
+	dir, ok := expandOrigin(e, origin)
+	for _, k := range l.kept {
+		if k == e {
+			return true
+		}
+		if kd, kok := expandOrigin(k, origin); ok && kok && path.IsAbs(dir) && path.Clean(kd) == path.Clean(dir) {
+			return true
+		}
+	}
+	return false
 }
 
 func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
@@ -535,7 +579,7 @@ func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
 			continue
 		}
 		names, exists := l.listDir(dir)
-		if !exists && !compat && !leak {
+		if !exists && !compat && !leak && !l.isKept(e, origin) {
 			add(MissingDir, e, "%s entry %s does not exist", tag, e)
 		}
 		if exists && !compat && driverIdx >= 0 && i < driverIdx {
@@ -570,7 +614,7 @@ func (l *linter) checkNeeded(j job, in elfedit.Info, add addFunc) {
 		switch {
 		case n.Error != "":
 			add(UnresolvableNeeded, n.Name, "%s: the loader would stop: %s", n.Name, l.unroot(n.Error))
-		case !n.Found() && !matchAny(l.driver, n.Name):
+		case !n.Found() && !matchAny(l.driver, n.Name) && !matchAny(l.ignoreMissing, n.Name):
 			var steps []string
 			for _, a := range n.Tried {
 				if s := string(a.Step); !slices.Contains(steps, s) {

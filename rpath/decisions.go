@@ -1,0 +1,52 @@
+package rpath
+
+import (
+	"context"
+	"debug/elf"
+	"log/slog"
+)
+
+// logDecisions logs, at debug level (the CLI's --verbose), every decision
+// of the decide phase in the report's order: why a file was skipped, and
+// for each dependency of a file where it resolved, or why it needs no
+// RUNPATH entry, is ignored or is missing. The keys are stable: file,
+// needed, source, how, path, entry, why, pattern, hint, reason.
+func (c *config) logDecisions(ctx context.Context, files []*File) {
+	if !c.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	for _, f := range files {
+		if f.Skipped != "" {
+			c.log.LogAttrs(ctx, slog.LevelDebug, "skipped", slog.String("file", f.Path), slog.String("reason", f.Skipped))
+			continue
+		}
+		for _, d := range f.Deps {
+			attrs := []slog.Attr{slog.String("file", f.Path), slog.String("needed", d.Name), slog.String("source", d.Source), slog.String("how", d.How)}
+			switch d.How {
+			case HowStore:
+				attrs = append(attrs, slog.String("path", d.Path))
+				if d.Entry != "" {
+					attrs = append(attrs, slog.String("entry", d.Entry))
+				}
+			case HowLibc:
+				attrs = append(attrs, slog.String("path", d.Path), slog.String("why", "in the libc directory: the interpreter finds it, no RUNPATH entry"))
+			case HowAbsolute:
+				attrs = append(attrs, slog.String("path", d.Path), slog.String("why", "DT_NEEDED is an absolute path"))
+			case HowDriver:
+				link := c.driverLink
+				if f.machine == elf.EM_386 {
+					link = c.driverLink32
+				}
+				attrs = append(attrs, slog.String("why", "an NVIDIA driver library: found at run time through "+link))
+			case HowIgnored:
+				attrs = append(attrs, slog.String("why", "found nowhere, ignored"), slog.String("pattern", d.Pattern))
+			case HowMissing:
+				attrs = append(attrs, slog.String("why", "found nowhere"))
+				if d.Hint != "" {
+					attrs = append(attrs, slog.String("hint", d.Hint))
+				}
+			}
+			c.log.LogAttrs(ctx, slog.LevelDebug, "dependency", attrs...)
+		}
+	}
+}
