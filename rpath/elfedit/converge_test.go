@@ -51,6 +51,11 @@ type convergeCase struct {
 	// storePath: the file's search path holds oldStorePath before the
 	// edit, which replaces it.
 	storePath bool
+	// layouts are the strategies the plan may take ("" for any, as for
+	// crashCase, which checks its own); truncates: its last step cuts
+	// an old region away.
+	layouts   []elfedit.Strategy
+	truncates bool
 }
 
 // convergeCases are TestCrash's layouts, and each layout class (in
@@ -76,20 +81,32 @@ func convergeCases() []convergeCase {
 			return elfedit.Edit{SetPath: str(pad(300, fx.LibDir)), SetNote: cacheNote(marker, n), Derived: []elfedit.NoteID{cacheID}}
 		}
 	}
-	classes := []crashCase{
-		{name: "in-place", edit: lib(0)},
-		{name: "slack", edit: lib(200)},
-		{name: "region", edit: lib(4096)},
-		{name: "phdr-in-region", prep: dropSections, edit: lib(4096)},
-		{name: "note", edit: note("kkkk", 200)},
-		{name: "note-again", prep: editWith(note("llll", 100)), edit: note("mmmm", 2000)},
-		{name: "re-edit", prep: editWith(lib(4096)), edit: lib(5000)},
-		{name: "re-edit-truncate", prep: editWith(lib(4096), lib(6000)), edit: lib(300)},
+	// A longer SONAME with each edit makes it a region; the first
+	// region is the largest, so the third, smaller than the slot the
+	// first leaves before the second, goes there, and the file is cut
+	// back.
+	soname := func(n, k int) func(*testing.T, fixtures.Fixture) elfedit.Edit {
+		return func(_ *testing.T, fx fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{SetPath: str(pad(n, fx.LibDir)), Soname: str(fmt.Sprintf("libfoo-%d-%s.so", k, strings.Repeat("x", 40*k)))}
+		}
+	}
+	// Linkers that leave no padding after the first PT_LOAD (lld, mold)
+	// take a region where the others take the slack.
+	region, slackOr := []elfedit.Strategy{elfedit.Region}, []elfedit.Strategy{elfedit.Slack, elfedit.Region}
+	classes := []convergeCase{
+		{crashCase: crashCase{name: "in-place", edit: lib(0)}, layouts: []elfedit.Strategy{elfedit.InPlace}},
+		{crashCase: crashCase{name: "slack", edit: lib(200)}, layouts: slackOr},
+		{crashCase: crashCase{name: "region", edit: lib(4096)}, layouts: region},
+		{crashCase: crashCase{name: "phdr-in-region", prep: dropSections, edit: lib(4096)}, layouts: region},
+		{crashCase: crashCase{name: "note", edit: note("kkkk", 200)}, layouts: region},
+		{crashCase: crashCase{name: "note-again", prep: editWith(note("llll", 100)), edit: note("mmmm", 2000)}, layouts: region},
+		{crashCase: crashCase{name: "re-edit", prep: editWith(lib(4096)), edit: lib(5000)}, layouts: region},
+		{crashCase: crashCase{name: "re-edit-truncate", prep: editWith(lib(9000), soname(4096, 1)), edit: soname(100, 2)}, layouts: region, truncates: true},
 	}
 	for _, v := range []string{"bfd-pie", "bfd-nopie", "gold-pie", "lld-pie", "mold-pie", "i686-bfd-pie", "s390x-bfd-pie"} {
 		for _, c := range classes {
-			c.name, c.variant, c.lib = v+"/"+c.name, v, true
-			out = append(out, convergeCase{crashCase: c, storePath: true})
+			c.name, c.variant, c.lib, c.storePath = v+"/"+c.name, v, true, true
+			out = append(out, c)
 		}
 	}
 	return out
@@ -119,7 +136,13 @@ func TestCrashConverges(t *testing.T) {
 			t.Parallel()
 			fx, path, prepared, e := convergeSetup(t, c)
 			for _, sync := range []bool{false, true} {
-				clean, writes := convergeApply(t, path, prepared, e, sync, -1)
+				clean, writes, p := convergeApply(t, path, prepared, e, sync, -1)
+				if c.layouts != nil {
+					require.Contains(t, c.layouts, p.Strategy, planString(p))
+				}
+				if c.truncates {
+					require.Equal(t, elfedit.StepTruncate, p.Steps[len(p.Steps)-1].Kind, planString(p))
+				}
 				if c.storePath && bytes.Contains(clean, []byte(oldStorePath)) {
 					t.Fatalf("a clean run leaves %s in the file", oldStorePath)
 				}
@@ -131,7 +154,7 @@ func TestCrashConverges(t *testing.T) {
 					}
 					rerun(t, path, e)
 					if got := readFile(t, path); !bytes.Equal(got, clean) {
-						t.Errorf("%s: the next run leaves %s", what, differs(got, clean))
+						t.Errorf("%s: the next run leaves %s", what, differs(got, clean, "a clean run"))
 					}
 					if t.Failed() {
 						keepOnFailure(t, fx)
@@ -171,8 +194,8 @@ func convergeSetup(t *testing.T, c convergeCase) (fixtures.Fixture, string, []by
 
 // convergeApply writes the prepared bytes to path, plans e from them and
 // applies the plan, killed after write k (k < 0: not killed). It returns
-// the file's bytes and the writes the plan made.
-func convergeApply(t *testing.T, path string, prepared []byte, e elfedit.Edit, sync bool, k int) ([]byte, int) {
+// the file's bytes, the writes the plan made and the plan.
+func convergeApply(t *testing.T, path string, prepared []byte, e elfedit.Edit, sync bool, k int) ([]byte, int, *elfedit.Plan) {
 	t.Helper()
 	require.NoError(t, os.WriteFile(path, prepared, 0o755))
 	f, err := elfedit.Open(path)
@@ -192,7 +215,7 @@ func convergeApply(t *testing.T, path string, prepared []byte, e elfedit.Edit, s
 	} else {
 		require.NoError(t, p.Apply(&killTarget{File: w, k: k}, sync))
 	}
-	return readFile(t, path), n
+	return readFile(t, path), n, p
 }
 
 // rerun edits path again the way the main job does: it prepares a plan,
@@ -211,10 +234,10 @@ func rerun(t *testing.T, path string, e elfedit.Edit) {
 	require.NoError(t, err, "the next run")
 }
 
-// differs says how got differs from want.
-func differs(got, want []byte) string {
+// differs says how got differs from want, which name names.
+func differs(got, want []byte, name string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d bytes, a clean run %d", len(got), len(want))
+	fmt.Fprintf(&b, "%d bytes, %s %d", len(got), name, len(want))
 	for i := range min(len(got), len(want)) {
 		if got[i] != want[i] {
 			fmt.Fprintf(&b, "; first difference at 0x%x", i)
