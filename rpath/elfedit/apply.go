@@ -29,11 +29,15 @@ type oldViewer interface {
 // Apply writes the plan to t, which must hold the bytes the plan was made
 // from. Steps run in order; if one fails, the steps before it are undone
 // (their old bytes written back, the file cut to its old size) and the
-// error says so. With sync, the data is flushed before the commit step,
-// after it when anything follows (clearing the old bytes must not reach the
-// disk before the switch away from them: a power loss may write pages back
-// in any order), and after the last step, so that a power loss, too, finds
-// the original or the result.
+// error says so. A plan of more than one write first appends a journal
+// (journal.go), which its last step cuts away, so that an edit run again
+// after a process killed between two writes finishes or undoes this one.
+// With sync, the data is flushed after the journal, before the commit
+// step, after it when anything follows (clearing the old bytes must not
+// reach the disk before the switch away from them: a power loss may
+// write pages back in any order), before the cut that drops the journal,
+// and after the last step, so that a power loss, too, finds the original
+// or the result, and a next run the journal as long as it is needed.
 func (p *Plan) Apply(t Target, sync bool) error {
 	return p.apply(t, sync, len(p.Steps))
 }
@@ -44,11 +48,37 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 	if p.spent() {
 		return errSpent
 	}
-	type undo struct {
-		off int64
-		old []byte
+	flush := func() error {
+		if s, ok := t.(syncer); ok && sync {
+			return s.Sync()
+		}
+		return nil
 	}
-	var undos []undo
+	if p.recover != nil {
+		if err := p.recover.apply(t, flush); err != nil {
+			return fmt.Errorf("finishing the interrupted edit the file's journal records: %w", err)
+		}
+	}
+	// The old bytes of every step up to the commit, to undo them here
+	// if a later step fails, and in the journal for a run after a crash.
+	var undos []undoRec
+	for i, st := range p.Steps[:p.undoTo(len(p.Steps))+1] {
+		if st.Kind == StepTruncate || st.Off >= p.OldSize {
+			continue
+		}
+		end := min(st.Off+st.Len, p.OldSize)
+		old, ok := []byte(nil), false
+		if v, isViewer := t.(oldViewer); isViewer && p.recover == nil {
+			old, ok = v.oldBytes(st.Off, end-st.Off)
+		}
+		if !ok {
+			old = make([]byte, end-st.Off)
+			if _, err := t.ReadAt(old, st.Off); err != nil {
+				return fmt.Errorf("step %d (%s): reading old bytes: %w", i, st.What, err)
+			}
+		}
+		undos = append(undos, undoRec{st.Off, old})
+	}
 	rollback := func(cause error) error {
 		var errs []error
 		for i := len(undos) - 1; i >= 0; i-- {
@@ -64,13 +94,16 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 		}
 		return fmt.Errorf("%w (file restored)", cause)
 	}
-	flush := func() error {
-		if s, ok := t.(syncer); ok && sync {
-			return s.Sync()
+	journaled := n > 0 && p.needsJournal(sync)
+	if journaled {
+		jb, at := p.encodeJournal(undos), p.journalAt()
+		if _, err := t.WriteAt(jb, at); err != nil {
+			return rollback(fmt.Errorf("writing the journal (0x%x bytes at 0x%x): %w", len(jb), at, err))
 		}
-		return nil
+		if err := flush(); err != nil {
+			return rollback(fmt.Errorf("sync after the journal: %w", err))
+		}
 	}
-	undoTo := p.undoTo(n)
 	for i, st := range p.Steps[:n] {
 		if st.Kind == StepCommit {
 			if err := flush(); err != nil {
@@ -78,24 +111,15 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 			}
 		}
 		if st.Kind == StepTruncate {
+			// The cut takes the journal: what the steps before it wrote
+			// reaches the disk first.
+			if err := flush(); err != nil {
+				return fmt.Errorf("step %d (%s): sync: %w", i, st.What, err)
+			}
 			if err := t.Truncate(st.Len); err != nil {
 				return fmt.Errorf("step %d (%s): %w", i, st.What, err)
 			}
 			continue
-		}
-		if st.Off < p.OldSize && i <= undoTo {
-			end := min(st.Off+st.Len, p.OldSize)
-			old, ok := []byte(nil), false
-			if v, isViewer := t.(oldViewer); isViewer {
-				old, ok = v.oldBytes(st.Off, end-st.Off)
-			}
-			if !ok {
-				old = make([]byte, end-st.Off)
-				if _, err := t.ReadAt(old, st.Off); err != nil {
-					return rollback(fmt.Errorf("step %d (%s): reading old bytes: %w", i, st.What, err))
-				}
-			}
-			undos = append(undos, undo{st.Off, old})
 		}
 		data, off := st.data, st.Off
 		if st.Kind == StepCommit && sync && st.head > 0 {
@@ -123,6 +147,16 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 			}
 		}
 	}
+	if journaled && n == len(p.Steps) && p.Steps[n-1].Kind != StepTruncate {
+		// The result is in place; the journal goes, after what it would
+		// have finished reached the disk.
+		if err := flush(); err != nil {
+			return fmt.Errorf("sync before dropping the journal: %w", err)
+		}
+		if err := t.Truncate(p.NewSize); err != nil {
+			return fmt.Errorf("dropping the journal: %w", err)
+		}
+	}
 	return flush()
 }
 
@@ -148,7 +182,11 @@ func (p *Plan) spent() bool {
 	if p.f == nil {
 		return false
 	}
-	c, ok := p.f.r.(*readCache)
+	r := p.f.r
+	if o, ok := r.(*overlay); ok {
+		r = o.base // the file as its journal leaves it
+	}
+	c, ok := r.(*readCache)
 	return ok && c.spent()
 }
 
@@ -329,7 +367,11 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	// The undo copies of the bytes each step overwrites come from what
 	// the plan was made from, read already, when the cache still holds
 	// them.
-	if err := plan.Apply(cachedTarget{wf, rc}, opt.Sync); err != nil {
+	var t Target = cachedTarget{wf, rc}
+	if plan.recover != nil {
+		t = wf // the cache holds the bytes before the recovery writes
+	}
+	if err := plan.Apply(t, opt.Sync); err != nil {
 		wf.Close()
 		return nil, err
 	}

@@ -221,7 +221,7 @@ const (
 // under test and plans the edit. It returns the fixture, the file's path,
 // its prepared bytes and the plan (made from a separate copy, so that
 // rewriting path does not change what the plan reads).
-func crashSetup(t *testing.T, c crashCase) (fixtures.Fixture, string, []byte, *elfedit.Plan, elfedit.Info, want) {
+func crashSetup(t *testing.T, c crashCase) (fixtures.Fixture, string, []byte, *elfedit.Plan, elfedit.Info, want, elfedit.Edit) {
 	t.Helper()
 	fx := fixtures.ByName(t, c.variant).Copy(t)
 	path := fx.Exe
@@ -254,7 +254,7 @@ func crashSetup(t *testing.T, c crashCase) (fixtures.Fixture, string, []byte, *e
 		require.NotEqual(t, f.Header.Phoff, res.Header.Phoff, "the program header table should move: %s", planString(p))
 	}
 	before := f.Info()
-	return fx, path, prepared, p, before, expect(before, e)
+	return fx, path, prepared, p, before, expect(before, e), e
 }
 
 // works checks that the file at path loads: main runs, a library loads.
@@ -273,7 +273,7 @@ func TestCrash(t *testing.T) {
 	for _, c := range crashCases() {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			fx, path, prepared, p, before, after := crashSetup(t, c)
+			fx, path, prepared, p, before, after, _ := crashSetup(t, c)
 			old := wantOf(before)
 			probs := problemsOf(t, prepared)
 			oldNotes := loadedNotes(t, bytes.NewReader(prepared), int64(len(prepared)))
@@ -386,13 +386,12 @@ func problemsOf(t *testing.T, b []byte) map[string]string {
 var errInjected = errors.New("injected write failure")
 
 // faultyTarget fails its failAt-th write (1-based) after writing half of it,
-// as a full disk or an I/O error mid-write would, and, with failTruncate,
-// every Truncate that is not the rollback's.
+// as a full disk or an I/O error mid-write would, and, with failTruncate
+// (and no write failing, so no rollback), every Truncate.
 type faultyTarget struct {
 	*os.File
 	failAt, writes int
 	failTruncate   bool
-	oldSize        int64
 }
 
 func (f *faultyTarget) WriteAt(b []byte, off int64) (int, error) {
@@ -405,28 +404,32 @@ func (f *faultyTarget) WriteAt(b []byte, off int64) (int, error) {
 }
 
 func (f *faultyTarget) Truncate(size int64) error {
-	if f.failTruncate && size != f.oldSize {
+	if f.failTruncate {
 		return errInjected
 	}
 	return f.File.Truncate(size)
 }
 
-// TestWriteFailure makes each write of each plan fail half way. A failure
-// before or at the commit must leave the file byte-identical to the
-// original (rolled back, truncated to its old size); a failure of a
-// hygiene step after the commit leaves the new, working file and says so.
+// TestWriteFailure makes each write of each plan fail half way, the
+// journal's first. A failure before or at the commit must leave the file
+// byte-identical to the original (rolled back, truncated to its old
+// size); a failure of a hygiene step after the commit leaves the new,
+// working file and says so. A failed cut (of an old region, or of the
+// journal) leaves the result too, and the journal, which a next run
+// finishes: it leaves the bytes of one clean run.
 func TestWriteFailure(t *testing.T) {
 	t.Parallel()
 	for _, c := range crashCases() {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			fx, path, prepared, p, _, after := crashSetup(t, c)
+			fx, path, prepared, p, _, after, e := crashSetup(t, c)
 			var writes []elfedit.Step
-			hasTruncate := false
+			journaled := len(p.Steps) > 1
+			if journaled {
+				writes = append(writes, elfedit.Step{Kind: "journal", What: "the journal"})
+			}
 			for _, s := range p.Steps {
-				if s.Kind == elfedit.StepTruncate {
-					hasTruncate = true
-				} else {
+				if s.Kind != elfedit.StepTruncate {
 					writes = append(writes, s)
 				}
 			}
@@ -434,7 +437,7 @@ func TestWriteFailure(t *testing.T) {
 				require.NoError(t, os.WriteFile(path, prepared, 0o755))
 				f, err := os.OpenFile(path, os.O_RDWR, 0)
 				require.NoError(t, err)
-				ft := &faultyTarget{File: f, failAt: k, oldSize: p.OldSize}
+				ft := &faultyTarget{File: f, failAt: k}
 				err = p.Apply(ft, false)
 				require.NoError(t, f.Close())
 				what := fmt.Sprintf("write %d of %d fails (%s %q)", k, len(writes), writes[k-1].Kind, writes[k-1].What)
@@ -448,15 +451,23 @@ func TestWriteFailure(t *testing.T) {
 				assert.Contains(t, err.Error(), "restored", what)
 				assert.True(t, bytes.Equal(prepared, readFile(t, path)), "%s: file not restored byte for byte", what)
 			}
-			if hasTruncate {
+			if journaled {
 				require.NoError(t, os.WriteFile(path, prepared, 0o755))
 				f, err := os.OpenFile(path, os.O_RDWR, 0)
 				require.NoError(t, err)
-				err = p.Apply(&faultyTarget{File: f, failTruncate: true, oldSize: p.OldSize}, false)
+				require.NoError(t, p.Apply(f, false))
+				require.NoError(t, f.Close())
+				clean := readFile(t, path)
+				require.NoError(t, os.WriteFile(path, prepared, 0o755))
+				f, err = os.OpenFile(path, os.O_RDWR, 0)
+				require.NoError(t, err)
+				err = p.Apply(&faultyTarget{File: f, failTruncate: true}, false)
 				require.NoError(t, f.Close())
 				require.ErrorIs(t, err, errInjected, "truncate fails")
 				assert.Equal(t, after, wantOf(info(t, path)), "truncate fails: the result stands")
 				assert.NoError(t, works(t, fx, c.lib, path), "truncate fails")
+				rerun(t, path, e)
+				assert.True(t, bytes.Equal(clean, readFile(t, path)), "truncate fails: the next run does not leave the bytes of a clean run")
 			}
 			keepOnFailure(t, fx)
 		})
@@ -474,17 +485,25 @@ func (s *syncTarget) WriteAt(b []byte, off int64) (int, error) {
 	return s.File.WriteAt(b, off)
 }
 
+func (s *syncTarget) Truncate(size int64) error {
+	s.ops = append(s.ops, fmt.Sprintf("truncate 0x%x", size))
+	return s.File.Truncate(size)
+}
+
 func (s *syncTarget) Sync() error {
 	s.ops = append(s.ops, "sync")
 	return s.File.Sync()
 }
 
-// TestApplySync checks that Apply with sync flushes right before the commit
-// write (so that a power loss cannot reorder the unused and neutral writes
-// after it), right after it when anything follows (so that clearing the
-// old bytes cannot reach the disk before the switch; a commit that took in
-// the clearing after it is written in two parts around that flush), and
-// after the last step.
+// TestApplySync checks that Apply with sync flushes right after the
+// journal (so that no write it undoes or finishes reaches the disk
+// before it), right before the commit write (so that a power loss cannot
+// reorder the unused and neutral writes after it), right after it when
+// anything follows (so that clearing the old bytes cannot reach the disk
+// before the switch; a commit that took in the clearing after it is
+// written in two parts around that flush), before the cut that drops the
+// journal (so that what it would finish is on disk first), and after the
+// last step.
 func TestApplySync(t *testing.T) {
 	t.Parallel()
 	var joined atomic.Int32
@@ -496,13 +515,17 @@ func TestApplySync(t *testing.T) {
 	for _, c := range crashCases() {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			_, path, _, p, _, _ := crashSetup(t, c)
+			_, path, _, p, _, _, _ := crashSetup(t, c)
 			f, err := os.OpenFile(path, os.O_RDWR, 0)
 			require.NoError(t, err)
 			defer f.Close()
 			st := &syncTarget{File: f}
 			require.NoError(t, p.Apply(st, true))
 			var want []string
+			journaled := len(p.Steps) > 1 || len(p.Steps) == 1 && elfedit.CommitHead(p.Steps[0]) > 0
+			if journaled {
+				want = append(want, fmt.Sprintf("write 0x%x", (max(p.OldSize, p.NewSize)+7)&^7), "sync")
+			}
 			for i, s := range p.Steps {
 				switch {
 				case s.Kind == elfedit.StepCommit:
@@ -517,9 +540,14 @@ func TestApplySync(t *testing.T) {
 					if head > 0 {
 						want = append(want, fmt.Sprintf("write 0x%x", s.Off+head))
 					}
-				case s.Kind != elfedit.StepTruncate:
+				case s.Kind == elfedit.StepTruncate:
+					want = append(want, "sync", fmt.Sprintf("truncate 0x%x", s.Len))
+				default:
 					want = append(want, fmt.Sprintf("write 0x%x", s.Off))
 				}
+			}
+			if journaled && p.Steps[len(p.Steps)-1].Kind != elfedit.StepTruncate {
+				want = append(want, "sync", fmt.Sprintf("truncate 0x%x", p.NewSize))
 			}
 			want = append(want, "sync")
 			assert.Equal(t, strings.Join(want, "; "), strings.Join(st.ops, "; "))

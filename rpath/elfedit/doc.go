@@ -64,6 +64,15 @@
 // a write interrupted in the middle leaves a prefix of it. A failed step
 // rolls back the steps before it.
 //
+// A plan of more than one write first appends a journal past the end of
+// the old and the new file (the commit's bytes, the old bytes of what is
+// written up to it, what is written after it, a checksum), which its last
+// step cuts away. A file that ends in one (its process was killed between
+// two writes) is read as its edit leaves it, finished when the commit's
+// bytes are in place, else undone, and every plan made from it writes
+// that state first ([Recover] when the edit asks nothing more): an edit
+// run again after a crash leaves the bytes one run leaves.
+//
 // # Hardening
 //
 // Every count, size and offset read from a file is checked against the file's

@@ -16,6 +16,10 @@ const (
 	InPlace Strategy = "in-place"
 	Slack   Strategy = "slack"
 	Region  Strategy = "region"
+	// Recover finishes or undoes the edit a killed process left
+	// unfinished in the file (journal.go), where the edit asked of the
+	// file so finished asks nothing more.
+	Recover Strategy = "recover"
 )
 
 // StepKind says what a step may touch, which is what makes the order of a
@@ -74,6 +78,10 @@ type Plan struct {
 	// had is what Verify found in the original (checkResult allows
 	// those problems in the result).
 	had []Problem
+	// recover is written before the steps: the file ended in the journal
+	// of an interrupted edit, and the plan was made from the file as that
+	// edit leaves it (File.recovery).
+	recover *recovery
 }
 
 // IsNoOp reports a plan that changes nothing: applying it does not even
@@ -224,8 +232,18 @@ func keepFirst(ents []dent, tag elf.DynTag) []dent {
 // returns is one whose result verifies, whatever the input.
 func (f *File) Plan(e Edit) (*Plan, error) {
 	p, err := f.layout(e)
-	if err != nil || p.IsNoOp() {
-		return p, err
+	if err != nil {
+		return nil, err
+	}
+	if f.recovery != nil {
+		if p.IsNoOp() {
+			p = &Plan{Strategy: Recover, OldSize: f.size, NewSize: f.size, f: f}
+		}
+		p.recover = f.recovery
+		p.Written += f.recovery.written()
+	}
+	if p.IsNoOp() {
+		return p, nil
 	}
 	p.had = f.Verify()
 	if len(p.had) > 0 {

@@ -95,7 +95,10 @@ type File struct {
 	strOff     uint64 // file offset of DT_STRTAB
 	strAddr    uint64 // DT_STRTAB
 	region     *regionInfo
-	debugOnly  bool // separate debug object: contents are NOBITS
+	// recovery is what the file needs written to be as its interrupted
+	// edit leaves it (NewFile), nil when it ends in no journal.
+	recovery  *recovery
+	debugOnly bool // separate debug object: contents are NOBITS
 	// openName is the first section whose name runs to the end of the
 	// section name table without a NUL (-1 if none): it reads as nothing
 	// now, and as something else once the table grows (Verify).
@@ -255,8 +258,35 @@ func readAt(r io.ReaderAt, size int64, off, n uint64, what string) ([]byte, erro
 }
 
 // NewFile reads the headers and dynamic-linking data of the ELF file of the
-// given size that r reads from.
+// given size that r reads from. A file that ends in the journal of an
+// edit a killed process left unfinished (journal.go) is read as that edit
+// leaves it, finished or undone, and a plan made from it writes that
+// state first.
 func NewFile(r io.ReaderAt, size int64) (*File, error) {
+	f, err := newFile(r, size)
+	if _, planned := r.(*overlay); planned || errors.Is(err, ErrNotELF) {
+		return f, err // a planned result, or a view a journal restores
+	}
+	j, jerr := readJournal(r, size)
+	if jerr != nil {
+		return nil, jerr
+	}
+	if j == nil {
+		return f, err
+	}
+	rec, err := j.recover(r)
+	if err != nil {
+		return nil, err
+	}
+	g, err := newFile(rec.view(r, size), rec.size)
+	if err != nil {
+		return nil, fmt.Errorf("the file as the journal of an interrupted edit at 0x%x leaves it: %w", j.at, err)
+	}
+	g.recovery = rec
+	return g, nil
+}
+
+func newFile(r io.ReaderAt, size int64) (*File, error) {
 	f := &File{r: r, size: size, dynProg: -1, interpProg: -1, openName: -1}
 	if err := f.readHeader(); err != nil {
 		return nil, err

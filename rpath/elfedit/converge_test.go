@@ -1,0 +1,251 @@
+package elfedit_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/internal/fixtures"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
+
+// oldStorePath is a search path entry every convergence case's file holds
+// before its edit: a store path that, left anywhere in the file after an
+// edit replaced it, would keep its package in the closure.
+const oldStorePath = "/nix/store/0123456789abcdfghijklmnpqrsvwxyz-OLDMARKER/lib"
+
+// killTarget is the file of a process killed after its k-th write: the
+// writes (WriteAt and Truncate, each one system call) after the k-th
+// never reach the file, and nothing is rolled back. Sync does nothing (a
+// kill loses nothing the kernel has), but Apply takes the path it takes
+// with sync, which splits a commit that took in hygiene into two writes.
+type killTarget struct {
+	*os.File
+	k, n int
+}
+
+func (t *killTarget) WriteAt(b []byte, off int64) (int, error) {
+	if t.n++; t.n > t.k {
+		return len(b), nil
+	}
+	return t.File.WriteAt(b, off)
+}
+
+func (t *killTarget) Truncate(size int64) error {
+	if t.n++; t.n > t.k {
+		return nil
+	}
+	return t.File.Truncate(size)
+}
+
+func (t *killTarget) Sync() error { return nil }
+
+// convergeCase is one edit of one file whose every crash point
+// TestCrashConverges checks.
+type convergeCase struct {
+	crashCase
+	// storePath: the file's search path holds oldStorePath before the
+	// edit, which replaces it.
+	storePath bool
+	// layouts are the strategies the plan may take ("" for any, as for
+	// crashCase, which checks its own); truncates: its last step cuts
+	// an old region away.
+	layouts   []elfedit.Strategy
+	truncates bool
+}
+
+// convergeCases are TestCrash's layouts, and each layout class (in
+// place, slack, region, the program header table moved into the region,
+// a note written and replaced, a second and a third edit of an edited
+// file) on the x86_64 linkers and a 32-bit and a big-endian variant, from
+// a search path that holds a store path.
+func convergeCases() []convergeCase {
+	var out []convergeCase
+	for _, c := range crashCases() {
+		out = append(out, convergeCase{crashCase: c})
+	}
+	lib := func(n int) func(*testing.T, fixtures.Fixture) elfedit.Edit {
+		return func(_ *testing.T, fx fixtures.Fixture) elfedit.Edit {
+			if n == 0 {
+				return elfedit.Edit{SetPath: str(originLib)}
+			}
+			return elfedit.Edit{SetPath: str(pad(n, fx.LibDir))}
+		}
+	}
+	note := func(marker string, n int) func(*testing.T, fixtures.Fixture) elfedit.Edit {
+		return func(_ *testing.T, fx fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{SetPath: str(pad(300, fx.LibDir)), SetNote: cacheNote(marker, n), Derived: []elfedit.NoteID{cacheID}}
+		}
+	}
+	// A longer SONAME with each edit makes it a region; the first
+	// region is the largest, so the third, smaller than the slot the
+	// first leaves before the second, goes there, and the file is cut
+	// back.
+	soname := func(n, k int) func(*testing.T, fixtures.Fixture) elfedit.Edit {
+		return func(_ *testing.T, fx fixtures.Fixture) elfedit.Edit {
+			return elfedit.Edit{SetPath: str(pad(n, fx.LibDir)), Soname: str(fmt.Sprintf("libfoo-%d-%s.so", k, strings.Repeat("x", 40*k)))}
+		}
+	}
+	// Linkers that leave no padding after the first PT_LOAD (lld, mold)
+	// take a region where the others take the slack.
+	region, slackOr := []elfedit.Strategy{elfedit.Region}, []elfedit.Strategy{elfedit.Slack, elfedit.Region}
+	classes := []convergeCase{
+		{crashCase: crashCase{name: "in-place", edit: lib(0)}, layouts: []elfedit.Strategy{elfedit.InPlace}},
+		{crashCase: crashCase{name: "slack", edit: lib(200)}, layouts: slackOr},
+		{crashCase: crashCase{name: "region", edit: lib(4096)}, layouts: region},
+		{crashCase: crashCase{name: "phdr-in-region", prep: dropSections, edit: lib(4096)}, layouts: region},
+		{crashCase: crashCase{name: "note", edit: note("kkkk", 200)}, layouts: region},
+		{crashCase: crashCase{name: "note-again", prep: editWith(note("llll", 100)), edit: note("mmmm", 2000)}, layouts: region},
+		{crashCase: crashCase{name: "re-edit", prep: editWith(lib(4096)), edit: lib(5000)}, layouts: region},
+		{crashCase: crashCase{name: "re-edit-truncate", prep: editWith(lib(9000), soname(4096, 1)), edit: soname(100, 2)}, layouts: region, truncates: true},
+	}
+	for _, v := range []string{"bfd-pie", "bfd-nopie", "gold-pie", "lld-pie", "mold-pie", "i686-bfd-pie", "s390x-bfd-pie"} {
+		for _, c := range classes {
+			c.name, c.variant, c.lib, c.storePath = v+"/"+c.name, v, true, true
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// countTarget counts the writes a plan makes.
+type countTarget struct {
+	*os.File
+	n int
+}
+
+func (t *countTarget) WriteAt(b []byte, off int64) (int, error) { t.n++; return t.File.WriteAt(b, off) }
+func (t *countTarget) Truncate(size int64) error                { t.n++; return t.File.Truncate(size) }
+func (t *countTarget) Sync() error                              { return nil }
+
+// TestCrashConverges kills the write of each case's edit after each of
+// its writes (with and without sync, whose commit may take two) and runs
+// the edit again, as the main job does (Prepare, then EditFile with the
+// prepared plan when it is not a no-op). The killed file must load as the
+// original or the result, and the second run must leave exactly the
+// bytes one run leaves: no old store path, no second region, no section
+// header or symbol that disagrees.
+func TestCrashConverges(t *testing.T) {
+	t.Parallel()
+	for _, c := range convergeCases() {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			fx, path, prepared, e := convergeSetup(t, c)
+			for _, sync := range []bool{false, true} {
+				clean, writes, p := convergeApply(t, path, prepared, e, sync, -1)
+				if c.layouts != nil {
+					require.Contains(t, c.layouts, p.Strategy, planString(p))
+				}
+				if c.truncates {
+					require.Equal(t, elfedit.StepTruncate, p.Steps[len(p.Steps)-1].Kind, planString(p))
+				}
+				if c.storePath && bytes.Contains(clean, []byte(oldStorePath)) {
+					t.Fatalf("a clean run leaves %s in the file", oldStorePath)
+				}
+				for k := 0; k < writes; k++ {
+					convergeApply(t, path, prepared, e, sync, k)
+					what := fmt.Sprintf("sync %v, killed after write %d of %d", sync, k, writes)
+					if err := works(t, fx, c.lib, path); err != nil {
+						t.Errorf("%s: %v", what, err)
+					}
+					rerun(t, path, e)
+					if got := readFile(t, path); !bytes.Equal(got, clean) {
+						t.Errorf("%s: the next run leaves %s", what, differs(got, clean, "a clean run"))
+					}
+					if t.Failed() {
+						keepOnFailure(t, fx)
+						t.FailNow()
+					}
+				}
+			}
+		})
+	}
+}
+
+// convergeSetup makes a fresh copy of the case's variant and prepares the
+// file under test, as crashSetup does.
+func convergeSetup(t *testing.T, c convergeCase) (fixtures.Fixture, string, []byte, elfedit.Edit) {
+	t.Helper()
+	fx := fixtures.ByName(t, c.variant).Copy(t)
+	path := fx.Exe
+	libPath, mainPath := preLib, preMain
+	if c.storePath {
+		libPath, mainPath = originLib+":"+oldStorePath, originMain+":"+oldStorePath
+	}
+	if !fx.Static {
+		_, err := elfedit.EditFile(fx.Libs[0], elfedit.Edit{SetPath: str(libPath)}, elfedit.Options{})
+		require.NoError(t, err)
+	}
+	if c.lib {
+		path = fx.Libs[0]
+	} else if !fx.Static {
+		_, err := elfedit.EditFile(fx.Exe, elfedit.Edit{SetPath: str(mainPath)}, elfedit.Options{})
+		require.NoError(t, err)
+	}
+	if c.prep != nil {
+		c.prep(t, fx, path)
+	}
+	return fx, path, readFile(t, path), c.edit(t, fx)
+}
+
+// convergeApply writes the prepared bytes to path, plans e from them and
+// applies the plan, killed after write k (k < 0: not killed). It returns
+// the file's bytes, the writes the plan made and the plan.
+func convergeApply(t *testing.T, path string, prepared []byte, e elfedit.Edit, sync bool, k int) ([]byte, int, *elfedit.Plan) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path, prepared, 0o755))
+	f, err := elfedit.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	p, err := f.Plan(e)
+	require.NoError(t, err)
+	require.False(t, p.IsNoOp(), "the edit changes nothing")
+	w, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer w.Close()
+	var n int
+	if k < 0 {
+		ct := &countTarget{File: w}
+		require.NoError(t, p.Apply(ct, sync))
+		n = ct.n
+	} else {
+		require.NoError(t, p.Apply(&killTarget{File: w, k: k}, sync))
+	}
+	return readFile(t, path), n, p
+}
+
+// rerun edits path again the way the main job does: it prepares a plan,
+// and writes the file when the plan is not a no-op.
+func rerun(t *testing.T, path string, e elfedit.Edit) {
+	t.Helper()
+	f, err := (&elfedit.Buffers{}).OpenForEdit(path)
+	require.NoError(t, err)
+	p, err := f.Prepare(e, nil)
+	require.NoError(t, err, "planning the next run")
+	require.NoError(t, f.Close())
+	if p.IsNoOp() {
+		return
+	}
+	_, err = elfedit.EditFile(path, e, elfedit.Options{Prepared: p})
+	require.NoError(t, err, "the next run")
+}
+
+// differs says how got differs from want, which name names.
+func differs(got, want []byte, name string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d bytes, %s %d", len(got), name, len(want))
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			fmt.Fprintf(&b, "; first difference at 0x%x", i)
+			break
+		}
+	}
+	if bytes.Contains(got, []byte(oldStorePath)) {
+		b.WriteString("; the old store path is still in it")
+	}
+	return b.String()
+}
