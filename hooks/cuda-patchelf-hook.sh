@@ -24,24 +24,73 @@ if [[ -z ${cudaPatchelfCudaCompat+set} ]]; then
     declare -g cudaPatchelfCudaCompat='@cudaCompat@'
 fi
 
-# <dep>/lib of every host dependency, in dependency order, as autoPatchelfHook
-# gathers them: only lib/, not lib64 and not subdirectories.
-declare -ga cudaPatchelfLibs=()
-# Flag/directory pairs from addCudaPatchelfSearchPath, in call order.
-declare -ga cudaPatchelfSearchArgs=()
-
 _cudaPatchelfLog() {
     echo "cudaPatchelfHook: $*" >&2
 }
 
-# Without strictDeps stdenv calls this once per env hook list for every
-# package, so a directory may come twice.
+# autoPatchelfLibs is autoPatchelfHook's list of library directories: the
+# env hooks append <dep>/lib of every host dependency to it, and
+# derivations append to it (or rewrite it) themselves, in preFixup for
+# example. It is read when cudapatch runs. A derivation may set it as a
+# string (whitespace-separated, as every list variable); that becomes the
+# array the env hooks append to.
+_cudaPatchelfLibsToArray() {
+    local -
+    set -o noglob
+    local IFS=$' \t\n'
+    # shellcheck disable=SC2206 # Split on whitespace, as concatTo splits a string.
+    local -a words=($autoPatchelfLibs)
+    unset autoPatchelfLibs
+    declare -ga autoPatchelfLibs=(${words[@]+"${words[@]}"})
+}
+if [[ -n ${autoPatchelfLibs+set} && ${autoPatchelfLibs@a} != *[aA]* ]]; then
+    _cudaPatchelfLibsToArray
+fi
+declare -ga autoPatchelfLibs
+# Flag/directory pairs from addCudaPatchelfSearchPath, in call order.
+declare -ga cudaPatchelfSearchArgs=()
+
+# <dep>/lib of every host dependency, in dependency order, as
+# autoPatchelfHook gathers them: only lib/, not lib64 and not
+# subdirectories. Without strictDeps stdenv calls this once per env hook
+# list for every package, so a directory may come twice.
 _cudaPatchelfGatherLibraries() {
     local dir
-    for dir in "${cudaPatchelfLibs[@]}"; do
+    for dir in ${autoPatchelfLibs[@]+"${autoPatchelfLibs[@]}"}; do
         [[ $dir == "$1/lib" ]] && return 0
     done
-    cudaPatchelfLibs+=("$1/lib")
+    autoPatchelfLibs+=("$1/lib")
+}
+
+# _cudaPatchelfLibDirs ARRAY: appends to ARRAY the directories of
+# autoPatchelfLibs and then of extraAutoPatchelfLibs (where
+# autoPatchelfHook's addAutoPatchelfSearchPath puts them, when that hook
+# is present), as they are now, in order, each once. Without
+# __structuredAttrs the entries of autoPatchelfLibs are split on
+# whitespace, so that an edit of the string form
+# (autoPatchelfLibs="$autoPatchelfLibs /x") counts too.
+_cudaPatchelfLibDirs() {
+    local -n _cudaPatchelfDirs=$1
+    local -
+    set -o noglob
+    local IFS=$' \t\n'
+    local -a all=()
+    local entry
+    for entry in ${autoPatchelfLibs[@]+"${autoPatchelfLibs[@]}"}; do
+        if [[ -n ${__structuredAttrs-} ]]; then
+            all+=("$entry")
+        else
+            # shellcheck disable=SC2206 # Split on whitespace, as above.
+            all+=($entry)
+        fi
+    done
+    all+=(${extraAutoPatchelfLibs[@]+"${extraAutoPatchelfLibs[@]}"})
+    local -A seen=()
+    for entry in ${all[@]+"${all[@]}"}; do
+        [[ -n $entry && -z ${seen[$entry]-} ]] || continue
+        seen[$entry]=1
+        _cudaPatchelfDirs+=("$entry")
+    done
 }
 
 # shellcheck disable=SC2154 # targetOffset is set by stdenv while sourcing.
@@ -137,11 +186,11 @@ cudaPatchelf() {
         args+=(--ignore-missing "$entry")
     done
 
-    # Gathered <dep>/lib directories that do not exist are skipped, as
-    # auto-patchelf skips them. autoPatchelfHook's addAutoPatchelfSearchPath,
-    # when that hook is present, leaves its directories in
-    # extraAutoPatchelfLibs: they are honoured too.
-    for entry in "${cudaPatchelfLibs[@]}" ${extraAutoPatchelfLibs+"${extraAutoPatchelfLibs[@]}"}; do
+    # Library directories that do not exist (a dependency without lib/)
+    # are skipped, as auto-patchelf skips them.
+    local -a libDirs=()
+    _cudaPatchelfLibDirs libDirs
+    for entry in ${libDirs[@]+"${libDirs[@]}"}; do
         if [[ -d $entry ]]; then
             args+=(--search "$entry")
         fi
@@ -182,9 +231,12 @@ cudaPatchelf() {
     if [[ -n ${_cudaPatchelfShrinkKept-} ]]; then
         args+=(--shrink-kept)
     fi
-    if ((${#patchelfFlagsArray[@]} > 0)); then
-        _cudaPatchelfLog "ignoring patchelfFlags (${patchelfFlagsArray[*]}): cudapatch does not run patchelf"
-    fi
+    # patchelfFlags, which auto-patchelf passes to every patchelf call:
+    # cudapatch honours the options that matter to packages and refuses
+    # the others (docs/auto-patchelf.md), as for auto-patchelf --extra-args.
+    for entry in "${patchelfFlagsArray[@]}"; do
+        args+=("--patchelf-flag=$entry")
+    done
     args+=("${ownFlags[@]}")
 
     _cudaPatchelfLog "running cudapatch on $*"

@@ -37,6 +37,11 @@ func (c *config) resolutionNote(f *elfedit.File, needed []string, final string, 
 		return nil, "", err
 	}
 	cache, _ := ldcache.Build(needed, final, ldcache.OS{}, c.resolutionRules())
+	if e.SetPath != nil && e.Tag == elfedit.TagRPath {
+		// The loader reads the note after the DT_RPATH walk, which has
+		// already searched every directory the note would name.
+		cache = nil
+	}
 	for _, d := range ldcache.SplitPath(final) {
 		if c.audit(d) != "" {
 			cache = nil

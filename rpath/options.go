@@ -2,6 +2,7 @@ package rpath
 
 import (
 	"context"
+	"debug/elf"
 	"fmt"
 	"io"
 	"log/slog"
@@ -59,6 +60,9 @@ type config struct {
 	buildDirs       []string
 	noteCache       bool
 	shrinkKept      bool
+	forceRPath      bool
+	keepOld         bool
+	pageSize        uint64
 	dryRun          bool
 	sync            bool
 	jobs            int
@@ -311,6 +315,51 @@ func WithResolutionCache(on bool) Option {
 // file, in the same write.
 func WithShrinkKept(on bool) Option {
 	return func(c *config) error { c.shrinkKept = on; return nil }
+}
+
+// WithForceRPath writes the search paths Patch sets as DT_RPATH instead
+// of DT_RUNPATH (patchelf --force-rpath, which packages pass through
+// patchelfFlags): DT_RPATH outranks LD_LIBRARY_PATH and is inherited by
+// the libraries the file loads. Such a file gets no resolution note
+// (an old one is removed): nixpkgs' loader reads the note only after the
+// DT_RPATH walk, and patchelf refuses --build-resolution-cache with
+// --force-rpath.
+func WithForceRPath(on bool) Option {
+	return func(c *config) error { c.forceRPath = on; return nil }
+}
+
+// WithKeepOldSections leaves the bytes of tables an edit moves or
+// replaces as they were, instead of zeroing or scrubbing them (patchelf
+// --no-clobber-old-sections): for programs that read their own tables
+// at the old offsets, as Firefox's relrhack does. The old strings, and
+// any store paths they name, then stay in the file.
+func WithKeepOldSections(on bool) Option {
+	return func(c *config) error { c.keepOld = on; return nil }
+}
+
+// WithPageSize asks that the segments an edit adds be aligned for pages
+// of size bytes (patchelf --page-size). elfedit aligns them to the
+// largest page size of the file's machine (elfedit.MaxPageSize), which
+// satisfies every power of two up to it; a file of a machine whose
+// pages are smaller than size is refused (its own segments are aligned
+// for those pages, and elfedit aligns to no more). 0 asks nothing.
+func WithPageSize(size uint64) Option {
+	return func(c *config) error {
+		if size&(size-1) != 0 {
+			return fmt.Errorf("page size %d is not a power of two", size)
+		}
+		c.pageSize = size
+		return nil
+	}
+}
+
+// pageSizeProblem says why a file of machine m cannot meet the page size
+// asked for, or "".
+func (c *config) pageSizeProblem(m elf.Machine) string {
+	if have := elfedit.MaxPageSize(m); c.pageSize > have {
+		return fmt.Sprintf("page size %d is larger than the %d that segments added to %v files are aligned to (the largest page size of that machine's kernels)", c.pageSize, have, m)
+	}
+	return ""
 }
 
 // WithDryRun decides and verifies everything but writes nothing.

@@ -66,7 +66,9 @@ type File struct {
 	OldRunPath     *string      `json:"old_runpath,omitempty"`
 	OldRPath       *string      `json:"old_rpath,omitempty"`
 	RunPath        string       `json:"runpath,omitempty"`
-	Deps           []Dep        `json:"deps,omitempty"`
+	// AsRPath says RunPath is written as DT_RPATH (WithForceRPath).
+	AsRPath bool  `json:"as_rpath,omitempty"`
+	Deps    []Dep `json:"deps,omitempty"`
 	// ResolutionCache is the note written for the file's final RUNPATH
 	// (see rpath/ldcache), Note what happened to it.
 	ResolutionCache ldcache.Cache    `json:"resolution_cache,omitempty"`
@@ -153,7 +155,16 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		return nil, err
 	}
 	target := c.interpreterTarget()
-	if !c.dryRun { // a dry run writes nothing: no plan is kept for it
+	if target != nil && c.pageSize > 0 {
+		// Every file Patch writes has the interpreter's machine: one
+		// refusal for the run, not one a file.
+		if msg := c.pageSizeProblem(target.Machine); msg != "" {
+			return nil, errors.New(msg)
+		}
+	}
+	// A dry run writes nothing, and a write that keeps old sections plans
+	// afresh: no plan is kept for either.
+	if !c.dryRun && !c.keepOld {
 		c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
 	}
 	rep := &Report{Files: make([]*File, len(files))}
@@ -224,7 +235,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		}
 		defer leave()
 		defer step()
-		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan})
+		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan, KeepOldSections: c.keepOld})
 		c.kept.give(f.plan)
 		reused := res != nil && f.plan != nil && res.Plan == f.plan
 		f.plan = nil
@@ -588,6 +599,9 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 	if out.RunPath != "" {
 		rp := out.RunPath
 		e.SetPath = &rp
+		if c.forceRPath {
+			e.Tag, out.AsRPath = elfedit.TagRPath, true
+		}
 	} else if c.shrinkKept {
 		shrinkKept(info, &e)
 		if e.SetPath != nil {
@@ -615,6 +629,10 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 	}
 	out.Changed = !plan.IsNoOp()
 	out.Strategy = plan.Strategy
+	if msg := c.pageSizeProblem(machine); out.Changed && msg != "" {
+		out.Errors = append(out.Errors, msg)
+		return out
+	}
 	out.edit = e
 	if out.Changed && plan.Prepared() {
 		out.plan = plan

@@ -30,9 +30,6 @@ func autoPatchelfCommand(g *globals) *cli.Command {
 				fmt.Fprintln(g.stdout, autoPatchelfUsage)
 				return nil
 			}
-			if len(a.extra) > 0 {
-				g.log.Warn("patchelf arguments are not used: cudapatch writes every file itself", "extra-args", strings.Join(a.extra, " "))
-			}
 			opts, err := g.patchOptionsFrom(a)
 			if err != nil {
 				return withCode(exitUsage, err)
@@ -56,7 +53,9 @@ Accepts nixpkgs' auto-patchelf.py command line; interpreter and libc come from
 $NIX_BINTOOLS, the store of --relative-rpaths from $NIX_STORE (else /nix/store).
 --driver-link-for is cudapatch's own (default all: the driver link is added as
 nixpkgs' driver hook would add it afterwards; none writes what auto-patchelf
-alone writes).`
+alone writes). Of the patchelf options after --extra-args, --force-rpath,
+--no-clobber-old-sections and --page-size N are honoured; any other is
+refused (exit 2).`
 
 type autoPatchelfArgs struct {
 	paths, libs, runtimeDeps, appendRpaths, ignoreMissing, extra []string
@@ -145,6 +144,10 @@ func (g *globals) patchOptionsFrom(a *autoPatchelfArgs) ([]rpath.Option, error) 
 	}
 	if a.driverLinkFor != "" {
 		args = append(args, "--driver-link-for", a.driverLinkFor)
+	}
+	// The same words as the hook's patchelfFlags, read by the same code.
+	for _, w := range a.extra {
+		args = append(args, "--patchelf-flag="+w)
 	}
 	var opts []rpath.Option
 	var perr error

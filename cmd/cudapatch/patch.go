@@ -46,6 +46,8 @@ func patchFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "ignore-missing", Usage: "ignore missing libraries whose name matches `PATTERN` (Python fnmatch; repeatable)"},
 		&cli.BoolFlag{Name: "no-resolution-cache", Usage: "write no resolution note (.note.nixos.ldcache); stale ones are still removed"},
 		&cli.BoolFlag{Name: "shrink-kept", Usage: "shrink the RUNPATH of files cudapatch gives none, as patchelf --shrink-rpath (the hook's take-over of fixupPhase's shrink pass)"},
+		&cli.BoolFlag{Name: "force-rpath", Usage: "write each RUNPATH as DT_RPATH, as patchelf --force-rpath does (such files get no resolution note)"},
+		&cli.StringSliceFlag{Name: "patchelf-flag", Usage: "one `WORD` of a package's patchelf options (patchelfFlags, auto-patchelf's --extra-args): --force-rpath, --no-clobber-old-sections and --page-size N are honoured, any other is refused (repeatable)"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "decide and verify, write nothing"},
 		&cli.BoolFlag{Name: "json", Usage: "print the report of every decision as JSON"},
 		&cli.BoolFlag{Name: "structured-logs", Usage: "print auto-patchelf's JSON-lines events instead of one line per changed file"},
@@ -123,6 +125,10 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
 			buildDirs = append(buildDirs, tmp)
 		}
 	}
+	pf, err := parsePatchelfFlags(cmd.StringSlice("patchelf-flag"))
+	if err != nil {
+		return nil, err
+	}
 	var store string
 	if cmd.Bool("relative-rpaths") {
 		store = cmd.String("store-dir")
@@ -153,6 +159,9 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
 		rpath.WithIgnoreMissing(cmd.StringSlice("ignore-missing")...),
 		rpath.WithResolutionCache(!cmd.Bool("no-resolution-cache")),
 		rpath.WithShrinkKept(cmd.Bool("shrink-kept")),
+		rpath.WithForceRPath(cmd.Bool("force-rpath") || pf.forceRPath),
+		rpath.WithKeepOldSections(pf.keepOld),
+		rpath.WithPageSize(pf.pageSize),
 		rpath.WithDryRun(cmd.Bool("dry-run")),
 		rpath.WithJobs(jobs),
 		rpath.WithSync(cmd.Bool("sync")),
@@ -199,6 +208,43 @@ func (g *globals) loader(interp, libc string) (string, string) {
 		g.noLibc = "none was given"
 	}
 	return interp, libc
+}
+
+// patchelfFlagSet is what the patchelf options of a package ask of the
+// main job. nixpkgs' auto-patchelf passes its --extra-args (the hook's
+// patchelfFlags) to every patchelf call it makes; cudapatch makes no such
+// call, so each option is honoured by the policy or refused with its
+// reason, never dropped.
+type patchelfFlagSet struct {
+	forceRPath, keepOld bool
+	pageSize            uint64
+}
+
+// parsePatchelfFlags reads patchelf options, one word each as patchelf
+// takes them (--page-size and its value are two words).
+func parsePatchelfFlags(words []string) (patchelfFlagSet, error) {
+	var s patchelfFlagSet
+	for i := 0; i < len(words); i++ {
+		switch w := words[i]; w {
+		case "--force-rpath":
+			s.forceRPath = true
+		case "--no-clobber-old-sections":
+			s.keepOld = true
+		case "--page-size":
+			if i+1 == len(words) {
+				return s, errors.New("patchelf option --page-size (patchelfFlags, --extra-args) has no value")
+			}
+			i++
+			n, err := strconv.ParseUint(words[i], 10, 64)
+			if err != nil || n == 0 || n&(n-1) != 0 {
+				return s, fmt.Errorf("patchelf option --page-size %q (patchelfFlags, --extra-args): want a power of two", words[i])
+			}
+			s.pageSize = n
+		default:
+			return s, fmt.Errorf("patchelf option %q (patchelfFlags, --extra-args) is not supported: cudapatch makes every edit itself and honours only --force-rpath, --no-clobber-old-sections and --page-size N", w)
+		}
+	}
+	return s, nil
 }
 
 // output is what runPatch prints on stdout.
@@ -363,6 +409,9 @@ func writePatched(w *bufio.Writer, f *rpath.File) {
 	} else {
 		w.WriteString(" -> ")
 		str(f.RunPath)
+		if f.AsRPath {
+			w.WriteString(" (RPATH)")
+		}
 	}
 	if f.Interpreter != "" && f.Interpreter != f.OldInterpreter {
 		w.WriteString("; interpreter ")

@@ -40,6 +40,19 @@ runpath_of() {
 	readelf -d "$1" | sed -n 's/.*Library runpath: \[\(.*\)\]$/\1/p'
 }
 
+rpath_of() {
+	readelf -d "$1" | sed -n 's/.*Library rpath: \[\(.*\)\]$/\1/p'
+}
+
+# expect_rpath FILE WANT: FILE has DT_RPATH WANT and no DT_RUNPATH.
+expect_rpath() {
+	local got
+	got=$(rpath_of "$1")
+	[[ $got == "$2" ]] || fail "RPATH of ${1#"$WORK"/}: got '$got', want '$2'"
+	got=$(runpath_of "$1")
+	[[ -z $got ]] || fail "${1#"$WORK"/} has a RUNPATH '$got' beside its RPATH"
+}
+
 interp_of() {
 	readelf -l "$1" | sed -n 's/.*Requesting program interpreter: \(.*\)\]$/\1/p'
 }
@@ -117,6 +130,19 @@ mkhook() {
 	echo "$pkg_cudapatch" >"$pkg/nix-support/propagated-build-inputs"
 	echo "$pkg"
 }
+# A cudapatch that records its arguments, one a line, in $HOOKLOG.args
+# (first in nativeBuildInputs, its bin/ comes first on PATH).
+pkg_logged=$(mkpkg cudapatch-logged)
+mkdir -p "$pkg_logged/bin"
+printf '#!/usr/bin/env bash\nprintf "%%s\\n" "$@" >"$HOOKLOG.args"\nexec %q "$@"\n' "$CUDAPATCH" >"$pkg_logged/bin/cudapatch"
+chmod +x "$pkg_logged/bin/cudapatch"
+
+# search_args: the --search directories of the recorded call, in order,
+# joined by '|'.
+search_args() {
+	awk 'prev == "--search" { print } { prev = $0 }' "$dir/hooks.log.args" | paste -sd'|'
+}
+
 hook_nocompat=$(mkhook cuda-patchelf-hook "")
 hook_compat=$(mkhook cuda-patchelf-hook-compat "$compat")
 
@@ -422,6 +448,76 @@ if expect_success; then
 	expect_runs "$out/bin/app"
 	expect_hooklog "autoPatchelf is cudaPatchelf"
 fi
+
+# Copies of libdep.so in directories only autoPatchelfLibs names: where the
+# RUNPATH points says which directory cudapatch searched first.
+for d in "$WORK/alt-a/lib" "$WORK/alt-b/lib" "$WORK/alt lib/x"; do
+	mkdir -p "$d"
+	cp "$dep/lib/libdep.so" "$d/"
+done
+altA=$WORK/alt-a/lib altB=$WORK/alt-b/lib altSp="$WORK/alt lib/x"
+
+# --- 11: autoPatchelfLibs set as a string and appended to in preFixup,
+# with autoPatchelfHook present (its env hook gathers dep/lib too). The
+# directories are searched in the array's order when cudapatch runs, each
+# once; one that does not exist is skipped.
+build libs-string \
+	nativeBuildInputs="$pkg_logged $fake_autopatchelf $hook_nocompat" buildInputs="$dep" \
+	autoPatchelfLibs="$altA $WORK/absent" \
+	preFixup='autoPatchelfLibs+=("$altB" "$altA" "$dep/lib")' altA="$altA" altB="$altB" dep="$dep"
+if expect_success; then
+	expect_runpath "$out/bin/app" "$driver:$out/lib:$altA"
+	expect_runs "$out/bin/app"
+	got=$(search_args)
+	[[ $got == "$altA|$dep/lib|$altB" ]] || fail "--search: got '$got', want '$altA|$dep/lib|$altB'"
+fi
+
+# --- 12: structuredAttrs: autoPatchelfLibs an array whose entries may hold
+# spaces, rewritten in preFixup (a directory put first), and patchelfFlags
+# as an array: --force-rpath writes DT_RPATH.
+decls=$(
+	# shellcheck disable=SC2034,SC2016,SC2089,SC2090 # declared for declare -p.
+	{
+		nativeBuildInputs=("$pkg_logged" "$hook_nocompat")
+		buildInputs=("$dep")
+		autoPatchelfLibs=("$WORK/absent")
+		patchelfFlags=("--force-rpath")
+		printf -v preFixup 'autoPatchelfLibs=(%q "${autoPatchelfLibs[@]}")' "$altSp"
+		declare -p nativeBuildInputs buildInputs autoPatchelfLibs patchelfFlags preFixup
+	}
+)
+build_structured libs-structured "$decls"
+if expect_success; then
+	expect_rpath "$out/bin/app" "$driver:$out/lib:$altSp"
+	expect_rpath "$out/lib/libfoo.so" "$driver:$altSp"
+	expect_runs "$out/bin/app"
+	if has_note "$out/bin/app"; then fail "app: a resolution note beside DT_RPATH"; fi
+	got=$(search_args)
+	[[ $got == "$altSp|$dep/lib" ]] || fail "--search: got '$got', want '$altSp|$dep/lib'"
+	grep -qxF -- "--patchelf-flag=--force-rpath" "$dir/hooks.log.args" || fail "patchelfFlags did not reach cudapatch"
+fi
+
+# --- 13: patchelfFlags as a string: every option packages pass is honoured.
+build patchelf-flags \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" \
+	patchelfFlags="--force-rpath --no-clobber-old-sections --page-size 4096"
+if expect_success; then
+	expect_rpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
+	expect_runs "$out/bin/app"
+	expect_no_log "$dir/build.log" "ignoring"
+fi
+
+# --- 14: an option cudapatch does not take fails the build with one line,
+# and nothing is written.
+build patchelf-flags-refused \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" \
+	patchelfFlags="--set-rpath /x"
+if ((status == 0)) || [[ -e $dir/done ]]; then
+	fail "build succeeded with patchelfFlags=--set-rpath"
+fi
+expect_log "$dir/build.log" 'cudapatch: patchelf option "--set-rpath" (patchelfFlags, --extra-args) is not supported'
+expect_log "$dir/build.log" "cudapatch failed (exit status 2)"
+expect_runpath "$out/bin/app" /opt/vendor/lib
 
 if ((failures > 0)); then
 	echo "$failures assertion(s) failed; scratch tree kept in $WORK"

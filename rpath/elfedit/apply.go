@@ -419,12 +419,10 @@ func planFile(rc *readCache, size int64, e *Edit, keepOld bool) (*Result, error)
 	if err != nil {
 		return nil, err
 	}
+	f.keepOld = keepOld
 	plan, err := f.Plan(*e)
 	if err != nil {
 		return nil, err
-	}
-	if keepOld {
-		plan.dropHygiene()
 	}
 	res := &Result{Plan: plan, Before: f.Info(), After: f.Info()}
 	if plan.IsNoOp() {

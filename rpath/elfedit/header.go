@@ -251,18 +251,6 @@ func checkFields(after *File, e *Edit) []string {
 	return bad
 }
 
-// dropHygiene removes the steps that only tidy bytes nothing references any
-// more (Options.KeepOldSections).
-func (p *Plan) dropHygiene() {
-	p.Steps = slices.DeleteFunc(p.Steps, func(s Step) bool { return s.Kind == StepHygiene })
-	p.Written = 0
-	for _, st := range p.Steps {
-		if st.Kind != StepTruncate {
-			p.Written += st.Len
-		}
-	}
-}
-
 // verneedFiles returns the file names of the DT_VERNEED records
 // (Elf_Verneed.vn_file): the libraries this file needs symbol versions
 // from. The walk is bounded by DT_VERNEEDNUM and by the file.

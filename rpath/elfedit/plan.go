@@ -457,7 +457,11 @@ func (b *builder) dynBytes(strAddr, strSize uint64, slots int) []byte {
 }
 
 func (b *builder) finish(s Strategy, newSize int64) *Plan {
-	p := &Plan{Strategy: s, Steps: b.f.coalesce(b.steps), OldSize: b.f.size, NewSize: newSize, f: b.f, hints: b.hints}
+	steps := b.steps
+	if b.f.keepOld {
+		steps = slices.DeleteFunc(steps, func(st Step) bool { return st.Kind == StepHygiene })
+	}
+	p := &Plan{Strategy: s, Steps: b.f.coalesce(steps), OldSize: b.f.size, NewSize: newSize, f: b.f, hints: b.hints}
 	for _, st := range p.Steps {
 		if st.Kind != StepTruncate {
 			p.Written += st.Len

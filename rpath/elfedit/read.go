@@ -99,6 +99,10 @@ type File struct {
 	// edit leaves it (NewFile), nil when it ends in no journal.
 	recovery  *recovery
 	debugOnly bool // separate debug object: contents are NOBITS
+	// keepOld makes plans without hygiene steps (Options.KeepOldSections),
+	// left out before the steps are merged: a commit that took in the
+	// hygiene writes after it would still clear the old bytes.
+	keepOld bool
 	// openName is the first section whose name runs to the end of the
 	// section name table without a NUL (-1 if none): it reads as nothing
 	// now, and as something else once the table grows (Verify).

@@ -121,6 +121,11 @@ func maxPageSize(m elf.Machine) uint64 {
 	return 0x1000
 }
 
+// MaxPageSize is the alignment of every segment elfedit adds to a file
+// of machine m: the largest page size the machine's kernels use, so it
+// satisfies any smaller page size a caller asks for.
+func MaxPageSize(m elf.Machine) uint64 { return maxPageSize(m) }
+
 // isExecutable reports files the kernel may start, for which AT_PHDR
 // matters.
 func (f *File) isExecutable() bool {
