@@ -394,3 +394,14 @@ func (b BigGate) Enter(n int, held bool) (leave func(), ok bool) { return b.g.en
 func (b BigGate) Parallel(ctx context.Context, jobs, n int, fn func(i int, held bool) bool) error {
 	return b.g.gatedParallel(ctx, jobs, n, fn)
 }
+
+// WithBeforeWrite runs fn before each file is written, with its path:
+// the moment between the decisions and a write that a tree changed by
+// another process (a directory swapped for a link, bytes appended, a
+// second run) meets.
+func WithBeforeWrite(fn func(path string)) Option {
+	return func(c *config) error {
+		c.beforeWrite = fn
+		return nil
+	}
+}
