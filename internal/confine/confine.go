@@ -377,3 +377,20 @@ func (d *Dir) ReadFile(path string) ([]byte, error) {
 	defer f.Close()
 	return io.ReadAll(f)
 }
+
+// Lstat is lstat of path (below d): a link is described, not followed.
+func (d *Dir) Lstat(path string) (*syscall.Stat_t, error) {
+	var st syscall.Stat_t
+	err := d.at("lstat", path, func(dir int, name string) error {
+		fd, err := syscall.Openat(dir, name, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer syscall.Close(fd)
+		return syscall.Fstat(fd, &st)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &st, nil
+}

@@ -31,8 +31,9 @@ import (
 var ErrLocked = errors.New("locked by another process (another cudapatch run?); left as it is")
 
 // ErrChanged means the file changed since it was read: another process
-// writes to it without taking its lock.
-var ErrChanged = errors.New("changed since it was read (another process writes to it without its lock)")
+// wrote to it (one that takes no lock, or one that took the lock before
+// this claim did).
+var ErrChanged = errors.New("changed by another process since it was read")
 
 // Claim is a file opened for writing and locked, from its planning to its
 // write (EditFile with Options.Claim, which takes it over), or released

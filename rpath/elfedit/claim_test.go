@@ -42,7 +42,7 @@ func TestClaimAgainstAppender(t *testing.T) {
 		result   bool // the result is in place, the record after it
 	}{
 		{name: "no appender"},
-		{name: "between claim and write", at: "claimed", wantErr: "changed since it was read (another process writes to it without its lock): 16000 bytes, now 19300; left as it is", original: true},
+		{name: "between claim and write", at: "claimed", wantErr: "changed by another process since it was read: 16000 bytes, now 19300; left as it is", original: true},
 		{name: "before the region", at: "append", wantErr: "another process appended to it while it was written"},
 		{name: "after the commit", at: "end", wantErr: "written, but", result: true},
 	}
