@@ -35,9 +35,9 @@ func TestOpenFD(t *testing.T) {
 		{"a/b/f", nil},
 		{"a/b", nil},
 		{".", nil},
-		{"out/f", ErrEscape},           // a link out, on the way
-		{"a/inside/f", ErrEscape},      // a link that stays inside: not followed either
-		{"a/flink", ErrEscape},         // the last component a link
+		{"out/f", ErrEscape},      // a link out, on the way
+		{"a/inside/f", ErrEscape}, // a link that stays inside: not followed either
+		{"a/flink", ErrEscape},    // the last component a link
 		{"a/b/up/" + filepath.Base(outside), ErrEscape},
 		{"a/b/missing", fs.ErrNotExist},
 		{"a/b/f/x", syscall.ENOTDIR},
@@ -88,7 +88,7 @@ func TestDirOps(t *testing.T) {
 			}
 			return err
 		}(),
-		"rename": d.Rename(p("etc"), p("etc2")) /* the link itself may move */,
+		"rename": d.Rename(p("etc"), p("etc2")), /* the link itself may move */
 		"remove": d.Remove(p("etc2/x")),
 	} {
 		switch {
