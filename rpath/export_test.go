@@ -405,3 +405,14 @@ func WithBeforeWrite(fn func(path string)) Option {
 		return nil
 	}
 }
+
+// WithHeldClaims lets decide hold at most n files open and locked for
+// the write phase (the descriptors left otherwise); past n, a file is
+// released after deciding and taken again, checked, when written.
+func WithHeldClaims(n int64) Option {
+	return func(c *config) error {
+		c.claims = &claimBudget{}
+		c.claims.left.Store(n)
+		return nil
+	}
+}

@@ -153,7 +153,9 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		return nil, err
 	}
 	c.dirs = dirs
-	c.claims = newClaimBudget()
+	if c.claims == nil {
+		c.claims = newClaimBudget()
+	}
 	c.share = newShare(files, c.jobs)
 	defer c.share.close()
 	c.big = newBigGate(c.bigTable)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +26,15 @@ import (
 // outside files are untouched, the moved ones too, and every file of lib/
 // fails naming the link.
 func TestDirSwappedForLinkOut(t *testing.T) {
+	// With every file held from its decision to its write, and with
+	// none (a run with more files than descriptors to spare: each is
+	// opened again, below the root, when written).
+	for _, held := range []int64{1 << 20, 0} {
+		t.Run(fmt.Sprintf("held=%d", held), func(t *testing.T) { dirSwapped(t, rpath.WithHeldClaims(held)) })
+	}
+}
+
+func dirSwapped(t *testing.T, held rpath.Option) {
 	fx, dir := fsFixture(t)
 	outside := filepath.Join(dir, "outside")
 	if err := os.CopyFS(outside, os.DirFS(fx.LibDir)); err != nil {
@@ -34,7 +44,7 @@ func TestDirSwappedForLinkOut(t *testing.T) {
 	before := hashes(t, append(outsideFiles, fx.Libs...)...)
 	moved := filepath.Join(fx.Dir, "lib.moved")
 	var once sync.Once
-	rep, err := rpath.Patch(context.Background(), []string{fx.Dir}, fsOpts(rpath.WithBeforeWrite(func(string) {
+	rep, err := rpath.Patch(context.Background(), []string{fx.Dir}, fsOpts(held, rpath.WithBeforeWrite(func(string) {
 		once.Do(func() {
 			if err := os.Rename(fx.LibDir, moved); err != nil {
 				t.Error(err)
@@ -78,6 +88,12 @@ func TestDirSwappedForLinkOut(t *testing.T) {
 // write fails, saying so; the file is the original and the record after
 // it, byte for byte.
 func TestAppenderDuringTheJob(t *testing.T) {
+	for _, held := range []int64{1 << 20, 0} {
+		t.Run(fmt.Sprintf("held=%d", held), func(t *testing.T) { appender(t, rpath.WithHeldClaims(held)) })
+	}
+}
+
+func appender(t *testing.T, held rpath.Option) {
 	fx, _ := fsFixture(t)
 	victim := fx.Libs[0]
 	orig, err := os.ReadFile(victim)
@@ -85,7 +101,7 @@ func TestAppenderDuringTheJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := bytes.Repeat([]byte("a record a logger appends\n"), 100)
-	rep, err := rpath.Patch(context.Background(), []string{fx.Dir}, fsOpts(rpath.WithBeforeWrite(func(p string) {
+	rep, err := rpath.Patch(context.Background(), []string{fx.Dir}, fsOpts(held, rpath.WithBeforeWrite(func(p string) {
 		if p == victim {
 			f, err := os.OpenFile(victim, os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {

@@ -147,7 +147,10 @@ func (cl *Claim) take() (*fdFile, error) {
 		}
 		var err error
 		if wf, err = cl.reopen(syscall.O_RDWR | syscall.O_NONBLOCK); err != nil {
-			return nil, unwrapPath(err)
+			if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
+				return nil, unwrapPath(err)
+			}
+			return nil, fmt.Errorf("no longer found where it was: %w", unwrapPath(err))
 		}
 		if err := cl.lock(wf); err != nil {
 			wf.Close()
