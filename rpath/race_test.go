@@ -298,3 +298,54 @@ func fileOf(rep *rpath.Report, path string) *rpath.File {
 	}
 	return nil
 }
+
+// TestAppenderThroughTheJob: a logger appends numbered records to a
+// library, without a lock, from before the job starts until it ends.
+// Every record is in the file afterwards, once and in order, whatever
+// the job did with the file (it fails it, as changed since it was read,
+// or, had it read it after the logger's last record, patches it).
+func TestAppenderThroughTheJob(t *testing.T) {
+	for try := range 5 {
+		fx, _ := fsFixture(t)
+		victim := fx.Libs[0]
+		f, err := os.OpenFile(victim, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		done := make(chan int)
+		go func() {
+			n := 0
+			for {
+				select {
+				case <-stop:
+					done <- n
+					return
+				default:
+				}
+				fmt.Fprintf(f, "record %06d\n", n)
+				n++
+			}
+		}()
+		rep, _ := rpath.Patch(context.Background(), []string{fx.Dir}, fsOpts()...)
+		close(stop)
+		n := <-done
+		f.Close()
+		got, err := os.ReadFile(victim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := 0
+		for i := range n {
+			rec := []byte(fmt.Sprintf("record %06d\n", i))
+			j := bytes.Index(got[at:], rec)
+			if j < 0 {
+				t.Fatalf("try %d: record %d of %d lost (file %+v)", try, i, n, fileOf(rep, victim).Errors)
+			}
+			at += j + len(rec)
+		}
+		if c := bytes.Count(got, []byte("record ")); c != n {
+			t.Errorf("try %d: %d records in the file, %d written", try, c, n)
+		}
+	}
+}
