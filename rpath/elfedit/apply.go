@@ -19,8 +19,9 @@ type Target interface {
 
 type syncer interface{ Sync() error }
 
-// stepChecker is a Target that checks, before each step, that the file
-// is still as the steps before left it (guarded).
+// stepChecker is a Target that checks, before the commit, that the file
+// is still as the steps before left it (guarded). Other steps write
+// bytes nothing reads yet, or, past the end, check for themselves.
 type stepChecker interface{ beforeStep() error }
 
 // oldViewer is a Target that holds what the file held before the plan
@@ -77,7 +78,7 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 	undoTo := p.undoTo(n)
 	check, _ := t.(stepChecker)
 	for i, st := range p.Steps[:n] {
-		if check != nil {
+		if check != nil && st.Kind == StepCommit {
 			if err := check.beforeStep(); err != nil {
 				return rollback(fmt.Errorf("step %d (%s): %w", i, st.What, err))
 			}
@@ -297,11 +298,12 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 		nofollow = syscall.O_NOFOLLOW
 	}
 	var rf *fdFile
+	var st *syscall.Stat_t
 	var err error
 	if opt.Claim != nil {
 		// Read and written through the claim's descriptor: the file
 		// found and locked while deciding, whatever its path names now.
-		if rf, err = opt.Claim.take(); err != nil {
+		if rf, st, err = opt.Claim.take(); err != nil {
 			return nil, err
 		}
 	} else {
@@ -310,11 +312,10 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 		if rf, err = openFD(path, syscall.O_RDONLY|syscall.O_NONBLOCK|nofollow); err != nil {
 			return nil, openErr(err, opt.NoFollow)
 		}
-	}
-	st, err := rf.stat()
-	if err != nil {
-		rf.Close()
-		return nil, unwrapPath(err)
+		if st, err = rf.stat(); err != nil {
+			rf.Close()
+			return nil, unwrapPath(err)
+		}
 	}
 	rc := newReadCache(rf, st.Size, opt.Buffers)
 	rc.editing = true
@@ -394,9 +395,9 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	return res, nil
 }
 
-// guarded is the Target of EditFile: before each step (and after the
-// last), the file must have the size the steps before left it with, or
-// another process changed it; a write past the end appends with
+// guarded is the Target of EditFile: before the commit (and after the
+// last step), the file must have the size the steps before left it with,
+// or another process changed it; a write past the end appends with
 // O_APPEND, so the kernel places it at the end the file has then, and it
 // overwrites nothing another process appended; the size after it says
 // whether it landed where the plan put it. A truncation is refused when

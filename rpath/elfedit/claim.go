@@ -137,24 +137,25 @@ func (cl *Claim) Close() error {
 // checked: the one held since the claim, or, for a released claim, the
 // path opened again as it was found. Either way the path must still name
 // the file: a directory on the way replaced by a link (or the file by
-// another) fails. The claim gives the descriptor up to the caller.
-func (cl *Claim) take() (*fdFile, error) {
+// another) fails. The claim gives the descriptor up to the caller, with
+// its stat.
+func (cl *Claim) take() (*fdFile, *syscall.Stat_t, error) {
 	wf := cl.fd
 	cl.fd = nil
 	if wf == nil {
 		if cl.reopen == nil {
-			return nil, errors.New("claim released and cannot be taken again")
+			return nil, nil, errors.New("claim released and cannot be taken again")
 		}
 		var err error
 		if wf, err = cl.reopen(syscall.O_RDWR | syscall.O_NONBLOCK); err != nil {
 			if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM) {
-				return nil, unwrapPath(err)
+				return nil, nil, unwrapPath(err)
 			}
-			return nil, fmt.Errorf("no longer found where it was: %w", unwrapPath(err))
+			return nil, nil, fmt.Errorf("no longer found where it was: %w", unwrapPath(err))
 		}
 		if err := cl.lock(wf); err != nil {
 			wf.Close()
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	st, err := wf.stat()
@@ -171,7 +172,7 @@ func (cl *Claim) take() (*fdFile, error) {
 	}
 	if err != nil {
 		wf.Close()
-		return nil, unwrapPath(err)
+		return nil, nil, unwrapPath(err)
 	}
-	return wf, nil
+	return wf, st, nil
 }
