@@ -308,7 +308,17 @@ func (f *fdFile) appendAll(b []byte) (int, error) {
 	if err != nil {
 		return 0, &os.PathError{Op: "fcntl", Path: f.name, Err: err}
 	}
-	defer fcntl(f.fd, syscall.F_SETFL, flags)
+	n, err := f.writeAll(b)
+	// A descriptor left in append mode would append every later pwrite
+	// (Linux ignores the offset then): that is an error too.
+	if _, ferr := fcntl(f.fd, syscall.F_SETFL, flags); ferr != nil && err == nil {
+		err = &os.PathError{Op: "fcntl", Path: f.name, Err: ferr}
+	}
+	return n, err
+}
+
+// writeAll is write(2) of all of b at the descriptor's offset.
+func (f *fdFile) writeAll(b []byte) (int, error) {
 	n := 0
 	for n < len(b) {
 		m, err := syscall.Write(f.fd, b[n:])
