@@ -93,6 +93,7 @@ func (cl *Claim) lock(wf *fdFile) error {
 		if err != nil {
 			return fmt.Errorf("flock: %w", err)
 		}
+		wf.locked = true
 		break
 	}
 	st, err := wf.stat()

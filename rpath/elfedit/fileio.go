@@ -209,6 +209,10 @@ type fdFile struct {
 	// otherwise.
 	reopen func(flags int) (*fdFile, error)
 	where  func() (*syscall.Stat_t, error)
+	// locked says the descriptor holds a flock (Claim), which Close
+	// drops first: a child forked meanwhile and not yet exec'd shares
+	// the open file description, and would otherwise hold the lock on.
+	locked bool
 }
 
 // openFD opens path with flags (O_CLOEXEC added), retrying EINTR.
@@ -407,6 +411,9 @@ func (f *fdFile) Close() error {
 	}
 	f.closed = true
 	f.cleanup.Stop()
+	if f.locked {
+		_ = syscall.Flock(f.fd, syscall.LOCK_UN) // close drops it anyway, absent other references
+	}
 	// Linux releases the descriptor even when close fails (EINTR
 	// included): never retry.
 	if err := syscall.Close(f.fd); err != nil {
