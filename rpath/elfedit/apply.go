@@ -365,13 +365,16 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	}
 	closeWF := func() error {
 		if wf == rf {
-			return nil // closed with the cache, the lock with it
+			// The claim's descriptor is the cache's: closed with it
+			// (and again, harmlessly, by the deferred Close), so that
+			// its error is reported.
+			return rc.Close()
 		}
 		return wf.Close()
 	}
 	// The undo copies of the bytes each step overwrites come from what
 	// the plan was made from, read already, when the cache still holds
-	// them. Every step is checked to find the file as the steps before
+	// them. The commit is checked to find the file as the steps before
 	// it left it, and what the file grows by is appended (guarded).
 	g := &guarded{cachedTarget: cachedTarget{wf, rc}, size: st.Size, hook: opt.hook}
 	if err := plan.Apply(g, opt.Sync); err != nil {
