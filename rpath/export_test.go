@@ -394,3 +394,25 @@ func (b BigGate) Enter(n int, held bool) (leave func(), ok bool) { return b.g.en
 func (b BigGate) Parallel(ctx context.Context, jobs, n int, fn func(i int, held bool) bool) error {
 	return b.g.gatedParallel(ctx, jobs, n, fn)
 }
+
+// WithBeforeWrite runs fn before each file is written, with its path:
+// the moment between the decisions and a write that a tree changed by
+// another process (a directory swapped for a link, bytes appended, a
+// second run) meets.
+func WithBeforeWrite(fn func(path string)) Option {
+	return func(c *config) error {
+		c.beforeWrite = fn
+		return nil
+	}
+}
+
+// WithHeldClaims lets decide hold at most n files open and locked for
+// the write phase (the descriptors left otherwise); past n, a file is
+// released after deciding and taken again, checked, when written.
+func WithHeldClaims(n int64) Option {
+	return func(c *config) error {
+		c.claims = &claimBudget{}
+		c.claims.left.Store(n)
+		return nil
+	}
+}

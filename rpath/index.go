@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cudapatch/cudapatch/internal/confine"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 )
@@ -171,7 +172,12 @@ func dirsBelow(ctx context.Context, dir string, jobs int) ([]string, error) {
 	if !st.IsDir() {
 		return nil, nil
 	}
-	_, dirs, err := walkTree(ctx, dir, jobs, true)
+	d, err := confine.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	_, dirs, err := walkTree(ctx, d, jobs, true)
 	return dirs, err
 }
 

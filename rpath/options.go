@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cudapatch/cudapatch/internal/confine"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 )
@@ -77,6 +78,13 @@ type config struct {
 	// open opens a file Patch reads, to be planned (edit) or only read:
 	// through bufs, or in tests through a counter of the opens.
 	open func(path string, edit bool) (*elfedit.File, error)
+	// dirs are the roots Patch opened (collect): the files it decides
+	// and writes below them are opened from them (dirOf).
+	dirs []*confine.Dir
+	// claims bounds the files held open and locked from decide to write.
+	claims *claimBudget
+	// beforeWrite, set by tests, runs before each file is written.
+	beforeWrite func(path string)
 	// newIndex makes the library index: buildIndex, or in tests the
 	// eager oracle it is checked against.
 	newIndex func(ctx context.Context, c *config, roots []string, below map[string][]string) (resolver, error)
@@ -104,6 +112,12 @@ func newConfig(opts []Option) (*config, error) {
 		},
 	}
 	c.open = func(path string, edit bool) (*elfedit.File, error) {
+		// A file to decide (edit) is opened below its root without
+		// following a link; the index's other reads follow the links
+		// libraries are found by.
+		if d := c.dirOf(path); edit && d != nil {
+			return c.bufs.OpenIn(d, path, true)
+		}
 		if edit {
 			return c.bufs.OpenForEdit(path)
 		}

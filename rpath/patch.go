@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/cudapatch/cudapatch/internal/confine"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
 )
@@ -79,9 +80,10 @@ type File struct {
 	Errors          []string         `json:"errors,omitempty"`
 
 	edit    elfedit.Edit
-	plan    *elfedit.Plan // the prepared plan the write phase reuses, if kept
-	strSize int           // dynamic string table size when decided, for the write phase's gate
-	size    int64         // file size when decided, for the write phase's order
+	plan    *elfedit.Plan  // the prepared plan the write phase reuses, if kept
+	claim   *elfedit.Claim // the file opened for writing and locked while decided
+	strSize int            // dynamic string table size when decided, for the write phase's gate
+	size    int64          // file size when decided, for the write phase's order
 	skip    skipWhy
 	target  Target // the interpreter's, for the reason of a skip
 	machine elf.Machine
@@ -143,9 +145,18 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	if err != nil {
 		return nil, err
 	}
-	files, below, err := collect(ctx, roots, c.recurse, c.jobs)
+	files, below, dirs, err := collect(ctx, roots, c.recurse, c.jobs)
+	defer func() {
+		for _, d := range dirs {
+			d.Close()
+		}
+	}()
 	if err != nil {
 		return nil, err
+	}
+	c.dirs = dirs
+	if c.claims == nil {
+		c.claims = newClaimBudget()
 	}
 	c.share = newShare(files, c.jobs)
 	defer c.share.close()
@@ -168,6 +179,13 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
 	}
 	rep := &Report{Files: make([]*File, len(files))}
+	defer func() {
+		for _, f := range rep.Files {
+			if f != nil && f.claim != nil {
+				f.claim.Close() // not written: released
+			}
+		}
+	}()
 	total := len(files)
 	done := 0
 	var mu sync.Mutex
@@ -235,7 +253,14 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		}
 		defer leave()
 		defer step()
-		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan, KeepOldSections: c.keepOld})
+		if c.beforeWrite != nil {
+			c.beforeWrite(f.Path)
+		}
+		// Written through the descriptor decide opened below the root and
+		// locked, which must still be the file at f.Path (elfedit.Claim).
+		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan, KeepOldSections: c.keepOld, Claim: f.claim})
+		f.claim.Close()
+		f.claim = nil
 		c.kept.give(f.plan)
 		reused := res != nil && f.plan != nil && res.Plan == f.plan
 		f.plan = nil
@@ -395,25 +420,40 @@ type found struct{ path, root string }
 // root's files in sorted order (walkTree, jobs directories at a time), and,
 // when it recurses, the directories below each root that is a directory,
 // for the index. Symbolic links are never followed: a link may point out
-// of the tree being patched.
-func collect(ctx context.Context, roots []string, recurse bool, jobs int) ([]found, map[string][]string, error) {
+// of the tree being patched. It opens each root that is a directory (and
+// the directory of each that is a file): what Patch opens to decide and
+// write below a root, it opens from that directory's descriptor without
+// following a link (confine.Dir), so a directory swapped for a link out of
+// the tree while the job runs is not followed. The caller closes them.
+func collect(ctx context.Context, roots []string, recurse bool, jobs int) ([]found, map[string][]string, []*confine.Dir, error) {
 	var out []found
+	var opened []*confine.Dir
 	below := map[string][]string{}
 	for _, r := range roots {
 		st, err := os.Lstat(r)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, opened, err
 		}
 		if st.Mode().IsRegular() {
+			d, err := confine.Open(filepath.Dir(r))
+			if err != nil {
+				return nil, nil, opened, err
+			}
+			opened = append(opened, d)
 			out = append(out, found{r, r})
 			continue
 		}
 		if !st.IsDir() {
 			continue
 		}
-		files, dirs, err := walkTree(ctx, r, jobs, recurse)
+		d, err := confine.Open(r)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, opened, err
+		}
+		opened = append(opened, d)
+		files, dirs, err := walkTree(ctx, d, jobs, recurse)
+		if err != nil {
+			return nil, nil, opened, err
 		}
 		for _, p := range files {
 			out = append(out, found{p, r})
@@ -422,7 +462,42 @@ func collect(ctx context.Context, roots []string, recurse bool, jobs int) ([]fou
 			below[r] = dirs
 		}
 	}
-	return out, below, nil
+	return out, below, opened, nil
+}
+
+// dirOf is the opened root (collect) path lies below, the deepest if
+// several; nil if none.
+func (c *config) dirOf(path string) *confine.Dir {
+	var best *confine.Dir
+	for _, d := range c.dirs {
+		if _, err := d.Rel(path); err == nil && (best == nil || len(d.Path()) > len(best.Path())) {
+			best = d
+		}
+	}
+	return best
+}
+
+// claimBudget bounds the claims (elfedit.Claim) decide keeps open for the
+// write phase: a descriptor each. Past it a claim is released after
+// deciding, and taken again, checked, when its file is written.
+type claimBudget struct{ left atomic.Int64 }
+
+// claimReserve is the descriptors left to everything else: the jobs'
+// reads, the index's, the runtime's.
+const claimReserve = 512
+
+func newClaimBudget() *claimBudget {
+	b := &claimBudget{}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur > claimReserve {
+		b.left.Store(int64(min(lim.Cur-claimReserve, 1<<30)))
+	}
+	return b
+}
+
+// take reports whether one more claim may stay open.
+func (b *claimBudget) take() bool {
+	return b != nil && b.left.Add(-1) >= 0
 }
 
 // interpreterTarget is the interpreter's architecture, nil when there is
@@ -642,6 +717,25 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 	// keeps the rule that a tree is written only when every file can be.
 	if n := linkCount(path); out.Changed && n > 1 {
 		out.Errors = append(out.Errors, fmt.Sprintf("%v (%d links): refusing to change the other paths too", elfedit.ErrHardLinks, n))
+		return out
+	}
+	// So does opening it for writing now, and locking it until it is
+	// written: a file this user may not write, or that another run (or
+	// any writer that locks) holds, fails before anything is written. A
+	// dry run only asks, and lets go.
+	if out.Changed {
+		cl, err := f.Claim()
+		switch {
+		case err != nil:
+			out.Errors = append(out.Errors, err.Error())
+		case c.dryRun:
+			cl.Close()
+		default:
+			if !c.claims.take() {
+				cl.Release()
+			}
+			out.claim = cl
+		}
 	}
 	return out
 }

@@ -3,9 +3,10 @@ package rpath
 import (
 	"context"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sync"
+
+	"github.com/cudapatch/cudapatch/internal/confine"
 )
 
 // A run starts by listing its trees: every file below the PATHs to patch,
@@ -19,11 +20,13 @@ import (
 // walkTree returns the regular files below root and the directories
 // (root first), each in filepath.WalkDir's lexical pre-order, without
 // following symbolic links; with recurse false only root's own entries are
-// listed. root must be a directory. The first error in that order (a
+// listed. Each directory is opened from root's descriptor (confine.Dir),
+// so one swapped for a link while the tree is listed fails to open
+// instead of listing where it points. The first error in that order (a
 // directory that cannot be read) is returned, as WalkDir would stop at it.
-func walkTree(ctx context.Context, root string, jobs int, recurse bool) (files, dirs []string, err error) {
-	t := &treeWalk{ctx: ctx, recurse: recurse, slots: make(chan struct{}, max(jobs, 1))}
-	top := &dirNode{path: root}
+func walkTree(ctx context.Context, root *confine.Dir, jobs int, recurse bool) (files, dirs []string, err error) {
+	t := &treeWalk{ctx: ctx, root: root, recurse: recurse, slots: make(chan struct{}, max(jobs, 1))}
+	top := &dirNode{path: root.Path()}
 	t.wg.Add(1)
 	t.list(top, true)
 	t.wg.Wait()
@@ -33,6 +36,7 @@ func walkTree(ctx context.Context, root string, jobs int, recurse bool) (files, 
 
 type treeWalk struct {
 	ctx     context.Context
+	root    *confine.Dir
 	recurse bool
 	slots   chan struct{} // bounds the directories read at once
 	wg      sync.WaitGroup
@@ -55,7 +59,7 @@ func (t *treeWalk) list(n *dirNode, top bool) {
 		return
 	}
 	t.slots <- struct{}{}
-	n.ents, n.err = os.ReadDir(n.path)
+	n.ents, n.err = t.root.ReadDir(n.path)
 	<-t.slots
 	if n.err != nil || !t.recurse && !top {
 		return

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cudapatch/cudapatch/internal/confine"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -63,7 +64,7 @@ func TestWalkTreeIsWalkDir(t *testing.T) {
 		wantFiles, wantDirs := walkDir(recurse)
 		for _, jobs := range []int{1, 2, 16} {
 			t.Run(fmt.Sprintf("recurse=%v/jobs=%d", recurse, jobs), func(t *testing.T) {
-				files, dirs, err := walkTree(context.Background(), root, jobs, recurse)
+				files, dirs, err := walkTree(context.Background(), openDir(t, root), jobs, recurse)
 				require.NoError(t, err)
 				assert.Equal(t, wantFiles, files)
 				if recurse {
@@ -86,11 +87,31 @@ func TestWalkTreeStops(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(root, "a/b"), 0o755))
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, _, err := walkTree(ctx, root, 4, true)
+	_, _, err := walkTree(ctx, openDir(t, root), 4, true)
 	assert.ErrorIs(t, err, context.Canceled)
 
-	_, _, err = walkTree(context.Background(), filepath.Join(root, "missing"), 4, true)
+	// A directory listed as one and gone (here: replaced by a link)
+	// when its turn comes: its error, and the link is not followed.
+	d := openDir(t, root)
+	require.NoError(t, os.Rename(filepath.Join(root, "a"), filepath.Join(root, "moved")))
+	require.NoError(t, os.Symlink("moved", filepath.Join(root, "a")))
+	n := &dirNode{path: filepath.Join(root, "a")}
+	tw := &treeWalk{ctx: context.Background(), root: d, recurse: true, slots: make(chan struct{}, 1)}
+	tw.wg.Add(1)
+	tw.list(n, false)
+	assert.ErrorIs(t, n.err, confine.ErrEscape)
+
+	_, err = confine.Open(filepath.Join(root, "missing"))
 	assert.ErrorIs(t, err, fs.ErrNotExist)
+}
+
+// openDir opens dir for walkTree, closed with the test.
+func openDir(t *testing.T, dir string) *confine.Dir {
+	t.Helper()
+	d, err := confine.Open(dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { d.Close() })
+	return d
 }
 
 // TestWriteOrder: the write phase takes the changed files largest first,

@@ -384,11 +384,13 @@ func TestVersionOfABuild(t *testing.T) {
 		build("ldflags", "-buildvcs=true", "-ldflags=-X main.version=9.8.7"))
 }
 
-// TestSummaryWriteFailure: a file that cannot be written in the write
-// phase is failed, not patched: the other files are written, the summary
-// says "patched" (the write phase ran) with the failed file counted once,
-// and the exit code is 2. The file is made unwritable with chattr +i as
-// root (root ignores permissions), else with chmod.
+// TestSummaryWriteFailure: a file that cannot be written is found out
+// while deciding (it is opened for writing then), so nothing is written:
+// the other files stay as they were, the summary says "nothing written"
+// with the failed file counted once, and the exit code is 2. The file is
+// made unwritable with chattr +i as root (root ignores permissions), else
+// with chmod. (Until issue 31 the write phase ran and left the tree half
+// patched, the summary saying "patched 2 files".)
 func TestSummaryWriteFailure(t *testing.T) {
 	c := pkgTree(t)
 	locked := c.p("out/lib/librp.so")
@@ -408,8 +410,9 @@ func TestSummaryWriteFailure(t *testing.T) {
 	l := lines(stderr)
 	require.Len(t, l, 2, stderr)
 	assert.Regexp(t, `^error: `+regexp.QuoteMeta(locked)+`: .*(operation not permitted|permission denied)`, l[0])
-	assert.Equal(t, "cudapatch: patched 2 files, 0 unchanged, 1 skipped, 1 failed, 0 missing dependencies", l[1])
-	assert.Equal(t, c.x("/run/opengl-driver/lib:{root}/deps"), c.runpath("out/lib/libl.so"), "the other files are written")
+	assert.Equal(t, "cudapatch: nothing written: would patch 2 files, 0 unchanged, 1 skipped, 1 failed, 0 missing dependencies", l[1])
+	assert.Equal(t, "", c.runpath("out/lib/libl.so"), "the other files are not written")
+	assert.Equal(t, "/old/lib", c.runpath("out/bin/app"), "the other files are not written")
 	f, err := elf.Open(locked)
 	require.NoError(t, err)
 	defer f.Close()

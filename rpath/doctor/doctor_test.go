@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cudapatch/cudapatch/internal/confine"
 	"github.com/cudapatch/cudapatch/rpath/doctor"
 	"github.com/cudapatch/cudapatch/rpath/doctor/doctortest"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
@@ -453,4 +454,34 @@ func snapshot(t *testing.T, root string) map[string]string {
 		return nil
 	}))
 	return out
+}
+
+// TestFixStaysInRoot: with --root R, a directory the fix writes in that is
+// a symbolic link out of R (R/etc/tmpfiles.d, R/etc) is not followed:
+// Apply fails naming the path, and nothing is written outside R.
+func TestFixStaysInRoot(t *testing.T) {
+	for _, link := range []string{"/etc/tmpfiles.d", "/etc"} {
+		t.Run(link, func(t *testing.T) {
+			m := newMachine(t)
+			m.module("580.159.04")
+			m.driver(hostDir, "580.159.04")
+			m.cache(hostDir)
+			// The directory moved out of the root, a link left in its
+			// place.
+			outside := t.TempDir()
+			require.NoError(t, os.MkdirAll(m.host(link), 0o755))
+			target := filepath.Join(outside, filepath.Base(link))
+			require.NoError(t, os.Rename(m.host(link), target))
+			require.NoError(t, os.Symlink(target, m.host(link)))
+			before := snapshot(t, outside)
+			rep := m.diagnose("")
+			require.NotNil(t, rep.Fix)
+			require.Empty(t, rep.Fix.Conflicts)
+			err := doctor.Apply(*m.sys, rep.Fix)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "write "+doctor.TmpfilesConf)
+			assert.ErrorIs(t, err, confine.ErrEscape)
+			assert.Equal(t, before, snapshot(t, outside), "outside the root")
+		})
+	}
 }

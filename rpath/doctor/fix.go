@@ -2,6 +2,8 @@ package doctor
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -10,6 +12,9 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
+
+	"github.com/cudapatch/cudapatch/internal/confine"
 )
 
 // The driver-link fix: a directory of symbolic links, one per driver
@@ -188,10 +193,22 @@ func (d *doctor) managedLinks() (map[string]string, error) {
 // Apply makes the changes of a plan on the system (under sys.Root). A plan
 // with conflicts is refused. Links are made before the configuration that
 // lists them is written, so a failure halfway leaves nothing the next plan
-// would not own or repair.
+// would not own or repair. Under a root, every path is opened from the
+// root's descriptor without following a symbolic link (confine.Dir): an
+// etc/tmpfiles.d or a run/ that is a link out of the root fails, and
+// nothing is written outside it.
 func Apply(sys System, p *Plan) error {
 	if len(p.Conflicts) > 0 {
 		return fmt.Errorf("refusing to overwrite what cudapatch did not write: %s", strings.Join(p.Conflicts, "; "))
+	}
+	fsys := hostFS()
+	if sys.Root != "" {
+		d, err := confine.Open(sys.Root)
+		if err != nil {
+			return err
+		}
+		defer d.Close()
+		fsys = rootFS(d)
 	}
 	host := func(q string) string {
 		if sys.Root == "" {
@@ -204,24 +221,24 @@ func Apply(sys System, p *Plan) error {
 		var err error
 		switch s.Op {
 		case OpMkdir:
-			err = os.MkdirAll(h, 0o755)
+			err = fsys.mkdirAll(h)
 		case OpSymlink:
-			err = os.Symlink(s.Target, h)
+			err = fsys.symlink(s.Target, h)
 		case OpReplace:
 			// A new link renamed over the old one: the path never lacks a
 			// link.
 			tmp := h + ".cudapatch-new"
-			_ = os.Remove(tmp)
-			if err = os.Symlink(s.Target, tmp); err == nil {
-				err = os.Rename(tmp, h)
+			_ = fsys.remove(tmp)
+			if err = fsys.symlink(s.Target, tmp); err == nil {
+				err = fsys.rename(tmp, h)
 			}
 		case OpRemove:
-			var st fs.FileInfo
-			if st, err = os.Lstat(h); err == nil && st.Mode()&fs.ModeSymlink != 0 {
-				err = os.Remove(h)
+			var link bool
+			if link, err = fsys.isLink(h); err == nil && link {
+				err = fsys.remove(h)
 			}
 		case OpWrite:
-			err = writeConf(h, s.Content)
+			err = writeConf(fsys, h, s.Content)
 		default:
 			err = fmt.Errorf("unknown step %q", s.Op)
 		}
@@ -232,20 +249,68 @@ func Apply(sys System, p *Plan) error {
 	return nil
 }
 
+// fixFS is what Apply does to files: by path on the host, or below a
+// root without following links.
+type fixFS struct {
+	mkdirAll func(p string) error
+	symlink  func(target, p string) error
+	rename   func(from, to string) error
+	remove   func(p string) error
+	isLink   func(p string) (bool, error)
+	readFile func(p string) ([]byte, error)
+	create   func(p string) (*os.File, error)
+}
+
+func hostFS() fixFS {
+	return fixFS{
+		mkdirAll: func(p string) error { return os.MkdirAll(p, 0o755) },
+		symlink:  os.Symlink,
+		rename:   os.Rename,
+		remove:   os.Remove,
+		isLink: func(p string) (bool, error) {
+			st, err := os.Lstat(p)
+			return err == nil && st.Mode()&fs.ModeSymlink != 0, err
+		},
+		readFile: os.ReadFile,
+		create: func(p string) (*os.File, error) {
+			return os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		},
+	}
+}
+
+func rootFS(d *confine.Dir) fixFS {
+	return fixFS{
+		mkdirAll: func(p string) error { return d.MkdirAll(p, 0o755) },
+		symlink:  d.Symlink,
+		rename:   d.Rename,
+		remove:   d.Remove,
+		isLink: func(p string) (bool, error) {
+			st, err := d.Lstat(p)
+			return err == nil && st.Mode&syscall.S_IFMT == syscall.S_IFLNK, err
+		},
+		readFile: d.ReadFile,
+		create:   func(p string) (*os.File, error) { return d.Create(p, 0o600) },
+	}
+}
+
 // writeConf writes the tmpfiles configuration through a temporary file
 // renamed over it, checking again that it is cudapatch's to overwrite.
-func writeConf(h, content string) error {
-	if old, err := os.ReadFile(h); err == nil && !bytes.HasPrefix(old, []byte(Marker+"\n")) {
+func writeConf(fsys fixFS, h, content string) error {
+	if old, err := fsys.readFile(h); err == nil && !bytes.HasPrefix(old, []byte(Marker+"\n")) {
 		return errors.New("exists and cudapatch did not write it")
 	}
-	if err := os.MkdirAll(filepath.Dir(h), 0o755); err != nil {
+	if err := fsys.mkdirAll(filepath.Dir(h)); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(h), ".cudapatch-driver-link-*")
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return err
+	}
+	tmp := filepath.Join(filepath.Dir(h), ".cudapatch-driver-link-"+hex.EncodeToString(b[:]))
+	f, err := fsys.create(tmp)
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
 	_, err = f.WriteString(content)
 	if err == nil {
 		err = f.Chmod(0o644)
@@ -257,10 +322,10 @@ func writeConf(h, content string) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, h)
+		err = fsys.rename(tmp, h)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		fsys.remove(tmp)
 	}
 	return err
 }

@@ -19,6 +19,11 @@ type Target interface {
 
 type syncer interface{ Sync() error }
 
+// stepChecker is a Target that checks, before the commit, that the file
+// is still as the steps before left it (guarded). Other steps write
+// bytes nothing reads yet, or, past the end, check for themselves.
+type stepChecker interface{ beforeStep() error }
+
 // oldViewer is a Target that holds what the file held before the plan
 // ran, and lends it for the undo copies instead of a copy of its own
 // (cachedTarget).
@@ -104,7 +109,13 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 			return rollback(fmt.Errorf("sync after the journal: %w", err))
 		}
 	}
+	check, _ := t.(stepChecker)
 	for i, st := range p.Steps[:n] {
+		if check != nil && st.Kind == StepCommit {
+			if err := check.beforeStep(); err != nil {
+				return rollback(fmt.Errorf("step %d (%s): %w", i, st.What, err))
+			}
+		}
 		if st.Kind == StepCommit {
 			if err := flush(); err != nil {
 				return rollback(fmt.Errorf("sync before commit: %w", err))
@@ -276,6 +287,11 @@ type Options struct {
 	// Buffers lends the buffers the file is read through (see Buffers);
 	// nil allocates them.
 	Buffers *Buffers
+	// Claim is the file, claimed (File.Claim) while it was planned:
+	// EditFile writes through the claim's descriptor, locked since, and
+	// not the path; it takes the claim over and closes it. The file must
+	// still be the one claimed, as it was read.
+	Claim *Claim
 	// Prepared is a plan File.Prepare made of this file for the same
 	// edit, detached from it. When the file still holds every byte the
 	// plan was made from, it is written without planning and verifying
@@ -283,6 +299,10 @@ type Options struct {
 	// detached) the file is planned afresh. Not used with
 	// KeepOldSections.
 	Prepared *Plan
+	// hook, set by tests, runs in the write at the moments another
+	// process's append matters: "append" before bytes are appended (the
+	// size checked), "end" before the last check of the size.
+	hook func(at string)
 }
 
 // Result of EditFile.
@@ -315,16 +335,25 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	if opt.NoFollow {
 		nofollow = syscall.O_NOFOLLOW
 	}
-	// O_NONBLOCK: opening a FIFO for reading would otherwise wait for a
-	// writer forever; for a regular file it changes nothing.
-	rf, err := openFD(path, syscall.O_RDONLY|syscall.O_NONBLOCK|nofollow)
-	if err != nil {
-		return nil, openErr(err, opt.NoFollow)
-	}
-	st, err := rf.stat()
-	if err != nil {
-		rf.Close()
-		return nil, unwrapPath(err)
+	var rf *fdFile
+	var st *syscall.Stat_t
+	var err error
+	if opt.Claim != nil {
+		// Read and written through the claim's descriptor: the file
+		// found and locked while deciding, whatever its path names now.
+		if rf, st, err = opt.Claim.take(); err != nil {
+			return nil, err
+		}
+	} else {
+		// O_NONBLOCK: opening a FIFO for reading would otherwise wait
+		// for a writer forever; for a regular file it changes nothing.
+		if rf, err = openFD(path, syscall.O_RDONLY|syscall.O_NONBLOCK|nofollow); err != nil {
+			return nil, openErr(err, opt.NoFollow)
+		}
+		if st, err = rf.stat(); err != nil {
+			rf.Close()
+			return nil, unwrapPath(err)
+		}
 	}
 	rc := newReadCache(rf, st.Size, opt.Buffers)
 	rc.editing = true
@@ -360,29 +389,146 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 		}
 		return res, applyCopy(path, rc, st, plan, opt.Sync)
 	}
-	wf, err := reopenForWriting(rf, path, nofollow)
-	if err != nil {
-		return nil, openErr(err, opt.NoFollow)
+	wf := rf
+	if opt.Claim == nil {
+		if wf, err = reopenForWriting(rf, path, nofollow); err != nil {
+			return nil, openErr(err, opt.NoFollow)
+		}
+		// Locked as a claim locks it, so this write and a main job's
+		// (or another tool's that locks) do not interleave.
+		if err := (&Claim{id: identOf(st)}).lock(wf); err != nil {
+			wf.Close()
+			return nil, err
+		}
+	}
+	closeWF := func() error {
+		if wf == rf {
+			// The claim's descriptor is the cache's: closed with it
+			// (and again, harmlessly, by the deferred Close), so that
+			// its error is reported.
+			return rc.Close()
+		}
+		return wf.Close()
 	}
 	// The undo copies of the bytes each step overwrites come from what
 	// the plan was made from, read already, when the cache still holds
-	// them.
-	var t Target = cachedTarget{wf, rc}
-	if plan.recover != nil {
-		t = wf // the cache holds the bytes before the recovery writes
-	}
-	if err := plan.Apply(t, opt.Sync); err != nil {
-		wf.Close()
+	// them; a recovery plan's writes change bytes the cache holds, so it
+	// reads the file itself. The commit is checked to find the file as
+	// the steps before it left it, and what the file grows by is appended
+	// (guarded).
+	g := &guarded{cachedTarget: cachedTarget{wf, rc}, size: st.Size, hook: opt.hook, direct: plan.recover != nil}
+	if err := plan.Apply(g, opt.Sync); err != nil {
+		closeWF()
 		return nil, err
+	}
+	if g.hook != nil {
+		g.hook("end")
+	}
+	if err := g.beforeStep(); err != nil {
+		closeWF()
+		return nil, fmt.Errorf("written, but %w", err)
 	}
 	if err := keepMode(wf, st.Mode); err != nil {
-		wf.Close()
+		closeWF()
 		return nil, err
 	}
-	if err := wf.Close(); err != nil {
+	if err := closeWF(); err != nil {
 		return nil, unwrapPath(err)
 	}
 	return res, nil
+}
+
+// guarded is the Target of EditFile: before the commit (and after the
+// last step), the file must have the size the steps before left it with,
+// or another process changed it; a write past the end appends with
+// O_APPEND, so the kernel places it at the end the file has then, and it
+// overwrites nothing another process appended; the size after it says
+// whether it landed where the plan put it. A truncation is refused when
+// the file is not the size expected: it would cut another's bytes.
+type guarded struct {
+	cachedTarget
+	size   int64
+	hook   func(at string) // Options.hook
+	direct bool            // read the file, not the cache (a recovery plan)
+}
+
+func (g *guarded) ReadAt(b []byte, off int64) (int, error) {
+	if g.direct {
+		return g.fdFile.ReadAt(b, off)
+	}
+	return g.cachedTarget.ReadAt(b, off)
+}
+
+func (g *guarded) oldBytes(off, n int64) ([]byte, bool) {
+	if g.direct {
+		return nil, false
+	}
+	return g.cachedTarget.oldBytes(off, n)
+}
+
+func (g *guarded) beforeStep() error {
+	st, err := g.fdFile.stat()
+	if err != nil {
+		return unwrapPath(err)
+	}
+	if st.Size != g.size {
+		return fmt.Errorf("%w: %d bytes, now %d", ErrChanged, g.size, st.Size)
+	}
+	return nil
+}
+
+func (g *guarded) WriteAt(b []byte, off int64) (int, error) {
+	end := off + int64(len(b))
+	if end <= g.size {
+		return g.fdFile.WriteAt(b, off)
+	}
+	n := 0
+	if off < g.size {
+		m, err := g.fdFile.WriteAt(b[:g.size-off], off)
+		if err != nil {
+			return m, err
+		}
+		n, b, off = m, b[m:], g.size
+	}
+	tail := b
+	if off > g.size {
+		tail = make([]byte, off-g.size+int64(len(b)))
+		copy(tail[off-g.size:], b)
+	}
+	if err := g.beforeStep(); err != nil {
+		return n, err
+	}
+	if g.hook != nil {
+		g.hook("append")
+	}
+	m, err := g.fdFile.appendAll(tail)
+	want := g.size + int64(m)
+	g.size = want // a partial write's bytes are ours: the rollback cuts them
+	if err != nil {
+		return n, err
+	}
+	st, err := g.fdFile.stat()
+	if err != nil {
+		return n, unwrapPath(err)
+	}
+	if st.Size != want {
+		// Another process appended between the check and this write, or
+		// since: its bytes are kept, nothing will point at these, and the
+		// size left expected makes the rollback's truncation refuse.
+		return n, fmt.Errorf("%w: another process appended to it while it was written (%d bytes, expected %d); its bytes are kept", ErrChanged, st.Size, want)
+	}
+	return n + len(b), nil
+}
+
+func (g *guarded) Truncate(size int64) error {
+	if err := g.beforeStep(); err != nil {
+		return fmt.Errorf("not cut to %d bytes: %w", size, err)
+	}
+	if err := g.fdFile.Truncate(size); err != nil {
+		return err
+	}
+	g.size = size
+	return nil
 }
 
 // undoTo is the last of the first n steps whose old bytes apply keeps

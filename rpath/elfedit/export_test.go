@@ -129,3 +129,9 @@ func MergeSpans(in [][2]int64) [][2]int64 {
 func Settled(ctime, at time.Time) bool {
 	return fileIdent{ctime: syscall.NsecToTimespec(ctime.UnixNano())}.settled(at)
 }
+
+// WithHook sets o's test hook (Options.hook).
+func WithHook(o Options, fn func(at string)) Options {
+	o.hook = fn
+	return o
+}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cudapatch/cudapatch/internal/confine"
 )
 
 // This file is how Open and EditFile talk to the kernel. Patching a tree
@@ -125,6 +127,45 @@ func (b *Buffers) open(path string, editing bool) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
+	fd.reopen = func(flags int) (*fdFile, error) { return openFD(path, flags|syscall.O_NOFOLLOW) }
+	fd.where = func() (*syscall.Stat_t, error) {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(path, &st); err != nil {
+			return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+		}
+		return &st, nil
+	}
+	return b.openFD(fd, editing)
+}
+
+// OpenIn is Open (OpenForEdit with edit set) for a file below dir,
+// opened from dir's descriptor without following any symbolic link
+// (confine.Dir): a link anywhere on the way fails. A Claim of the file
+// reopens it the same way.
+func (b *Buffers) OpenIn(dir *confine.Dir, path string, edit bool) (*File, error) {
+	// O_NONBLOCK: a FIFO would otherwise wait for a writer forever; for
+	// a regular file it changes nothing.
+	fd, err := openIn(dir, path, syscall.O_RDONLY|syscall.O_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	return b.openFD(fd, edit)
+}
+
+// openIn opens path below dir, as OpenIn does.
+func openIn(dir *confine.Dir, path string, flags int) (*fdFile, error) {
+	n, err := dir.OpenFD(path, flags)
+	if err != nil {
+		return nil, err
+	}
+	fd := newFD(n, path)
+	fd.reopen = func(flags int) (*fdFile, error) { return openIn(dir, path, flags) }
+	fd.where = func() (*syscall.Stat_t, error) { return dir.Stat(path) }
+	return fd, nil
+}
+
+// openFD reads the ELF headers of the file fd has open.
+func (b *Buffers) openFD(fd *fdFile, editing bool) (*File, error) {
 	at := time.Now()
 	st, err := fd.stat()
 	if err != nil {
@@ -133,6 +174,7 @@ func (b *Buffers) open(path string, editing bool) (*File, error) {
 	}
 	c := newReadCache(fd, st.Size, b)
 	c.editing = editing
+	c.opened = identOf(st)
 	if id := identOf(st); id.settled(at) {
 		c.settled = &id
 	}
@@ -161,6 +203,16 @@ type fdFile struct {
 	name    string
 	cleanup runtime.Cleanup
 	closed  bool
+	// reopen opens the file's path again the way it was opened (below
+	// the same directory, or by path, never through a final link); where
+	// stats what that path names now. Both nil for a descriptor opened
+	// otherwise.
+	reopen func(flags int) (*fdFile, error)
+	where  func() (*syscall.Stat_t, error)
+	// locked says the descriptor holds a flock (Claim), which Close
+	// drops first: a child forked meanwhile and not yet exec'd shares
+	// the open file description, and would otherwise hold the lock on.
+	locked bool
 }
 
 // openFD opens path with flags (O_CLOEXEC added), retrying EINTR.
@@ -173,10 +225,15 @@ func openFD(path string, flags int) (*fdFile, error) {
 		if err != nil {
 			return nil, &os.PathError{Op: "open", Path: path, Err: err}
 		}
-		f := &fdFile{fd: fd, name: path}
-		f.cleanup = runtime.AddCleanup(f, func(fd int) { syscall.Close(fd) }, fd)
-		return f, nil
+		return newFD(fd, path), nil
 	}
+}
+
+// newFD wraps the open descriptor fd of the file at path.
+func newFD(fd int, path string) *fdFile {
+	f := &fdFile{fd: fd, name: path}
+	f.cleanup = runtime.AddCleanup(f, func(fd int) { syscall.Close(fd) }, fd)
+	return f
 }
 
 // stat is fstat, with the error an os.File would give.
@@ -241,6 +298,61 @@ func (f *fdFile) WriteAt(b []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// appendAll writes b at the end of the file, with O_APPEND set for the
+// write: the kernel places it at the end the file has then.
+// It returns how many bytes it wrote, all of them unless it fails.
+func (f *fdFile) appendAll(b []byte) (int, error) {
+	if f.closed {
+		return 0, &os.PathError{Op: "write", Path: f.name, Err: os.ErrClosed}
+	}
+	flags, err := fcntl(f.fd, syscall.F_GETFL, 0)
+	if err == nil {
+		_, err = fcntl(f.fd, syscall.F_SETFL, flags|syscall.O_APPEND)
+	}
+	if err != nil {
+		return 0, &os.PathError{Op: "fcntl", Path: f.name, Err: err}
+	}
+	n, err := f.writeAll(b)
+	// A descriptor left in append mode would append every later pwrite
+	// (Linux ignores the offset then): that is an error too.
+	if _, ferr := fcntl(f.fd, syscall.F_SETFL, flags); ferr != nil && err == nil {
+		err = &os.PathError{Op: "fcntl", Path: f.name, Err: ferr}
+	}
+	return n, err
+}
+
+// writeAll is write(2) of all of b at the descriptor's offset.
+func (f *fdFile) writeAll(b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := syscall.Write(f.fd, b[n:])
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return n, &os.PathError{Op: "write", Path: f.name, Err: err}
+		}
+		if m == 0 {
+			return n, &os.PathError{Op: "write", Path: f.name, Err: io.ErrShortWrite}
+		}
+		n += m
+	}
+	return n, nil
+}
+
+func fcntl(fd, cmd, arg int) (int, error) {
+	for {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), uintptr(cmd), uintptr(arg))
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(r), nil
+	}
+}
+
 // Truncate is ftruncate.
 func (f *fdFile) Truncate(size int64) error {
 	if f.closed {
@@ -299,6 +411,9 @@ func (f *fdFile) Close() error {
 	}
 	f.closed = true
 	f.cleanup.Stop()
+	if f.locked {
+		_ = syscall.Flock(f.fd, syscall.LOCK_UN) // close drops it anyway, absent other references
+	}
 	// Linux releases the descriptor even when close fails (EINTR
 	// included): never retry.
 	if err := syscall.Close(f.fd); err != nil {
@@ -342,6 +457,9 @@ type readCache struct {
 	// lent is the scratch lent through the cache (File.scratch), given
 	// back to bufs on Close.
 	lent [][]byte
+	// opened is the file's identity when it was opened (a Claim checks
+	// the file still has it).
+	opened fileIdent
 	// settled is the file's identity when it was opened, if its ctime
 	// was old enough then to show any later write (prepare.go); nil for
 	// a file changed too recently and for a source that is not a file.

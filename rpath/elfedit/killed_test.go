@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -45,7 +48,7 @@ func TestKillChild(t *testing.T) {
 // leaves it.
 func TestKilledProcessConverges(t *testing.T) {
 	t.Parallel()
-	strace, err := exec.LookPath("strace")
+	strace0, err := exec.LookPath("strace")
 	require.NoError(t, err, "strace is needed (.ci/run installs it)")
 	self, err := os.Executable()
 	require.NoError(t, err)
@@ -69,21 +72,32 @@ func TestKilledProcessConverges(t *testing.T) {
 			}
 			ej, err := json.Marshal(e)
 			require.NoError(t, err)
-			kill := func(inject string) bool {
+			// strace -P counts only the calls on the file, each syscall
+			// apart: a recording run says which call the k-th write of the
+			// file is (a region or journal is appended with write(2) on
+			// an O_APPEND descriptor, the rest with pwrite64, the last cut
+			// with ftruncate), and the kill then names that call.
+			traced := "trace=pwrite64,write,ftruncate"
+			child := func(strace ...string) (bool, []byte) {
 				require.NoError(t, os.WriteFile(path, prepared, 0o755))
-				cmd := exec.Command(strace, "-f", "-qq", "-o", "/dev/null", "-e", "trace=pwrite64,ftruncate", "-e", "inject="+inject,
-					self, "-test.run=^TestKillChild$", "-test.count=1")
+				args := append([]string{"-f", "-qq", "-P", path, "-e", traced}, strace...)
+				cmd := exec.Command(strace0, append(args, self, "-test.run=^TestKillChild$", "-test.count=1")...)
 				cmd.Env = append(os.Environ(), killChildPath+"="+path, killChildEdit+"="+string(ej))
 				out, err := cmd.CombinedOutput()
 				var ee *exec.ExitError
 				if errors.As(err, &ee) {
 					if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-						return true
+						return true, out
 					}
 				}
 				require.NoError(t, err, "child: %s", out)
-				return false
+				return false, out
 			}
+			log := filepath.Join(t.TempDir(), "strace.log")
+			killed, _ := child("-o", log)
+			require.False(t, killed)
+			calls := fileCalls(t, log)
+			require.Len(t, calls, writes, "the child's calls on the file %v, the writes of the plan in process: %s", calls, planString(p))
 			check := func(what string, model []byte) {
 				got := readFile(t, path)
 				if !bytes.Equal(got, model) {
@@ -97,19 +111,34 @@ func TestKilledProcessConverges(t *testing.T) {
 					t.Errorf("%s: the next run leaves %s", what, differs(got, clean, "a clean run"))
 				}
 			}
-			n := 1
-			for ; kill(fmt.Sprintf("pwrite64:signal=KILL:when=%d", n)); n++ {
-				require.Less(t, n-1, writes, "the child wrote more than the plan in process")
-				check(fmt.Sprintf("killed at pwrite64 %d", n), models[n-1])
+			nth := map[string]int{}
+			for k, call := range calls {
+				nth[call]++
+				killed, out := child("-o", "/dev/null", "-e", fmt.Sprintf("inject=%s:signal=KILL:when=%d", call, nth[call]))
+				require.True(t, killed, "the child was not killed at its %s %d (write %d of the file): %s", call, nth[call], k+1, out)
+				check(fmt.Sprintf("killed at write %d (%s %d)", k+1, call, nth[call]), models[k])
 			}
-			// Every write of the plan is a pwrite64 but the last, the
-			// cut that drops the journal (with an old region, if any).
-			require.Equal(t, writes-1, n-1, "pwrite64 calls of the child, writes of the plan in process: %s", planString(p))
-			require.True(t, kill("ftruncate:signal=KILL:when=1"), "the child was not killed at its ftruncate")
-			check("killed at ftruncate", models[writes-1])
+			require.Equal(t, "ftruncate", calls[len(calls)-1], "the last write of the plan is the cut that drops the journal")
 			if t.Failed() {
 				keepOnFailure(t, fx)
 			}
 		})
 	}
 }
+
+// fileCalls reads an strace log of the calls on one file (-P) and returns
+// their names in order.
+func fileCalls(t *testing.T, log string) []string {
+	t.Helper()
+	var calls []string
+	for _, line := range strings.Split(string(readFile(t, log)), "\n") {
+		if m := straceCall.FindStringSubmatch(line); m != nil {
+			calls = append(calls, m[1])
+		}
+	}
+	return calls
+}
+
+// straceCall is the start of a call in an strace log, after the thread's
+// id when strace prints one (not a "<... resumed>" line).
+var straceCall = regexp.MustCompile(`^(?:\d+\s+)?(pwrite64|write|ftruncate)\(`)

@@ -1,0 +1,127 @@
+package elfedit_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/internal/fixtures"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
+
+// appendRecord appends rec to path as a logger does: its own descriptor,
+// O_APPEND, no lock.
+func appendRecord(t *testing.T, path string, rec []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	require.NoError(t, err)
+	_, err = f.Write(rec)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+}
+
+// TestClaimAgainstAppender: another process appends to a library, without
+// a lock, at each moment of a claimed edit that appends a region (a longer
+// interpreter). Its bytes are never overwritten: appended between the
+// claim and the write, the file fails untouched; appended just before the
+// region (the size checked already), the region lands after them (it is
+// appended with O_APPEND) and the size says so; appended after the
+// commit, the result is in place and the bytes follow it. Each is an
+// error that says another process changed the file.
+func TestClaimAgainstAppender(t *testing.T) {
+	tests := []struct {
+		name     string
+		at       string // the hook's moment; "claimed": before EditFile
+		wantErr  string
+		original bool // the file is the original, the record after it
+		result   bool // the result is in place, the record after it
+	}{
+		{name: "no appender"},
+		{name: "between claim and write", at: "claimed", wantErr: "changed by another process since it was read: 16000 bytes, now 19300; left as it is", original: true},
+		{name: "before the region", at: "append", wantErr: "another process appended to it while it was written"},
+		{name: "after the commit", at: "end", wantErr: "written, but", result: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := fileOpsFixture(t)
+			exe := c.Exe
+			orig := readFile(t, exe)
+			rec := []byte(strings.Repeat("log record\n", 300))
+			e := elfedit.Edit{Interpreter: str(longInterp(t, c, 200)), SetPath: str(c.LibDir)}
+			f, err := (&elfedit.Buffers{}).OpenForEdit(exe)
+			require.NoError(t, err)
+			cl, err := f.Claim()
+			require.NoError(t, err)
+			f.Close()
+			// A second claim, as a second run would take it, is refused.
+			f2, err := elfedit.Open(exe)
+			require.NoError(t, err)
+			_, err = f2.Claim()
+			f2.Close()
+			require.ErrorIs(t, err, elfedit.ErrLocked)
+
+			if tt.at == "claimed" {
+				appendRecord(t, exe, rec)
+			}
+			opt := elfedit.WithHook(elfedit.Options{Claim: cl}, func(at string) {
+				if at == tt.at {
+					appendRecord(t, exe, rec)
+				}
+			})
+			res, err := elfedit.EditFile(exe, e, opt)
+			got := readFile(t, exe)
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				assert.Equal(t, res.Plan.NewSize, int64(len(got)))
+				require.NoError(t, runs(t, c)(exe))
+				return
+			}
+			require.Error(t, err)
+			t.Log(err)
+			assert.Contains(t, err.Error(), tt.wantErr)
+			assert.True(t, errors.Is(err, elfedit.ErrChanged), "%v is not ErrChanged", err)
+			// The record is there, whole, once.
+			assert.Equal(t, 1, bytes.Count(got, rec), "the appended record")
+			switch {
+			case tt.original:
+				assert.Equal(t, append(orig, rec...), got)
+			case tt.result:
+				assert.True(t, bytes.HasSuffix(got, rec))
+				require.NoError(t, runs(t, c)(exe), "the result is in place")
+			default:
+				// The original bytes, then the record where it was
+				// appended; what follows it is the region, unused.
+				assert.Equal(t, orig, got[:len(orig)])
+				assert.Equal(t, rec, got[len(orig):len(orig)+len(rec)])
+			}
+		})
+	}
+}
+
+// TestClaimLocks: a claim holds the file's lock until its write ends (a
+// second claim or a plain EditFile fails with ErrLocked, bytes
+// untouched); released, it is taken again by the write.
+func TestClaimLocks(t *testing.T) {
+	c := fixtures.ByName(t, "bfd-pie").Copy(t)
+	f, err := elfedit.Open(c.Exe)
+	require.NoError(t, err)
+	cl, err := f.Claim()
+	require.NoError(t, err)
+	f.Close()
+	orig := readFile(t, c.Exe)
+	_, err = elfedit.EditFile(c.Exe, elfedit.Edit{SetPath: str("/nix/store/x/lib")}, elfedit.Options{})
+	require.ErrorIs(t, err, elfedit.ErrLocked)
+	assert.Equal(t, orig, readFile(t, c.Exe))
+	// Released, the lock is gone; the write takes it again.
+	cl.Release()
+	_, err = elfedit.EditFile(c.Exe, elfedit.Edit{SetPath: str("/nix/store/x/lib")}, elfedit.Options{Claim: cl})
+	require.NoError(t, err)
+	// The lock ended with the write.
+	_, err = elfedit.EditFile(c.Exe, elfedit.Edit{SetPath: str("/nix/store/y/lib")}, elfedit.Options{})
+	require.NoError(t, err)
+}
