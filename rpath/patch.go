@@ -92,6 +92,7 @@ type skipWhy int
 const (
 	skipNone skipWhy = iota
 	skipNotELF
+	skipNotRegular
 	skipKind
 	skipArch
 	skipOSABI
@@ -392,7 +393,7 @@ func collect(ctx context.Context, roots []string, recurse bool, jobs int) ([]fou
 		if err != nil {
 			return nil, nil, err
 		}
-		if st.Mode().IsRegular() {
+		if st.Mode().IsRegular() || special(st.Mode().Type()) {
 			out = append(out, found{r, r})
 			continue
 		}
@@ -459,10 +460,15 @@ func (c *config) decide(fd found, ix resolver, t target, held bool) *File {
 		f, err = c.open(path, true)
 	}
 	if err != nil {
-		if errors.Is(err, elfedit.ErrNotELF) {
+		switch {
+		case errors.Is(err, elfedit.ErrNotELF):
 			out.Skipped = "not ELF"
 			out.skip = skipNotELF
-		} else {
+		case errors.Is(err, elfedit.ErrNotRegular):
+			// A FIFO, socket or device (refused before it is opened).
+			out.Skipped = elfedit.ErrNotRegular.Error()
+			out.skip = skipNotRegular
+		default:
 			out.Errors = append(out.Errors, errMsg(path, err))
 		}
 		return out

@@ -1,10 +1,23 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestHostileNamesStayOneLine: a DT_NEEDED name, a RUNPATH and a file name
@@ -50,5 +63,161 @@ func TestHostileNamesStayOneLine(t *testing.T) {
 			// A hostile name's tail never starts a line of its own.
 			assert.False(t, strings.HasPrefix(l, "x.so") || strings.HasPrefix(l, "p:") || strings.HasPrefix(l, "/lib"), "%q: line %q", tc.args, l)
 		}
+	}
+}
+
+// cudapatchBinary builds the command once per test binary run, for tests
+// that run it as a subprocess (a hang or a crash must not take the test
+// process with it).
+func cudapatchBinary(t *testing.T) string {
+	t.Helper()
+	builtOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "cudapatch-bin-")
+		if err != nil {
+			builtErr = err
+			return
+		}
+		built = filepath.Join(dir, "cudapatch")
+		out, err := exec.Command("go", "build", "-o", built, ".").CombinedOutput()
+		if err != nil {
+			builtErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, builtErr)
+	return built
+}
+
+var (
+	builtOnce sync.Once
+	built     string
+	builtErr  error
+)
+
+// bounded is how one run of the binary ended.
+type bounded struct {
+	code           int
+	stdout, stderr string
+	elapsed        time.Duration
+	maxRSS         int64 // bytes
+	timedOut       bool
+}
+
+// runBounded runs the binary with args under a time limit and a Go heap
+// limit, in dir, and reports its exit, output, time and peak RSS.
+func runBounded(t *testing.T, dir string, limit time.Duration, args ...string) bounded {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, cudapatchBinary(t), args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOMEMLIMIT=128MiB", "GOTRACEBACK=all")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	start := time.Now()
+	err := cmd.Run()
+	r := bounded{stdout: o.String(), stderr: e.String(), elapsed: time.Since(start), timedOut: ctx.Err() != nil}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("%q: %v", args, err)
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.maxRSS = ru.Maxrss << 10
+	}
+	return r
+}
+
+// TestSpecialFilesRefused: a FIFO, a unix socket and a character device
+// named to any command are refused in one line, "FILE: not a regular
+// file", and never opened for reading (a FIFO's open would wait for a
+// writer forever: a hang fails the run's time limit); below a tree the
+// main job counts them as skipped.
+func TestSpecialFilesRefused(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.so")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	sock := filepath.Join(dir, "sock.so")
+	l, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	defer l.Close()
+	for _, f := range []string{fifo, sock, "/dev/null"} {
+		for _, tc := range []struct {
+			args []string
+			code int
+		}{
+			{[]string{"print", f}, 1},
+			{[]string{"print", "--json", f}, 1},
+			{[]string{"verify", f}, 1},
+			{[]string{"lint", f}, 2},
+			{[]string{"explain", f}, 2},
+			{[]string{"doctor", f}, 2},
+			{[]string{"patchelf", "--print-rpath", f}, 1},
+			{[]string{"patchelf", "--print-needed", f}, 1},
+			{[]string{"patchelf", "--set-rpath", "/x", f}, 1},
+			{[]string{"patchelf", "--set-interpreter", "/x", f}, 1},
+			{[]string{"patchelf", "--add-needed", "libx.so", f}, 1},
+			{[]string{"patchelf", "--shrink-rpath", f}, 1},
+		} {
+			r := runBounded(t, dir, 20*time.Second, tc.args...)
+			require.False(t, r.timedOut, "%q hung", tc.args)
+			out := r.stdout + r.stderr
+			if tc.args[0] == "print" && tc.args[1] == "--json" {
+				out = r.stderr
+				assert.Contains(t, r.stdout, `"error": "not a regular file"`, "%q", tc.args)
+			} else {
+				assert.Equal(t, 1, strings.Count(out, "\n"), "%q: one line:\n%s", tc.args, out)
+				assert.Contains(t, out, f+": not a regular file", "%q", tc.args)
+			}
+			assert.Equal(t, tc.code, r.code, "%q:\n%s", tc.args, out)
+		}
+		// The main job, on one as its operand: skipped.
+		r := runBounded(t, dir, 20*time.Second, "--dry-run", f)
+		require.False(t, r.timedOut, "main job on %s hung", f)
+		assert.Equal(t, 0, r.code, r.stderr)
+		assert.Contains(t, r.stderr, "would patch 0 files, 0 unchanged, 1 skipped, 0 failed")
+	}
+	// Inside a tree, beside an ELF library: the library is decided, the
+	// FIFO, the socket and the device (a copy of /dev/null's node where
+	// this user may make one) are skipped with the reason, and a symbolic
+	// link to /dev/null is not followed.
+	c := newCLITree(t)
+	c.place("out/lib/libdep.so", cLib("libdep.so"))
+	require.NoError(t, syscall.Mkfifo(c.p("out/lib/libfifo.so"), 0o644))
+	ls, err := net.Listen("unix", c.p("out/lib/sock"))
+	require.NoError(t, err)
+	defer ls.Close()
+	require.NoError(t, os.Symlink("/dev/null", c.p("out/lib/null.so")))
+	specials := 2
+	if syscall.Mknod(c.p("out/lib/null"), syscall.S_IFCHR|0o666, 1<<8|3) == nil {
+		specials++
+	}
+	for _, args := range [][]string{{"--dry-run", "--json", "out"}, {"--json", "out"}} {
+		r := runBounded(t, c.root, 20*time.Second, args...)
+		require.False(t, r.timedOut, "main job on the tree hung")
+		assert.Equal(t, 0, r.code, r.stderr)
+		var rep struct {
+			Files []struct {
+				Path    string `json:"path"`
+				Skipped string `json:"skipped"`
+			} `json:"files"`
+			Skipped int `json:"skipped"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &rep))
+		assert.Equal(t, specials, rep.Skipped)
+		n := 0
+		for _, f := range rep.Files {
+			if f.Skipped == "not a regular file" {
+				n++
+			}
+			assert.NotEqual(t, "null.so", filepath.Base(f.Path), "a symbolic link was followed")
+		}
+		assert.Equal(t, specials, n, "%s", r.stdout)
+	}
+	// lint and explain on the tree: the special files are passed over.
+	for _, args := range [][]string{{"lint", "out"}, {"print", "out/lib/libdep.so"}} {
+		r := runBounded(t, c.root, 20*time.Second, args...)
+		require.False(t, r.timedOut, "%q hung", args)
 	}
 }

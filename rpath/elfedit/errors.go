@@ -34,6 +34,9 @@ func formatErr(off int64, format string, args ...any) error {
 var (
 	// ErrNotELF means the file does not start with the ELF magic.
 	ErrNotELF = errors.New("not an ELF file")
+	// ErrNotRegular means the path names a FIFO, socket or device: it is
+	// refused before it is opened for reading.
+	ErrNotRegular = errors.New("not a regular file")
 	// ErrNotDynamic means an edit of dynamic-linking data was asked of a file
 	// that has no PT_DYNAMIC (a static executable, an object file).
 	ErrNotDynamic = errors.New("no dynamic section (statically linked?)")

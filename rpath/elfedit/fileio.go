@@ -121,14 +121,8 @@ func (b *Buffers) Open(path string) (*File, error) {
 }
 
 func (b *Buffers) open(path string, editing bool) (*File, error) {
-	fd, err := openFD(path, syscall.O_RDONLY)
+	fd, st, at, err := openRegular(path)
 	if err != nil {
-		return nil, err
-	}
-	at := time.Now()
-	st, err := fd.stat()
-	if err != nil {
-		fd.Close()
 		return nil, err
 	}
 	c := newReadCache(fd, st.Size, b)
@@ -153,6 +147,49 @@ func (b *Buffers) open(path string, editing bool) (*File, error) {
 func (b *Buffers) OpenForEdit(path string) (*File, error) {
 	return b.open(path, true)
 }
+
+// openRegular opens path for reading if it is a regular file, and returns
+// its fstat and the time just before it. A FIFO, socket or device is
+// refused with ErrNotRegular before it is opened: opening a FIFO for
+// reading waits for a writer, and opening a device can act on it (a
+// watchdog starts, a tape rewinds). The stat goes first for that; the
+// open is non-blocking and checked again on the descriptor, so a path
+// swapped for a FIFO between the two is refused, not waited on.
+func openRegular(path string) (*fdFile, *syscall.Stat_t, time.Time, error) {
+	var st syscall.Stat_t
+	for {
+		err := syscall.Stat(path, &st)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, time.Time{}, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		break
+	}
+	if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		return nil, nil, time.Time{}, &os.PathError{Op: "open", Path: path, Err: syscall.EISDIR}
+	}
+	if !isRegular(&st) {
+		return nil, nil, time.Time{}, &os.PathError{Op: "open", Path: path, Err: ErrNotRegular}
+	}
+	fd, err := openFD(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	at := time.Now()
+	fst, err := fd.stat()
+	if err == nil && !isRegular(fst) {
+		err = &os.PathError{Op: "open", Path: path, Err: ErrNotRegular}
+	}
+	if err != nil {
+		fd.Close()
+		return nil, nil, time.Time{}, err
+	}
+	return fd, fst, at, nil
+}
+
+func isRegular(st *syscall.Stat_t) bool { return st.Mode&syscall.S_IFMT == syscall.S_IFREG }
 
 // fdFile is an open file descriptor, read and written with pread and
 // pwrite. Like os.File it closes itself if it is dropped unclosed.
