@@ -18,6 +18,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 )
 
 // TestHostileNamesStayOneLine: a DT_NEEDED name, a RUNPATH and a file name
@@ -219,5 +221,76 @@ func TestSpecialFilesRefused(t *testing.T) {
 	for _, args := range [][]string{{"lint", "out"}, {"print", "out/lib/libdep.so"}} {
 		r := runBounded(t, c.root, 20*time.Second, args...)
 		require.False(t, r.timedOut, "%q hung", args)
+	}
+}
+
+// hostileCommands are the commands the hostile-input suite runs on each
+// input: FILE is the input, DIR its directory (a copy per command, since
+// some write).
+var hostileCommands = [][]string{
+	{"print", "FILE"},
+	{"print", "--json", "FILE"},
+	{"verify", "FILE"},
+	{"lint", "FILE"},
+	{"explain", "FILE"},
+	{"patchelf", "--print-rpath", "FILE"},
+	{"patchelf", "--set-rpath", "/a/new/and/longer/search/path/than/before", "FILE"},
+	{"--dry-run", "--ignore-missing", "*", "DIR"},
+	{"--ignore-missing", "*", "--append-rpath", "/opt/appended/lib", "DIR"},
+}
+
+// Per run of one command on one hostile input: the time limit, and the
+// peak RSS allowed over the input's size.
+const (
+	hostileTimeLimit = 30 * time.Second
+	hostileRSSBase   = 160 << 20
+	hostileRSSFactor = 8
+)
+
+// TestHostileInputsBounded runs every command on files whose headers
+// claim far more work than their size pays for (hostileInputs), each as a
+// subprocess under a time limit and GOMEMLIMIT, and checks a clean
+// outcome: an exit of 0, 1 or 2, no panic, at most a few lines on stderr,
+// and a peak RSS within hostileRSSBase + hostileRSSFactor × the file's
+// size. Every walk over a table the headers describe (program headers,
+// section headers, notes, dynamic entries, version records, symbols) is
+// bounded by the file's size, whatever its counts claim.
+func TestHostileInputsBounded(t *testing.T) {
+	fx := fixtures.ByName(t, "bfd-pie")
+	for _, in := range hostileInputs() {
+		for _, base := range []string{"lib", "exe"} {
+			t.Run(in.name+"/"+base, func(t *testing.T) {
+				src := fx.Libs[0]
+				if base == "exe" {
+					src = fx.Exe
+				}
+				orig, err := os.ReadFile(src)
+				require.NoError(t, err)
+				h := newHostileELF(t, orig)
+				in.build(t, h)
+				if keep := os.Getenv("CUDAPATCH_HOSTILE_DIR"); keep != "" {
+					// Only write the inputs there, to probe them by hand.
+					require.NoError(t, os.WriteFile(filepath.Join(keep, in.name+"-"+base), h.b, 0o755))
+					t.Skip("inputs written to CUDAPATCH_HOSTILE_DIR")
+				}
+				for _, args := range hostileCommands {
+					dir := t.TempDir()
+					file := filepath.Join(dir, filepath.Base(src))
+					require.NoError(t, os.WriteFile(file, h.b, 0o755))
+					argv := make([]string, len(args))
+					for i, a := range args {
+						argv[i] = strings.NewReplacer("FILE", file, "DIR", dir).Replace(a)
+					}
+					r := runBounded(t, dir, hostileTimeLimit, argv...)
+					t.Logf("%-12s %-40q exit %d in %v, peak RSS %d MiB", in.name, args, r.code, r.elapsed.Round(time.Millisecond), r.maxRSS>>20)
+					require.False(t, r.timedOut, "%q ran past %v", args, hostileTimeLimit)
+					assert.Contains(t, []int{0, 1, 2}, r.code, "%q:\n%s", args, r.stderr)
+					assert.NotContains(t, r.stderr, "panic", "%q", args)
+					assert.NotContains(t, r.stderr, "goroutine ", "%q", args)
+					assert.LessOrEqual(t, strings.Count(r.stderr, "\n"), 4, "%q:\n%s", args, r.stderr)
+					assert.LessOrEqual(t, r.maxRSS, int64(hostileRSSBase+hostileRSSFactor*len(h.b)), "%q: peak RSS", args)
+				}
+			})
+		}
 	}
 }

@@ -140,20 +140,22 @@ func hostileInputs() []hostileInput {
 	return []hostileInput{
 		{name: "65000-pt-note-one-block", build: func(t testing.TB, h *hostileELF) {
 			// 65,000 PT_NOTEs over the same 1 MiB of notes.
-			off := h.appendBlock(noteBlock(1 << 20))
+			notes := noteBlock(1 << 20)
+			off, n := h.appendBlock(notes), uint64(len(notes))
 			progs := h.progs
 			for range many {
-				progs = append(progs, elf.Prog64{Type: uint32(elf.PT_NOTE), Off: off, Filesz: 1 << 20, Memsz: 1 << 20, Align: 4})
+				progs = append(progs, elf.Prog64{Type: uint32(elf.PT_NOTE), Off: off, Filesz: n, Memsz: n, Align: 4})
 			}
 			h.setProgs(t, progs)
 		}},
 		{name: "65000-pt-note-sliding", build: func(t testing.TB, h *hostileELF) {
 			// Each PT_NOTE starts one note later and ends at the block's
 			// end: no two are the same range, all overlap.
-			off := h.appendBlock(noteBlock(2 << 20))
+			notes := noteBlock(2 << 20)
+			off, n := h.appendBlock(notes), uint64(len(notes))
 			progs := h.progs
 			for i := range uint64(many) {
-				progs = append(progs, elf.Prog64{Type: uint32(elf.PT_NOTE), Off: off + 20*i, Filesz: 2<<20 - 20*i, Memsz: 2<<20 - 20*i, Align: 4})
+				progs = append(progs, elf.Prog64{Type: uint32(elf.PT_NOTE), Off: off + 20*i, Filesz: n - 20*i, Memsz: n - 20*i, Align: 4})
 			}
 			h.setProgs(t, progs)
 		}},
@@ -174,10 +176,11 @@ func hostileInputs() []hostileInput {
 			h.setProgs(t, progs)
 		}},
 		{name: "65000-sht-note-one-block", build: func(t testing.TB, h *hostileELF) {
-			off := h.appendBlock(noteBlock(1 << 20))
+			notes := noteBlock(1 << 20)
+			off, n := h.appendBlock(notes), uint64(len(notes))
 			shdrs := h.sections(t)
 			for range many {
-				shdrs = append(shdrs, elf.Section64{Type: uint32(elf.SHT_NOTE), Off: off, Size: 1 << 20, Addralign: 4})
+				shdrs = append(shdrs, elf.Section64{Type: uint32(elf.SHT_NOTE), Off: off, Size: n, Addralign: 4})
 			}
 			h.setSections(t, shdrs)
 		}},
