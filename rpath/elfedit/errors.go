@@ -52,6 +52,9 @@ var (
 	// not allow breaking them: editing in place would silently change the
 	// other paths too.
 	ErrHardLinks = errors.New("file has several hard links")
+	// ErrRefusedInput means the file breaks a verifier rule no edit is
+	// made over (refusedRules): nothing was written.
+	ErrRefusedInput = errors.New("not editing a file the verifier rejects")
 	// ErrVerify means the result of a plan failed the verifier; nothing was
 	// written.
 	ErrVerify = errors.New("result would be invalid")
