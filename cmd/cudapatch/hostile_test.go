@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudapatch/cudapatch/internal/fixtures"
+	"github.com/cudapatch/cudapatch/internal/printable"
 )
 
 // TestHostileNamesStayOneLine: a DT_NEEDED name, a RUNPATH and a file name
@@ -293,4 +294,86 @@ func TestHostileInputsBounded(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestRawNamesInJSON: a file name, a RUNPATH and a DT_NEEDED name that
+// are not UTF-8 (\xff, and a newline) come back byte for byte from every
+// --json output: each bad byte is written as \udcXY
+// (printable.EncodeJSON), not as U+FFFD, which would no longer name the
+// file.
+func TestRawNamesInJSON(t *testing.T) {
+	c := newCLITree(t)
+	const (
+		file   = "out/bin/ap\xff\np"
+		needed = "lib\xfddep.so"
+		rp     = "/old/\xfe/lib"
+	)
+	c.place(file, cExe(rp, needed))
+	c.place("deps/"+needed, cLib(needed))
+	exe := c.p(file)
+	unquote := func(raw json.RawMessage) string {
+		s, err := printable.UnquoteJSON(raw)
+		require.NoError(t, err)
+		return s
+	}
+	t.Run("print", func(t *testing.T) {
+		stdout, _, code := runFixed(t, nil, "print", "--json", exe)
+		require.Equal(t, 0, code)
+		var out []struct {
+			Path json.RawMessage `json:"path"`
+			Info struct {
+				Needed  []json.RawMessage `json:"needed"`
+				RunPath json.RawMessage   `json:"runpath"`
+			} `json:"info"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(stdout), &out), stdout)
+		require.Len(t, out, 1)
+		assert.Equal(t, exe, unquote(out[0].Path))
+		assert.Equal(t, needed, unquote(out[0].Info.Needed[0]))
+		assert.Equal(t, rp, unquote(out[0].Info.RunPath), stdout)
+	})
+	t.Run("verify", func(t *testing.T) {
+		stdout, _, code := runFixed(t, nil, "verify", "--json", exe)
+		require.Equal(t, 0, code)
+		var out []struct {
+			Path json.RawMessage `json:"path"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(stdout), &out), stdout)
+		assert.Equal(t, exe, unquote(out[0].Path))
+	})
+	t.Run("main job", func(t *testing.T) {
+		stdout, stderr, code := runFixed(t, nil, "--dry-run", "--json", "--search", c.p("deps"), c.p("out"))
+		require.Equal(t, 0, code, stderr)
+		var rep struct {
+			Files []struct {
+				Path       json.RawMessage `json:"path"`
+				OldRunPath json.RawMessage `json:"old_runpath"`
+				RunPath    json.RawMessage `json:"runpath"`
+				Deps       []struct {
+					Name json.RawMessage `json:"name"`
+					Path json.RawMessage `json:"path"`
+				} `json:"deps"`
+			} `json:"files"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+		require.Len(t, rep.Files, 1)
+		f := rep.Files[0]
+		assert.Equal(t, exe, unquote(f.Path))
+		assert.Equal(t, rp, unquote(f.OldRunPath))
+		assert.Contains(t, unquote(f.RunPath), c.p("deps"))
+		assert.Equal(t, needed, unquote(f.Deps[0].Name))
+		assert.Equal(t, c.p("deps/"+needed), unquote(f.Deps[0].Path))
+		assert.NotContains(t, stdout, "\ufffd")
+	})
+	t.Run("lint", func(t *testing.T) {
+		stdout, _, _ := runFixed(t, nil, "lint", "--format", "json", c.p("out"))
+		var rep struct {
+			Findings []struct {
+				Path json.RawMessage `json:"path"`
+			} `json:"findings"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+		require.NotEmpty(t, rep.Findings, stdout)
+		assert.Equal(t, exe, unquote(rep.Findings[0].Path))
+	})
 }
