@@ -192,6 +192,64 @@ func hostileInputs() []hostileInput {
 			}
 			h.setSections(t, shdrs)
 		}},
+		{name: "verneed-chain-times-60000-pt-load", build: func(t testing.TB, h *hostileELF) {
+			// A DT_VERNEED chain of 200,000 records (vn_next 16), each
+			// looked up among 60,000 PT_LOADs: a lookup that scans the
+			// program headers per record costs 1.2e10 steps.
+			const records = 200000
+			block := make([]byte, records*16)
+			for i := range records {
+				r := block[i*16:]
+				binary.LittleEndian.PutUint16(r[0:], 1)   // vn_version
+				binary.LittleEndian.PutUint32(r[4:], 1)   // vn_file
+				binary.LittleEndian.PutUint32(r[12:], 16) // vn_next
+			}
+			for len(h.b)%0x1000 != 0 {
+				h.b = append(h.b, 0)
+			}
+			off := h.appendBlock(block)
+			var top uint64
+			for _, p := range h.progs {
+				if elf.ProgType(p.Type) == elf.PT_LOAD {
+					top = max(top, p.Vaddr+p.Memsz)
+				}
+			}
+			// Filler PT_LOADs, in order and disjoint (so that the file is
+			// still read), each mapping nothing, before the one that maps
+			// the records.
+			const fillers = 60000
+			base := (top + 0xfff) &^ 0xfff
+			vaddr := base + fillers*0x1000 + off%0x1000
+			n := uint64(len(block))
+			last := 0
+			for j, p := range h.progs {
+				if elf.ProgType(p.Type) == elf.PT_LOAD {
+					last = j
+				}
+			}
+			load := elf.Prog64{Type: uint32(elf.PT_LOAD), Flags: uint32(elf.PF_R), Off: off, Vaddr: vaddr, Paddr: vaddr, Filesz: n, Memsz: n, Align: 0x1000}
+			progs := append([]elf.Prog64(nil), h.progs[:last+1]...)
+			for i := range uint64(fillers) {
+				v := base + i*0x1000 + off%0x1000
+				progs = append(progs, elf.Prog64{Type: uint32(elf.PT_LOAD), Flags: uint32(elf.PF_R), Off: off, Vaddr: v, Paddr: v, Memsz: 0x10, Align: 0x1000})
+			}
+			progs = append(progs, load)
+			progs = append(progs, h.progs[last+1:]...)
+			_, dyn := h.prog(t, elf.PT_DYNAMIC)
+			set := 0
+			for o := dyn.Off; o+dynSize <= dyn.Off+dyn.Filesz; o += dynSize {
+				switch elf.DynTag(binary.LittleEndian.Uint64(h.b[o:])) {
+				case elf.DT_VERNEED:
+					binary.LittleEndian.PutUint64(h.b[o+8:], vaddr)
+					set++
+				case elf.DT_VERNEEDNUM:
+					binary.LittleEndian.PutUint64(h.b[o+8:], records)
+					set++
+				}
+			}
+			require.Equal(t, 2, set, "no DT_VERNEED to point at the chain")
+			h.setProgs(t, progs)
+		}},
 		{name: "dynamic-million-entries", build: func(t testing.TB, h *hostileELF) {
 			// A PT_DYNAMIC of a million entries in a PT_LOAD of its own:
 			// DT_DEBUG ones, then the original entries.

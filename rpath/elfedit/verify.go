@@ -463,7 +463,9 @@ func (f *File) verifySections(add func(rule, format string, args ...any)) {
 }
 
 // refusedRules are the verifier's rules an edit is never made over, even
-// when the input already breaks them: segments the loaders refuse or map
+// when the input already breaks them (Plan refuses such an input unless
+// the edit changes nothing; checkResult refuses any rule a result breaks
+// that its input did not): segments the loaders refuse or map
 // other than their headers say (misaligned, out of order, overlapping, past
 // the end of the file, more file bytes than memory), header tables that
 // overlap, and a .dynamic that no PT_LOAD maps where it says. An edit
@@ -496,7 +498,7 @@ func checkResult(before *File, was []Problem, after *File, e *Edit) error {
 	}
 	var bad []string
 	for _, p := range after.Verify() {
-		if (!had[p.Rule] || refusedRules[p.Rule]) && !(p.Rule == "path-empty-entry" && e.EmptyEntries) {
+		if !had[p.Rule] && !(p.Rule == "path-empty-entry" && e.EmptyEntries) {
 			bad = append(bad, p.String())
 		}
 	}
