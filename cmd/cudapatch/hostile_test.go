@@ -96,6 +96,15 @@ var (
 	builtErr  error
 )
 
+// TestMain removes the binary cudapatchBinary built, if any.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built != "" {
+		os.RemoveAll(filepath.Dir(built))
+	}
+	os.Exit(code)
+}
+
 // bounded is how one run of the binary ended.
 type bounded struct {
 	code           int
