@@ -96,6 +96,7 @@ type skipWhy int
 const (
 	skipNone skipWhy = iota
 	skipNotELF
+	skipNotRegular
 	skipKind
 	skipArch
 	skipOSABI
@@ -434,7 +435,7 @@ func collect(ctx context.Context, roots []string, recurse bool, jobs int) ([]fou
 		if err != nil {
 			return nil, nil, opened, err
 		}
-		if st.Mode().IsRegular() {
+		if st.Mode().IsRegular() || special(st.Mode().Type()) {
 			d, err := confine.Open(filepath.Dir(r))
 			if err != nil {
 				return nil, nil, opened, err
@@ -540,10 +541,15 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 		f, err = c.open(path, true)
 	}
 	if err != nil {
-		if errors.Is(err, elfedit.ErrNotELF) {
+		switch {
+		case errors.Is(err, elfedit.ErrNotELF):
 			out.Skipped = SkippedNotELF
 			out.skip = skipNotELF
-		} else {
+		case errors.Is(err, elfedit.ErrNotRegular):
+			// A FIFO, socket or device (refused before it is opened).
+			out.Skipped = elfedit.ErrNotRegular.Error()
+			out.skip = skipNotRegular
+		default:
 			out.Errors = append(out.Errors, errMsg(path, err))
 		}
 		return out

@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 )
@@ -66,11 +67,15 @@ func ShrinkPath(path string, needed, allowed []string, machine elf.Machine,
 // missing, a directory, unreadable or not ELF is an error: the loader would
 // not load it either.
 func ProbeMachine(path string) (elf.Machine, error) {
-	fd, err := os.Open(path)
+	// Non-blocking: a FIFO named as a library is refused, not waited on.
+	fd, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer fd.Close()
+	if st, err := fd.Stat(); err != nil || !st.Mode().IsRegular() {
+		return 0, fmt.Errorf("%s: %w", path, elfedit.ErrNotRegular)
+	}
 	var h [20]byte
 	if _, err := io.ReadFull(fd, h[:]); err != nil {
 		return 0, err

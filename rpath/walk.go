@@ -17,7 +17,7 @@ import (
 // tree once, directories on up to jobs goroutines at a time, and gives both
 // lists in the order filepath.WalkDir visits them.
 
-// walkTree returns the regular files below root and the directories
+// walkTree returns the regular and special files (special) below root and the directories
 // (root first), each in filepath.WalkDir's lexical pre-order, without
 // following symbolic links; with recurse false only root's own entries are
 // listed. Each directory is opened from root's descriptor (confine.Dir),
@@ -32,6 +32,13 @@ func walkTree(ctx context.Context, root *confine.Dir, jobs int, recurse bool) (f
 	t.wg.Wait()
 	err = top.emit(&files, &dirs)
 	return files, dirs, err
+}
+
+// special reports whether a directory entry of type t is a FIFO, socket
+// or device: listed with the files, so that the main job counts it as
+// skipped, and never opened.
+func special(t fs.FileMode) bool {
+	return t&(fs.ModeNamedPipe|fs.ModeSocket|fs.ModeDevice|fs.ModeCharDevice) != 0
 }
 
 type treeWalk struct {
@@ -91,7 +98,7 @@ func (n *dirNode) emit(files, dirs *[]string) error {
 			}
 			continue
 		}
-		if e.Type().IsRegular() {
+		if e.Type().IsRegular() || special(e.Type()) {
 			*files = append(*files, filepath.Join(n.path, e.Name()))
 		}
 	}

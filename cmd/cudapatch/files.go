@@ -18,21 +18,35 @@ import (
 // name the path twice ("X: open X: …") or its internals ("ELF
 // identification: reading 0x10 bytes at 0x0: read X: is a directory").
 // It returns "" for a file to read.
+//
+// A FIFO, socket or device is refused as "not a regular file" from its
+// stat, before anything opens it: opening a FIFO for reading waits for a
+// writer, opening a device may act on it.
 func fileProblem(name, host string) string {
-	f, err := os.Open(host)
-	if err != nil {
-		return pathProblem(name, host, err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
+	st, err := os.Stat(host)
 	switch {
 	case err != nil:
 		return pathProblem(name, host, err)
 	case st.IsDir():
 		return isDirectory
+	case !st.Mode().IsRegular():
+		return notRegular
+	}
+	// Non-blocking, so that a path swapped for a FIFO since the stat
+	// is not waited on.
+	f, err := os.OpenFile(host, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return pathProblem(name, host, err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+		return notRegular
 	}
 	return ""
 }
+
+// notRegular is elfedit.ErrNotRegular's message.
+const notRegular = "not a regular file"
 
 const isDirectory = "is a directory, not an ELF file"
 
@@ -68,7 +82,7 @@ func pathProblem(name, host string, err error) string {
 // hasELFMagic says whether the regular file at path starts with the ELF
 // magic.
 func hasELFMagic(path string) (bool, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return false, err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -165,8 +166,11 @@ func checkLintPaths(paths []string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %s", p, pathProblem(p, p, err))
 		}
-		if !st.Mode().IsRegular() {
+		if st.IsDir() || st.Mode()&fs.ModeSymlink != 0 {
 			continue
+		}
+		if !st.Mode().IsRegular() {
+			return fmt.Errorf("%s: %s", p, notRegular)
 		}
 		ok, err := hasELFMagic(p)
 		if err != nil {

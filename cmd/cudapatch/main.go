@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -199,11 +198,10 @@ type globals struct {
 }
 
 // writeJSON prints v on stdout as indented JSON, the --json form of every
-// command.
+// command. Strings that are not UTF-8 (file names, DT_NEEDED, RUNPATH)
+// keep their bytes (printable.EncodeJSON).
 func (g *globals) writeJSON(v any) error {
-	enc := json.NewEncoder(g.stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	return printable.EncodeJSON(g.stdout, v, "  ")
 }
 
 func (g *globals) getenv(key string) string {

@@ -34,6 +34,9 @@ func formatErr(off int64, format string, args ...any) error {
 var (
 	// ErrNotELF means the file does not start with the ELF magic.
 	ErrNotELF = errors.New("not an ELF file")
+	// ErrNotRegular means the path names a FIFO, socket or device: it is
+	// refused before it is opened for reading.
+	ErrNotRegular = errors.New("not a regular file")
 	// ErrNotDynamic means an edit of dynamic-linking data was asked of a file
 	// that has no PT_DYNAMIC (a static executable, an object file).
 	ErrNotDynamic = errors.New("no dynamic section (statically linked?)")
@@ -49,6 +52,9 @@ var (
 	// not allow breaking them: editing in place would silently change the
 	// other paths too.
 	ErrHardLinks = errors.New("file has several hard links")
+	// ErrRefusedInput means the file breaks a verifier rule no edit is
+	// made over (refusedRules): nothing was written.
+	ErrRefusedInput = errors.New("not editing a file the verifier rejects")
 	// ErrVerify means the result of a plan failed the verifier; nothing was
 	// written.
 	ErrVerify = errors.New("result would be invalid")

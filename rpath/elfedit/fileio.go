@@ -123,7 +123,7 @@ func (b *Buffers) Open(path string) (*File, error) {
 }
 
 func (b *Buffers) open(path string, editing bool) (*File, error) {
-	fd, err := openFD(path, syscall.O_RDONLY)
+	fd, st, at, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
@@ -135,21 +135,48 @@ func (b *Buffers) open(path string, editing bool) (*File, error) {
 		}
 		return &st, nil
 	}
-	return b.openFD(fd, editing)
+	return b.openFD(fd, st, at, editing)
 }
 
 // OpenIn is Open (OpenForEdit with edit set) for a file below dir,
 // opened from dir's descriptor without following any symbolic link
 // (confine.Dir): a link anywhere on the way fails. A Claim of the file
-// reopens it the same way.
+// reopens it the same way. As Open, it refuses what is not a regular file
+// before opening it (a FIFO would wait for a writer, a device act).
 func (b *Buffers) OpenIn(dir *confine.Dir, path string, edit bool) (*File, error) {
-	// O_NONBLOCK: a FIFO would otherwise wait for a writer forever; for
-	// a regular file it changes nothing.
-	fd, err := openIn(dir, path, syscall.O_RDONLY|syscall.O_NONBLOCK)
+	pre, err := dir.Stat(path)
 	if err != nil {
 		return nil, err
 	}
-	return b.openFD(fd, edit)
+	if err := regularOrErr(path, pre); err != nil {
+		return nil, err
+	}
+	fd, err := openIn(dir, path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY)
+	if err != nil {
+		return nil, err
+	}
+	at := time.Now()
+	st, err := fd.stat()
+	if err == nil {
+		err = regularOrErr(path, st)
+	}
+	if err != nil {
+		fd.Close()
+		return nil, err
+	}
+	return b.openFD(fd, st, at, edit)
+}
+
+// regularOrErr is nil for a regular file, else the error Open gives.
+func regularOrErr(path string, st *syscall.Stat_t) error {
+	switch {
+	case isRegular(st):
+		return nil
+	case st.Mode&syscall.S_IFMT == syscall.S_IFDIR:
+		return &os.PathError{Op: "open", Path: path, Err: syscall.EISDIR}
+	default:
+		return &os.PathError{Op: "open", Path: path, Err: ErrNotRegular}
+	}
 }
 
 // openIn opens path below dir, as OpenIn does.
@@ -164,14 +191,9 @@ func openIn(dir *confine.Dir, path string, flags int) (*fdFile, error) {
 	return fd, nil
 }
 
-// openFD reads the ELF headers of the file fd has open.
-func (b *Buffers) openFD(fd *fdFile, editing bool) (*File, error) {
-	at := time.Now()
-	st, err := fd.stat()
-	if err != nil {
-		fd.Close()
-		return nil, err
-	}
+// openFD reads the ELF headers of the file fd has open, whose stat st
+// was taken at at.
+func (b *Buffers) openFD(fd *fdFile, st *syscall.Stat_t, at time.Time, editing bool) (*File, error) {
 	c := newReadCache(fd, st.Size, b)
 	c.editing = editing
 	c.opened = identOf(st)
@@ -195,6 +217,49 @@ func (b *Buffers) openFD(fd *fdFile, editing bool) (*File, error) {
 func (b *Buffers) OpenForEdit(path string) (*File, error) {
 	return b.open(path, true)
 }
+
+// openRegular opens path for reading if it is a regular file, and returns
+// its fstat and the time just before it. A FIFO, socket or device is
+// refused with ErrNotRegular before it is opened: opening a FIFO for
+// reading waits for a writer, and opening a device can act on it (a
+// watchdog starts, a tape rewinds). The stat goes first for that; the
+// open is non-blocking and checked again on the descriptor, so a path
+// swapped for a FIFO between the two is refused, not waited on.
+func openRegular(path string) (*fdFile, *syscall.Stat_t, time.Time, error) {
+	var st syscall.Stat_t
+	for {
+		err := syscall.Stat(path, &st)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, time.Time{}, &os.PathError{Op: "open", Path: path, Err: err}
+		}
+		break
+	}
+	if st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		return nil, nil, time.Time{}, &os.PathError{Op: "open", Path: path, Err: syscall.EISDIR}
+	}
+	if !isRegular(&st) {
+		return nil, nil, time.Time{}, &os.PathError{Op: "open", Path: path, Err: ErrNotRegular}
+	}
+	fd, err := openFD(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	at := time.Now()
+	fst, err := fd.stat()
+	if err == nil && !isRegular(fst) {
+		err = &os.PathError{Op: "open", Path: path, Err: ErrNotRegular}
+	}
+	if err != nil {
+		fd.Close()
+		return nil, nil, time.Time{}, err
+	}
+	return fd, fst, at, nil
+}
+
+func isRegular(st *syscall.Stat_t) bool { return st.Mode&syscall.S_IFMT == syscall.S_IFREG }
 
 // fdFile is an open file descriptor, read and written with pread and
 // pwrite. Like os.File it closes itself if it is dropped unclosed.

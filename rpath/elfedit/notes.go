@@ -153,6 +153,13 @@ func (f *File) allNotes() ([]parsedNote, error) {
 }
 
 // readAllNotes is allNotes without the memo.
+//
+// Its work is bounded by the file's size, whatever the headers claim: a
+// container (PT_NOTE or SHT_NOTE section) inside bytes already read is not
+// read again (65,000 PT_NOTEs over one block of notes read the block once),
+// the bytes read in all may not exceed the file's size (containers that
+// overlap partly are refused beyond that), and the note sections are
+// looked up through one index sorted by offset.
 func (f *File) readAllNotes() ([]parsedNote, error) {
 	var out []parsedNote
 	seen := map[int64]bool{}
@@ -162,10 +169,26 @@ func (f *File) readAllNotes() ([]parsedNote, error) {
 			noteProgs = append(noteProgs, p)
 		}
 	}
-	slices.SortStableFunc(noteProgs, func(a, b elf.ProgHeader) int { return cmpU64(a.Off, b.Off) })
+	// By offset, the longest first: a range inside one before it is then
+	// inside the last range read.
+	slices.SortStableFunc(noteProgs, func(a, b elf.ProgHeader) int {
+		if c := cmpU64(a.Off, b.Off); c != 0 {
+			return c
+		}
+		return cmpU64(b.Filesz, a.Filesz)
+	})
+	secs := f.noteSectionIndex()
+	w := noteWalk{budget: uint64(max(f.size, 0))}
 	for _, p := range noteProgs {
 		if p.Filesz > maxNoteSegment {
 			return out, formatErr(int64(p.Off), "PT_NOTE of 0x%x bytes is not plausible", p.Filesz)
+		}
+		read, err := w.take(p.Off, p.Filesz, "PT_NOTE")
+		if err != nil {
+			return out, err
+		}
+		if !read {
+			continue
 		}
 		b, err := readAt(f.r, f.size, p.Off, p.Filesz, "PT_NOTE")
 		if err != nil {
@@ -177,8 +200,9 @@ func (f *File) readAllNotes() ([]parsedNote, error) {
 		// it is aligned, the notes are read section by section.
 		type part struct{ lo, hi, align uint64 }
 		var parts []part
-		for _, s := range f.Sections {
-			if s.Type == elf.SHT_NOTE && s.Size > 0 && s.Offset >= p.Off && s.Size <= p.Filesz && s.Offset-p.Off <= p.Filesz-s.Size {
+		for _, i := range secs.from(p.Off, p.Off+p.Filesz) {
+			s := f.Sections[i]
+			if s.Size <= p.Filesz && s.Offset-p.Off <= p.Filesz-s.Size {
 				parts = append(parts, part{s.Offset - p.Off, s.Offset - p.Off + s.Size, noteAlign(s.Addralign)})
 			}
 		}
@@ -208,7 +232,9 @@ func (f *File) readAllNotes() ([]parsedNote, error) {
 				}
 				seen[n.Off] = true
 				n.Loaded = true
-				n.Section = f.noteSectionName(uint64(n.Off), n.end)
+				if i := secs.at(uint64(n.Off)); i >= 0 {
+					n.Section = f.Sections[i].Name
+				}
 				out = append(out, n)
 			}
 			if err != nil {
@@ -216,19 +242,23 @@ func (f *File) readAllNotes() ([]parsedNote, error) {
 			}
 		}
 	}
-	covered := func(lo, hi uint64) bool {
-		return slices.ContainsFunc(noteProgs, func(p elf.ProgHeader) bool { return lo >= p.Off && hi <= p.Off+p.Filesz })
-	}
-	var secs []Section
-	for _, s := range f.Sections {
-		if s.Type == elf.SHT_NOTE && s.Size > 0 && !covered(s.Offset, s.Offset+s.Size) {
-			secs = append(secs, s)
+	covered := func(lo, hi uint64) bool { return inOneNote(noteProgs, lo, hi) }
+	var ss []Section
+	for _, i := range secs.order {
+		if s := f.Sections[i]; !covered(s.Offset, s.Offset+s.Size) {
+			ss = append(ss, s)
 		}
 	}
-	slices.SortStableFunc(secs, func(a, b Section) int { return cmpU64(a.Offset, b.Offset) })
-	for _, s := range secs {
+	for _, s := range ss {
 		if s.Size > maxNoteSegment {
 			return out, formatErr(int64(s.Offset), "note section %s of 0x%x bytes is not plausible", s.Name, s.Size)
+		}
+		read, err := w.take(s.Offset, s.Size, "note section "+s.Name)
+		if err != nil {
+			return out, err
+		}
+		if !read {
+			continue
 		}
 		b, err := readAt(f.r, f.size, s.Offset, s.Size, "note section "+s.Name)
 		if err != nil {
@@ -248,6 +278,117 @@ func (f *File) readAllNotes() ([]parsedNote, error) {
 		}
 	}
 	return out, nil
+}
+
+// inOneNote reports whether one of progs (sorted by offset, the longest
+// first) holds [lo, hi), looking at the maxNoteProbe nearest that start
+// at or before lo.
+func inOneNote(progs []elf.ProgHeader, lo, hi uint64) bool {
+	i, _ := slices.BinarySearchFunc(progs, lo, func(p elf.ProgHeader, v uint64) int {
+		if p.Off <= v {
+			return -1
+		}
+		return 1
+	})
+	// progs[:i] start at or before lo; files have a handful, the nearest
+	// are looked at.
+	for j := i - 1; j >= 0 && j >= i-maxNoteProbe; j-- {
+		if p := progs[j]; hi-p.Off <= p.Filesz {
+			return true
+		}
+	}
+	return false
+}
+
+// maxNoteProbe bounds the PT_NOTEs inOneNote looks back over: files
+// have a handful; a hostile one with thousands gets a bounded answer.
+const maxNoteProbe = 64
+
+// noteWalk keeps the file ranges the note walk has read, merged, and the
+// bytes it may still read.
+type noteWalk struct {
+	read   []rng // sorted, disjoint
+	budget uint64
+}
+
+// take says whether [off, off+n) must be read: not when a range already
+// read holds it. A range that must be read is charged to the budget; one
+// that exceeds it is an error (containers that overlap partly, each
+// rereading what the one before read).
+func (w *noteWalk) take(off, n uint64, what string) (bool, error) {
+	r := rng{off, off + n}
+	i, _ := slices.BinarySearchFunc(w.read, off, func(x rng, v uint64) int {
+		if x.hi <= v {
+			return -1
+		}
+		return 1
+	})
+	if i < len(w.read) && w.read[i].lo <= r.lo && r.hi <= w.read[i].hi {
+		return false, nil
+	}
+	if n > w.budget {
+		return false, formatErr(int64(off), "%s (0x%x bytes) overlaps notes already read: the note containers read more than the file holds", what, n)
+	}
+	w.budget -= n
+	// Merge r into the sorted, disjoint list.
+	j := i
+	for j < len(w.read) && w.read[j].lo <= r.hi {
+		r.lo, r.hi = min(r.lo, w.read[j].lo), max(r.hi, w.read[j].hi)
+		j++
+	}
+	w.read = slices.Replace(w.read, i, j, r)
+	return true, nil
+}
+
+// noteSections indexes the non-empty SHT_NOTE sections by offset.
+type noteSections struct {
+	f     *File
+	order []int // section indices, by offset (then index); one per offset
+}
+
+// noteSectionIndex builds the index. Of sections that start at the same
+// offset only the first is kept: files have one note section per offset,
+// and a hostile one with thousands must not make each lookup scan them.
+func (f *File) noteSectionIndex() noteSections {
+	var order []int
+	for i, s := range f.Sections {
+		if s.Type == elf.SHT_NOTE && s.Size > 0 && s.Offset+s.Size >= s.Offset {
+			order = append(order, i)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmpU64(f.Sections[a].Offset, f.Sections[b].Offset) })
+	order = slices.CompactFunc(order, func(a, b int) bool { return f.Sections[a].Offset == f.Sections[b].Offset })
+	return noteSections{f: f, order: order}
+}
+
+// from returns the sections that start in [lo, hi).
+func (x noteSections) from(lo, hi uint64) []int {
+	i, _ := slices.BinarySearchFunc(x.order, lo, func(k int, v uint64) int { return cmpU64(x.f.Sections[k].Offset, v) })
+	j := i
+	for j < len(x.order) && x.f.Sections[x.order[j]].Offset < hi {
+		j++
+	}
+	return x.order[i:j]
+}
+
+// at returns the section holding offset off: the last one starting at or
+// before it, if it reaches it; -1 if none. Note sections do not overlap
+// (Verify's section-note); where they do, the nearest start wins.
+func (x noteSections) at(off uint64) int {
+	i, _ := slices.BinarySearchFunc(x.order, off, func(k int, v uint64) int {
+		if x.f.Sections[k].Offset <= v {
+			return -1
+		}
+		return 1
+	})
+	if i == 0 {
+		return -1
+	}
+	s := x.f.Sections[x.order[i-1]]
+	if off-s.Offset < s.Size {
+		return x.order[i-1]
+	}
+	return -1
 }
 
 // noteSectionName is the name of the SHT_NOTE section holding the note at

@@ -246,6 +246,9 @@ func (f *File) Plan(e Edit) (*Plan, error) {
 		return p, nil
 	}
 	p.had = f.Verify()
+	if r := refusedProblem(p.had); r != nil {
+		return nil, fmt.Errorf("%w: %s", ErrRefusedInput, r)
+	}
 	if len(p.had) > 0 {
 		if _, err := p.check(&e); err != nil {
 			return nil, fmt.Errorf("%w (the file already fails the verifier: %s)", err, p.had[0])

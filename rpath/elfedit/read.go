@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sort"
 )
 
 // Sizes of the ELF records, per class (gABI).
@@ -107,6 +108,9 @@ type File struct {
 	// section name table without a NUL (-1 if none): it reads as nothing
 	// now, and as something else once the table grows (Verify).
 	openName int
+
+	// loads indexes the PT_LOADs for vaddrToOff and offToVaddr.
+	loads loadIndex
 
 	// notes memoizes allNotes. A File is not for concurrent use.
 	notes struct {
@@ -457,6 +461,10 @@ func (f *File) readProgs() error {
 			}
 		}
 	}
+	f.loads = buildLoadIndex(f.Progs)
+	if ix := &f.loads; (!ix.byVaddr || !ix.byOff) && len(ix.loads) > maxScannedLoads {
+		return formatErr(int64(h.Phoff), "%d PT_LOAD segments that overlap or are out of order are not plausible", len(ix.loads))
+	}
 	return nil
 }
 
@@ -614,8 +622,22 @@ func (f *File) readInterp() error {
 // way (new pages below the first segment, .dynstr across three segments),
 // and nixpkgs is full of files it patched.
 func (f *File) vaddrToOff(addr, n uint64) (uint64, bool) {
-	for i, p := range f.Progs {
-		if p.Type != elf.PT_LOAD || addr < p.Vaddr || addr-p.Vaddr > p.Filesz {
+	ix := f.loadIx()
+	start := 0
+	if ix.byVaddr {
+		// Only the segments whose image ends at or after addr can hold
+		// it, and they start there in header order.
+		start = sort.Search(len(ix.loads), func(k int) bool {
+			p := &f.Progs[ix.loads[k]]
+			return p.Vaddr+p.Filesz >= addr
+		})
+	}
+	for k := start; k < len(ix.loads); k++ {
+		p := f.Progs[ix.loads[k]]
+		if ix.byVaddr && p.Vaddr > addr {
+			break
+		}
+		if addr < p.Vaddr || addr-p.Vaddr > p.Filesz {
 			continue
 		}
 		if n <= p.Filesz-(addr-p.Vaddr) {
@@ -624,10 +646,8 @@ func (f *File) vaddrToOff(addr, n uint64) (uint64, bool) {
 		// Follow contiguous segments for the rest of the range.
 		rest := n - (p.Filesz - (addr - p.Vaddr))
 		endV, endO := p.Vaddr+p.Filesz, p.Off+p.Filesz
-		for _, q := range f.Progs[i+1:] {
-			if q.Type != elf.PT_LOAD {
-				continue
-			}
+		for _, j := range ix.loads[k+1:] {
+			q := f.Progs[j]
 			if q.Vaddr != endV || q.Off != endO {
 				break
 			}
@@ -643,15 +663,75 @@ func (f *File) vaddrToOff(addr, n uint64) (uint64, bool) {
 
 // offToVaddr maps a file offset to the virtual address a PT_LOAD gives it.
 func (f *File) offToVaddr(off, n uint64) (uint64, bool) {
-	for _, p := range f.Progs {
-		if p.Type != elf.PT_LOAD {
-			continue
+	ix := f.loadIx()
+	start := 0
+	if ix.byOff {
+		start = sort.Search(len(ix.loads), func(k int) bool {
+			p := &f.Progs[ix.loads[k]]
+			return p.Off+p.Filesz >= off
+		})
+	}
+	for _, i := range ix.loads[start:] {
+		p := &f.Progs[i]
+		if ix.byOff && p.Off > off {
+			break
 		}
 		if off >= p.Off && off-p.Off <= p.Filesz && n <= p.Filesz-(off-p.Off) {
 			return p.Vaddr + (off - p.Off), true
 		}
 	}
 	return 0, false
+}
+
+// loadIndex lists the PT_LOADs (indices into Progs, in header order), so
+// that vaddrToOff and offToVaddr find an address by binary search rather
+// than by a scan of every program header: one lookup per version record
+// over 60,000 PT_LOADs was 10^10 steps. byVaddr (byOff) says the
+// segments' file images follow each other in memory (in the file) in
+// header order without overlapping, as linkers lay them out; where they do
+// not, lookups scan them all, and a file with more than maxScannedLoads of
+// them is refused when read (readProgs).
+type loadIndex struct {
+	n       int // len(Progs) it was built for
+	loads   []int
+	byVaddr bool
+	byOff   bool
+}
+
+// maxScannedLoads bounds the PT_LOADs of a file whose segments overlap
+// or are out of order: files have a handful.
+const maxScannedLoads = 256
+
+// loadIx returns the index of f.Progs, built again if Progs was replaced.
+func (f *File) loadIx() *loadIndex {
+	if f.loads.n != len(f.Progs) || f.loads.loads == nil && len(f.Progs) > 0 {
+		f.loads = buildLoadIndex(f.Progs)
+	}
+	return &f.loads
+}
+
+func buildLoadIndex(progs []elf.ProgHeader) loadIndex {
+	ix := loadIndex{n: len(progs), loads: []int{}, byVaddr: true, byOff: true}
+	var last *elf.ProgHeader
+	for i := range progs {
+		p := &progs[i]
+		if p.Type != elf.PT_LOAD {
+			continue
+		}
+		ix.loads = append(ix.loads, i)
+		if p.Vaddr+p.Filesz < p.Vaddr {
+			ix.byVaddr = false
+		}
+		if p.Off+p.Filesz < p.Off {
+			ix.byOff = false
+		}
+		if last != nil {
+			ix.byVaddr = ix.byVaddr && last.Vaddr+last.Filesz <= p.Vaddr
+			ix.byOff = ix.byOff && last.Off+last.Filesz <= p.Off
+		}
+		last = p
+	}
+	return ix
 }
 
 func (f *File) readDynamic() error {

@@ -462,6 +462,32 @@ func (f *File) verifySections(add func(rule, format string, args ...any)) {
 	}
 }
 
+// refusedRules are the verifier's rules an edit is never made over, even
+// when the input already breaks them (Plan refuses such an input unless
+// the edit changes nothing; checkResult refuses any rule a result breaks
+// that its input did not): segments the loaders refuse or map
+// other than their headers say (misaligned, out of order, overlapping, past
+// the end of the file, more file bytes than memory), header tables that
+// overlap, and a .dynamic that no PT_LOAD maps where it says. An edit
+// written by file offset would change bytes the loader reads elsewhere, or
+// not at all; verify rejects both input and result. Files with the other
+// rules (load-page, load-wx, phdr-first, section-note…) exist in the wild
+// and load; an edit keeps them as they were and adds none.
+var refusedRules = map[string]bool{
+	"load-align": true, "load-size": true, "load-bounds": true, "load-order": true,
+	"load-overlap": true, "header-overlap": true, "dynamic-load": true, "dynamic-map": true,
+}
+
+// refusedProblem returns the first of ps whose rule is refused, nil if none.
+func refusedProblem(ps []Problem) *Problem {
+	for i := range ps {
+		if refusedRules[ps[i].Rule] {
+			return &ps[i]
+		}
+	}
+	return nil
+}
+
 // checkResult verifies a planned result against the original, before,
 // in which Verify found was: no invariant the original met may break, and
 // the result must say what was asked.

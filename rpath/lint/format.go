@@ -60,11 +60,10 @@ func WriteText(w io.Writer, r *Report, color bool) error {
 	return ew.err
 }
 
-// WriteJSON writes the report as one indented JSON object.
+// WriteJSON writes the report as one indented JSON object; strings that
+// are not UTF-8 keep their bytes (printable.EncodeJSON).
 func WriteJSON(w io.Writer, r *Report) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(r)
+	return printable.EncodeJSON(w, r, "  ")
 }
 
 // SARIF 2.1.0, the subset GitHub code scanning reads

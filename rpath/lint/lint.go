@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
@@ -193,6 +194,10 @@ func (c *config) collect(ctx context.Context, p string) ([]job, error) {
 		return nil
 	}
 	if !st.IsDir() {
+		if !st.Mode().IsRegular() {
+			// Not opened: a FIFO would wait for a writer.
+			return nil, fmt.Errorf("%s: %w", p, elfedit.ErrNotRegular)
+		}
 		return out, add(p, filepath.Base(p))
 	}
 	err = filepath.WalkDir(p, func(fp string, d fs.DirEntry, err error) error {
@@ -350,11 +355,16 @@ var elfMagic = []byte(elf.ELFMAG)
 
 // isELF reports whether the file starts with the ELF magic.
 func isELF(p string) (bool, error) {
-	f, err := os.Open(p)
+	// Non-blocking: a path swapped for a FIFO since it was listed is not
+	// waited on, and is no ELF file.
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return false, err
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return false, err
+	}
 	b := make([]byte, 4)
 	if _, err := io.ReadFull(f, b); err != nil {
 		return false, nil

@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // procVersion matches /proc/driver/nvidia/version's first line: "NVRM
@@ -191,7 +192,9 @@ func pickVersion(count map[string]int, suffixes []string) string {
 
 // ReadLibcudaFile is ReadLibcuda on the file at path.
 func ReadLibcudaFile(path string) (Libcuda, error) {
-	f, err := os.Open(path)
+	// Non-blocking, and only a regular file: a FIFO would wait for a
+	// writer.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return Libcuda{}, err
 	}
@@ -199,6 +202,9 @@ func ReadLibcudaFile(path string) (Libcuda, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return Libcuda{}, err
+	}
+	if !st.Mode().IsRegular() {
+		return Libcuda{}, fmt.Errorf("%s: not a regular file", path)
 	}
 	l, err := ReadLibcuda(f, st.Size())
 	if err != nil {

@@ -17,9 +17,19 @@ func openForPatchelf(path string) (*os.File, int64, error) {
 	if st.IsDir() {
 		return nil, 0, pfErr("reading '%s': %s", path, strerror(syscall.EISDIR))
 	}
-	fd, err := os.Open(path)
+	// A FIFO, socket or device is refused before it is opened: opening a
+	// FIFO for reading waits for a writer (patchelf itself does). The
+	// open is non-blocking, and checked again, for a path swapped since.
+	if !st.Mode().IsRegular() {
+		return nil, 0, pfErr("%s: not a regular file", path)
+	}
+	fd, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return nil, 0, pfErr("opening '%s': %s", path, strerror(err))
+	}
+	if st, err = fd.Stat(); err != nil || !st.Mode().IsRegular() {
+		fd.Close()
+		return nil, 0, pfErr("%s: not a regular file", path)
 	}
 	return fd, st.Size(), nil
 }
