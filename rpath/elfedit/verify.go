@@ -19,6 +19,12 @@ type Problem struct {
 
 func (p Problem) String() string { return p.Rule + ": " + p.Msg }
 
+// Refused reports whether no edit is made over a file with p
+// (refusedRules): the loaders refuse such a file, or map it other than its
+// headers say. The verifier's other rules are broken by files that load,
+// and an edit keeps them as they are.
+func (p Problem) Refused() bool { return refusedRules[p.Rule] }
+
 // VerifyFile reads the file at path and verifies it.
 func VerifyFile(path string) ([]Problem, error) {
 	f, err := Open(path)
