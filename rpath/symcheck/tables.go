@@ -78,10 +78,10 @@ type sym struct {
 	value uint64
 }
 
-func (s sym) bind() elf.SymBind     { return elf.ST_BIND(s.info) }
-func (s sym) typ() elf.SymType      { return elf.ST_TYPE(s.info) }
-func (s sym) vis() elf.SymVis       { return elf.ST_VISIBILITY(s.other) }
-func (o *object) nsyms() int        { return len(o.symbols) / o.symsz }
+func (s sym) bind() elf.SymBind { return elf.ST_BIND(s.info) }
+func (s sym) typ() elf.SymType  { return elf.ST_TYPE(s.info) }
+func (s sym) vis() elf.SymVis   { return elf.ST_VISIBILITY(s.other) }
+func (o *object) nsyms() int    { return len(o.symbols) / o.symsz }
 func (o *object) str(off uint32) string {
 	if uint64(off) >= uint64(len(o.strtab)) {
 		return ""
@@ -178,9 +178,17 @@ func newObject(f *elfedit.File) (*object, error) {
 	if err := o.readHashes(f); err != nil {
 		return nil, err
 	}
+	if err := o.readRelocs(f); err != nil {
+		return nil, err
+	}
 	n, err := o.countSymbols()
 	if err != nil {
 		return nil, err
+	}
+	// An executable that exports nothing has an empty .gnu.hash: the
+	// symbols its relocations use are the ones that matter.
+	for i := range o.refs {
+		n = max(n, uint64(i)+1)
 	}
 	if n > maxTable/uint64(o.symsz) {
 		return nil, fmt.Errorf("DT_SYMTAB: %d symbols", n)
@@ -193,10 +201,7 @@ func newObject(f *elfedit.File) (*object, error) {
 			return nil, err
 		}
 	}
-	if err := o.readVersions(f); err != nil {
-		return nil, err
-	}
-	return o, o.readRelocs(f)
+	return o, o.readVersions(f)
 }
 
 // countSymbols is the number of dynamic symbols: DT_HASH's nchain, or past
