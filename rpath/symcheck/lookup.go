@@ -56,7 +56,7 @@ func (o *object) candidates(q *query, try func(i int) bool) {
 		if b == 0 || b < g.symoffset {
 			return
 		}
-		for i := b; int(i) < n; i++ {
+		for i := b; int(i) < n && int(i-g.symoffset) < len(g.chain); i++ {
 			h := g.chain[i-g.symoffset]
 			if (h^q.gnu)>>1 == 0 && try(int(i)) {
 				return

@@ -1,0 +1,63 @@
+package symcheck
+
+import (
+	"bytes"
+	"math/rand"
+	"os"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
+
+// TestHostileTables: mangled symbol, version, hash and relocation tables
+// give an error or a smaller answer, never a panic or a read past the
+// file; every lookup on what was read terminates.
+func TestHostileTables(t *testing.T) {
+	for _, path := range []string{"/bin/true", "/lib/x86_64-linux-gnu/libpcre2-8.so.0"} {
+		orig, err := os.ReadFile(path)
+		if err != nil {
+			t.Skipf("%s: %v", path, err)
+		}
+		f, err := elfedit.NewFile(bytes.NewReader(orig), int64(len(orig)))
+		require.NoError(t, err)
+		o, err := newObject(f)
+		require.NoError(t, err, path)
+		require.NotEmpty(t, o.refs, path)
+		// Mangle the bytes the tables live in: up to the end of the
+		// dynamic section.
+		end := 0
+		for _, p := range f.Progs {
+			end = max(end, int(p.Off+p.Filesz))
+		}
+		end = min(end, len(orig), 1<<16)
+		rng := rand.New(rand.NewSource(30))
+		buf := make([]byte, len(orig))
+		ok := 0
+		for range 3000 {
+			copy(buf, orig)
+			for range 1 + rng.Intn(8) {
+				i := 64 + rng.Intn(end-64) // keep the ELF header
+				buf[i] = byte(rng.Intn(256))
+			}
+			f, err := elfedit.NewFile(bytes.NewReader(buf), int64(len(buf)))
+			if err != nil {
+				continue
+			}
+			o, err := newObject(f)
+			if err != nil {
+				continue
+			}
+			ok++
+			for i := range o.refs {
+				if int(i) < o.nsyms() {
+					s := o.sym(int(i))
+					o.find(newQuery(o.str(s.name), nil, false), false)
+					o.find(newQuery(o.str(s.name), &version{name: "V", hash: 1}, true), true)
+				}
+			}
+		}
+		t.Logf("%s: %d of 3000 mangled copies still read", path, ok)
+	}
+}
