@@ -19,8 +19,8 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
-	"github.com/cudapatch/cudapatch/rpath/symcheck"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
+	"github.com/cudapatch/cudapatch/rpath/symcheck"
 )
 
 // KnownDlopeners are fnmatch patterns of libraries that dlopen libcuda.so.1

@@ -33,7 +33,7 @@ const (
 	// LibSym is a library that lacks a version, a data object and a
 	// function the programs linked against its prototypes use.
 	LibSym = "/nix/store/88888888888888888888888888888888-libsym/lib"
-	Driver   = "/run/opengl-driver/lib"
+	Driver = "/run/opengl-driver/lib"
 	// DriverVersion and CompatVersion are the versions the driver link's
 	// and cuda_compat's libcuda carry (the GPU machine's: kernel driver
 	// 580.159.04, compat 580.95.05).
