@@ -120,7 +120,7 @@ func Lint(ctx context.Context, paths []string, opts ...Option) (*Report, error) 
 	}
 	// The driver's libraries come with the machine: what they define is
 	// not known at build time.
-	l.symbols = symcheck.New(symcheck.Options{Opaque: func(name string) bool { return matchAny(l.driver, name) }})
+	l.symbols = symcheck.New(symcheck.Options{Opaque: func(name string) bool { return matchAny(l.driver, name) }, OnlyProblems: true})
 	results := make([]checked, len(jobs))
 	errs := make([]error, len(jobs))
 	work := make(chan int)
@@ -644,12 +644,16 @@ func (l *linter) checkNeeded(j job, in elfedit.Info, add addFunc) {
 // them); undefined symbols only for an executable's closure, since a
 // library's may come from the program that loads it.
 func (l *linter) checkSymbols(j job, in elfedit.Info, cfg ldso.Config, tr *ldso.Tree, add addFunc) {
-	r, err := l.symbols.Check(cfg, tr)
+	exe := in.Kind == elfedit.KindExecutable
+	check := l.symbols.CheckVersions
+	if exe && (j.rules.on[SymbolAtLoad] || j.rules.on[SymbolWhenCalled]) {
+		check = l.symbols.Check
+	}
+	r, err := check(cfg, tr)
 	if err != nil {
 		add(SymbolVersion, "", "cannot check the symbols: %s", l.unroot(err.Error()))
 		return
 	}
-	exe := in.Kind == elfedit.KindExecutable
 	for _, v := range r.Versions {
 		if v.Status == symcheck.FailsAtLoad && (exe || v.Object == tr.Path) {
 			add(SymbolVersion, v.File+"@"+v.Version, "%s: version `%s' not found (required by %s): fails at load", v.Provider, v.Version, v.Object)

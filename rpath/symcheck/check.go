@@ -1,9 +1,11 @@
 package symcheck
 
 import (
+	"crypto/sha256"
 	"debug/elf"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/cudapatch/cudapatch/rpath/ldso"
@@ -113,6 +115,12 @@ type Options struct {
 	// StandIn gives, for an opaque name, a host file to read in its place
 	// (a toolkit's link-time stub); "" leaves it opaque.
 	StandIn func(name string) string
+	// OnlyProblems leaves bound and weak unbound references out of the
+	// result: what a check over a tree needs, at a fraction of the cost.
+	OnlyProblems bool
+	// CacheBytes bounds the tables kept between checks (the least recently
+	// used go first); 0 means 16 MiB.
+	CacheBytes int
 }
 
 // Checker binds symbols over closures, reading each file once however many
@@ -121,29 +129,84 @@ type Checker struct {
 	opts  Options
 	mu    sync.Mutex
 	files map[string]*entry
+	memo  map[string][]Binding // library and scope set → its problems
+	bytes int                  // kept by the entries read
+	tick  uint64
 }
 
 type entry struct {
 	once sync.Once
 	o    *object
 	err  error
+	size int // 0 until read
+	used uint64
 }
 
 // New returns a Checker.
 func New(opts Options) *Checker {
-	return &Checker{opts: opts, files: map[string]*entry{}}
+	if opts.CacheBytes == 0 {
+		opts.CacheBytes = 16 << 20
+	}
+	return &Checker{opts: opts, files: map[string]*entry{}, memo: map[string][]Binding{}}
 }
 
-func (c *Checker) read(path string) (*object, error) {
+func (c *Checker) read(path string, binding bool) (*object, error) {
 	c.mu.Lock()
 	e := c.files[path]
 	if e == nil {
 		e = &entry{}
 		c.files[path] = e
 	}
+	c.tick++
+	e.used = c.tick
 	c.mu.Unlock()
-	e.once.Do(func() { e.o, e.err = readObject(path) })
+	e.once.Do(func() {
+		e.o, e.err = readObject(path, binding)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		e.size = 256
+		if e.o != nil {
+			e.size = e.o.size()
+		}
+		c.bytes += e.size
+		c.evict()
+	})
 	return e.o, e.err
+}
+
+// evict drops the least recently used entries read until the kept tables
+// fit the budget; a check holding one keeps it until it returns.
+func (c *Checker) evict() {
+	for c.bytes > c.opts.CacheBytes {
+		var old string
+		var oe *entry
+		for p, e := range c.files {
+			if e.size > 0 && (oe == nil || e.used < oe.used) {
+				old, oe = p, e
+			}
+		}
+		if oe == nil || len(c.files) == 1 {
+			return
+		}
+		delete(c.files, old)
+		c.bytes -= oe.size
+	}
+}
+
+// scopeKey names the set of objects in a scope.
+func scopeKey(order []*loadedObj, incomplete bool) string {
+	ps := make([]string, 0, len(order)+1)
+	for _, l := range order {
+		if l.o != nil {
+			ps = append(ps, l.Path)
+		}
+	}
+	slices.Sort(ps)
+	if incomplete {
+		ps = append(ps, "\x00incomplete")
+	}
+	sum := sha256.Sum256([]byte(strings.Join(ps, "\x00")))
+	return string(sum[:])
 }
 
 // loadedObj is an object of the load order with its tables.
@@ -158,6 +221,16 @@ type loadedObj struct {
 // every version need. The error is for a file of the closure that cannot
 // be read.
 func (c *Checker) Check(cfg ldso.Config, tree *ldso.Tree) (*Result, error) {
+	return c.check(cfg, tree, true)
+}
+
+// CheckVersions checks the version needs only, which reads no symbol,
+// hash or relocation table.
+func (c *Checker) CheckVersions(cfg ldso.Config, tree *ldso.Tree) (*Result, error) {
+	return c.check(cfg, tree, false)
+}
+
+func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result, error) {
 	res := &Result{Path: tree.Path}
 	var order []*loadedObj
 	byPath := map[string]*loadedObj{}
@@ -214,7 +287,7 @@ func (c *Checker) Check(cfg ldso.Config, tree *ldso.Tree) (*Result, error) {
 				return nil, fmt.Errorf("%s: %w", l.Path, err)
 			}
 		}
-		o, err := c.read(hp)
+		o, err := c.read(hp, symbols)
 		if err != nil {
 			return nil, err
 		}
@@ -270,65 +343,82 @@ func (c *Checker) Check(cfg ldso.Config, tree *ldso.Tree) (*Result, error) {
 			}
 		}
 	}
+	if !symbols {
+		return res, nil
+	}
 	for _, l := range order {
 		if l.o == nil {
 			continue
 		}
-		res.Symbols = append(res.Symbols, c.bind(l, order, named, missing)...)
+		if err := l.o.loadBinding(); err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		if e := c.files[l.o.path]; e != nil && e.o == l.o && e.size != l.o.size() {
+			c.bytes += l.o.size() - e.size
+			e.size = l.o.size()
+			c.evict()
+		}
+		c.mu.Unlock()
+	}
+	scope := ""
+	if c.opts.OnlyProblems {
+		scope = scopeKey(order, missing)
+	}
+	for i, l := range order {
+		if l.o == nil {
+			continue
+		}
+		// Whether a reference binds depends on which objects are in the
+		// scope, not on their order (only which one provides it does):
+		// a library's problems are worked out once per set.
+		if scope == "" || i == 0 {
+			res.Symbols = append(res.Symbols, c.bind(l, order, missing)...)
+			continue
+		}
+		key := l.Path + "\x00" + scope
+		c.mu.Lock()
+		bs, ok := c.memo[key]
+		c.mu.Unlock()
+		if !ok {
+			bs = c.bind(l, order, missing)
+			c.mu.Lock()
+			c.memo[key] = bs
+			c.mu.Unlock()
+		}
+		res.Symbols = append(res.Symbols, bs...)
 	}
 	return res, nil
 }
 
 // bind resolves the references of l's relocations over the global scope.
-func (c *Checker) bind(l *loadedObj, order []*loadedObj, named func(string) *loadedObj, incomplete bool) []Binding {
+func (c *Checker) bind(l *loadedObj, order []*loadedObj, incomplete bool) []Binding {
 	o := l.o
-	idx := make([]uint32, 0, len(o.refs))
-	for i := range o.refs {
-		if int(i) < o.nsyms() {
-			idx = append(idx, i)
-		}
-	}
-	sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
 	var out []Binding
-	for _, i := range idx {
-		k := o.refs[i]
-		s := o.sym(int(i))
-		if s.bind() == elf.STB_LOCAL || (s.shndx != uint16(elf.SHN_UNDEF) && k&refCopy == 0) {
-			continue
-		}
-		if v := s.vis(); v == elf.STV_HIDDEN || v == elf.STV_INTERNAL {
-			continue
-		}
-		name := o.str(s.name)
-		var ver *version
-		if vi := o.verIndex(int(i)) & 0x7fff; vi >= 2 {
-			if v := o.versionAt(vi); v.hash != 0 {
-				ver = &v
-			}
-		}
-		b := Binding{Object: l.Path, Name: name, Weak: s.bind() == elf.STB_WEAK}
-		if ver != nil {
-			b.Version = ver.name
+	for _, r := range o.refList {
+		q := r.q
+		b := Binding{Object: l.Path, Name: q.name, Weak: r.weak}
+		if q.ver != nil {
+			b.Version = q.ver.name
 		}
 		switch {
-		case k&refCopy != 0:
+		case r.kind&refCopy != 0:
 			b.Use = "copy"
-		case k&refData != 0:
+		case r.kind&refData != 0:
 			b.Use = "data"
 		default:
 			b.Use = "function"
 		}
-		q := newQuery(name, ver, b.Use == "function")
 		scope := order
 		if o.symbolic {
 			scope = append([]*loadedObj{l}, order...)
 		}
 		asserted := false
 		for _, d := range scope {
-			if d.o == nil || (k&refCopy != 0 && d.o == order[0].o) {
+			if d.o == nil || (r.kind&refCopy != 0 && d.o == order[0].o) {
 				continue
 			}
-			j, a := d.o.find(q, ver != nil && d.names[ver.file])
+			j, a := d.o.find(q, q.ver != nil && d.names[q.ver.file])
 			if a {
 				asserted = true
 				break
@@ -349,18 +439,21 @@ func (c *Checker) bind(l *loadedObj, order []*loadedObj, named func(string) *loa
 		case b.Provider != "":
 			b.Status = Bound
 		case asserted:
-			b.Message = fmt.Sprintf("Inconsistency detected by ld.so: check_match: %s has no symbol versions (version %s required)", ver.file, ver.name)
+			b.Message = fmt.Sprintf("Inconsistency detected by ld.so: check_match: %s has no symbol versions (version %s required)", q.ver.file, q.ver.name)
 			b.Status = c.failure(l, b.Use)
 		case b.Weak:
 			b.Status = WeakUnbound
 		case incomplete:
 			b.Status = Unchecked
 		default:
-			b.Message = "undefined symbol: " + name
-			if ver != nil {
-				b.Message += ", version " + ver.name
+			b.Message = "undefined symbol: " + q.name
+			if q.ver != nil {
+				b.Message += ", version " + q.ver.name
 			}
 			b.Status = c.failure(l, b.Use)
+		}
+		if c.opts.OnlyProblems && (b.Status == Bound || b.Status == WeakUnbound) {
+			continue
 		}
 		out = append(out, b)
 	}

@@ -4,6 +4,8 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 )
@@ -29,9 +31,14 @@ type object struct {
 	needs    []verNeed
 	gnu      *gnuHash
 	sysv     *sysvHash
-	refs     map[uint32]refKind // symbol index → how relocations use it
+	refs     map[uint32]refKind // symbol index → how relocations use it; nil once refList is built
+	refList  []ref              // the references binding looks up, in symbol order
 	bindNow  bool
 	symbolic bool
+
+	bindOnce sync.Once
+	bound    bool // the binding tables were read with the rest
+	bindErr  error
 }
 
 type version struct {
@@ -123,14 +130,16 @@ func (o *object) versionAt(ndx uint16) version {
 // an error, not in a huge allocation (reads are also bounded by file size).
 const maxTable = 1 << 30
 
-// readObject reads the binding tables of the ELF file at path.
-func readObject(path string) (*object, error) {
+// readObject reads what the version check needs of the ELF file at path,
+// and with binding the rest, in the same open; else loadBinding reads the
+// rest when symbols are bound.
+func readObject(path string, binding bool) (*object, error) {
 	f, err := elfedit.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	o, err := newObject(f)
+	o, err := newObject(f, binding)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -138,12 +147,34 @@ func readObject(path string) (*object, error) {
 	return o, nil
 }
 
-func newObject(f *elfedit.File) (*object, error) {
+// loadBinding reads the symbol, hash and relocation tables, once.
+func (o *object) loadBinding() error {
+	o.bindOnce.Do(func() {
+		if o.bound {
+			return
+		}
+		f, err := elfedit.Open(o.path)
+		if err != nil {
+			o.bindErr = err
+			return
+		}
+		defer f.Close()
+		if err := o.readBinding(f); err != nil {
+			o.bindErr = fmt.Errorf("%s: %w", o.path, err)
+		}
+	})
+	return o.bindErr
+}
+
+// newObject reads the dynamic section's flags, the string table and the
+// version tables; with binding, also what loadBinding reads.
+func newObject(f *elfedit.File, binding bool) (*object, error) {
 	o := &object{class: f.Header.Class, mach: f.Header.Machine, order: f.ByteOrder(), symsz: 24}
 	if o.class == elf.ELFCLASS32 {
 		o.symsz = 16
 	}
 	if !f.IsDynamic() {
+		o.bound = true
 		return o, nil
 	}
 	dv := f.DynValue
@@ -171,19 +202,33 @@ func newObject(f *elfedit.File) (*object, error) {
 	if _, ok := dv(elf.DT_SYMBOLIC); ok {
 		o.symbolic = true
 	}
+	if err := o.readVersions(f); err != nil {
+		return nil, err
+	}
+	if binding {
+		if err := o.readBinding(f); err != nil {
+			return nil, err
+		}
+		o.bound = true
+	}
+	return o, nil
+}
+
+func (o *object) readBinding(f *elfedit.File) error {
+	dv := f.DynValue
 	symtab, ok := dv(elf.DT_SYMTAB)
 	if !ok {
-		return o, nil
+		return nil
 	}
 	if err := o.readHashes(f); err != nil {
-		return nil, err
+		return err
 	}
 	if err := o.readRelocs(f); err != nil {
-		return nil, err
+		return err
 	}
 	n, err := o.countSymbols()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// An executable that exports nothing has an empty .gnu.hash: the
 	// symbols its relocations use are the ones that matter.
@@ -191,17 +236,68 @@ func newObject(f *elfedit.File) (*object, error) {
 		n = max(n, uint64(i)+1)
 	}
 	if n > maxTable/uint64(o.symsz) {
-		return nil, fmt.Errorf("DT_SYMTAB: %d symbols", n)
+		return fmt.Errorf("DT_SYMTAB: %d symbols", n)
 	}
 	if o.symbols, err = f.ReadMapped(symtab, n*uint64(o.symsz), "DT_SYMTAB"); err != nil {
-		return nil, err
+		return err
 	}
 	if a, ok := dv(elf.DT_VERSYM); ok {
 		if o.versym, err = f.ReadMapped(a, 2*n, "DT_VERSYM"); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return o, o.readVersions(f)
+	o.buildRefs()
+	return nil
+}
+
+// ref is one reference a relocation makes, ready to look up.
+type ref struct {
+	q    *query
+	weak bool
+	kind refKind
+}
+
+// buildRefs turns the relocations' symbols into lookups once, however many
+// closures the object is part of: references to local or hidden symbols,
+// and to symbols the object defines (bar a copy relocation's), need none.
+func (o *object) buildRefs() {
+	idx := make([]uint32, 0, len(o.refs))
+	for i := range o.refs {
+		if int(i) < o.nsyms() {
+			idx = append(idx, i)
+		}
+	}
+	slices.Sort(idx)
+	for _, i := range idx {
+		k := o.refs[i]
+		s := o.sym(int(i))
+		if s.bind() == elf.STB_LOCAL || (s.shndx != uint16(elf.SHN_UNDEF) && k&refCopy == 0) {
+			continue
+		}
+		if v := s.vis(); v == elf.STV_HIDDEN || v == elf.STV_INTERNAL {
+			continue
+		}
+		var ver *version
+		if vi := o.verIndex(int(i)) & 0x7fff; vi >= 2 {
+			if v := o.versionAt(vi); v.hash != 0 {
+				ver = &v
+			}
+		}
+		o.refList = append(o.refList, ref{q: newQuery(o.str(s.name), ver, k&(refData|refCopy) == 0), weak: s.bind() == elf.STB_WEAK, kind: k})
+	}
+	o.refs = nil
+}
+
+// size is about how many bytes the object keeps, for the cache's budget.
+func (o *object) size() int {
+	n := len(o.symbols) + len(o.strtab) + len(o.versym) + 64*len(o.refList) + 48*(len(o.versions)+len(o.verdefs))
+	if o.gnu != nil {
+		n += 8*len(o.gnu.bloom) + 4*(len(o.gnu.buckets)+len(o.gnu.chain))
+	}
+	if o.sysv != nil {
+		n += 4 * (len(o.sysv.buckets) + len(o.sysv.chain))
+	}
+	return n + 256
 }
 
 // countSymbols is the number of dynamic symbols: DT_HASH's nchain, or past
@@ -221,14 +317,7 @@ func (o *object) countSymbols() (uint64, error) {
 	if last < o.gnu.symoffset {
 		return uint64(o.gnu.symoffset), nil
 	}
-	for i := last - o.gnu.symoffset; ; i++ {
-		if int(i) >= len(o.gnu.chain) {
-			return 0, fmt.Errorf("DT_GNU_HASH: chain %d runs past the end of its segment", i)
-		}
-		if o.gnu.chain[i]&1 != 0 {
-			return uint64(o.gnu.symoffset) + uint64(i) + 1, nil
-		}
-	}
+	return uint64(o.gnu.symoffset) + uint64(len(o.gnu.chain)), nil
 }
 
 func (o *object) word(b []byte, i int) uint32 { return o.order.Uint32(b[4*i:]) }
@@ -249,10 +338,10 @@ func (o *object) readHashes(f *elfedit.File) error {
 		}
 		size := f.MappedSize(a)
 		head := 16 + ws*uint64(nbloom) + 4*uint64(nb)
-		if head > size || size > maxTable {
+		if head > size || head > maxTable {
 			return fmt.Errorf("DT_GNU_HASH: %d buckets and %d Bloom words run past the end of its segment", nb, nbloom)
 		}
-		all, err := f.ReadMapped(a, size&^3, "DT_GNU_HASH")
+		all, err := f.ReadMapped(a, head, "DT_GNU_HASH")
 		if err != nil {
 			return err
 		}
@@ -265,11 +354,43 @@ func (o *object) readHashes(f *elfedit.File) error {
 			}
 		}
 		bk := all[16+ws*uint64(nbloom):]
+		last := uint32(0)
 		for i := range g.buckets {
 			g.buckets[i] = o.word(bk, i)
+			last = max(last, g.buckets[i])
 		}
-		ch := bk[4*uint64(nb):]
-		g.chain = make([]uint32, len(ch)/4)
+		// The chains run to the end bit of the last bucket's chain: read
+		// up to it, a window at a time, never past the segment.
+		chains := a + head
+		n := uint64(0)
+		if last >= symoff {
+			room := (size - head) / 4
+			start := uint64(last - symoff)
+			for w := uint64(1024); n == 0; w *= 8 {
+				if start >= room {
+					return fmt.Errorf("DT_GNU_HASH: chain %d runs past the end of its segment", start)
+				}
+				end := min(start+w, room)
+				b, err := f.ReadMapped(chains+4*start, 4*(end-start), "DT_GNU_HASH chains")
+				if err != nil {
+					return err
+				}
+				for i := range end - start {
+					if o.word(b, int(i))&1 != 0 {
+						n = start + i + 1
+						break
+					}
+				}
+				if n == 0 && end == room {
+					return fmt.Errorf("DT_GNU_HASH: chain %d runs past the end of its segment", start)
+				}
+			}
+		}
+		ch, err := f.ReadMapped(chains, 4*n, "DT_GNU_HASH chains")
+		if err != nil {
+			return err
+		}
+		g.chain = make([]uint32, n)
 		for i := range g.chain {
 			g.chain[i] = o.word(ch, i)
 		}
@@ -312,7 +433,7 @@ func (o *object) readVersions(f *elfedit.File) error {
 	}
 	if a, ok := f.DynValue(elf.DT_VERNEED); ok {
 		num, _ := f.DynValue(elf.DT_VERNEEDNUM)
-		b, err := f.ReadMapped(a, min(f.MappedSize(a), maxTable), "DT_VERNEED")
+		b, err := f.ReadMapped(a, min(f.MappedSize(a), versionWindow(num, 16+2*16)), "DT_VERNEED")
 		if err != nil {
 			return err
 		}
@@ -347,7 +468,7 @@ func (o *object) readVersions(f *elfedit.File) error {
 	if a, ok := f.DynValue(elf.DT_VERDEF); ok {
 		o.hasDefs = true
 		num, _ := f.DynValue(elf.DT_VERDEFNUM)
-		b, err := f.ReadMapped(a, min(f.MappedSize(a), maxTable), "DT_VERDEF")
+		b, err := f.ReadMapped(a, min(f.MappedSize(a), versionWindow(num, 20+2*8)), "DT_VERDEF")
 		if err != nil {
 			return err
 		}
@@ -374,6 +495,13 @@ func (o *object) readVersions(f *elfedit.File) error {
 	return nil
 }
 
+// versionWindow is how many bytes of version records to read for num
+// entries: generous for the linkers' layouts (each entry followed by its
+// auxiliary ones), bounded by the segment and maxTable at the caller.
+func versionWindow(num uint64, per uint64) uint64 {
+	return min(num, maxTable/1024)*per*8 + 4096
+}
+
 const (
 	verFlgBase = 1
 	verFlgWeak = 2
@@ -388,12 +516,12 @@ func (o *object) readRelocs(f *elfedit.File) error {
 		pltRela = elf.DynTag(v) == elf.DT_RELA
 	}
 	tables := []struct {
-		addr, size elf.DynTag
-		rela, plt  bool
+		addr, size, relative elf.DynTag
+		rela, plt            bool
 	}{
-		{elf.DT_RELA, elf.DT_RELASZ, true, false},
-		{elf.DT_REL, elf.DT_RELSZ, false, false},
-		{elf.DT_JMPREL, elf.DT_PLTRELSZ, pltRela, true},
+		{elf.DT_RELA, elf.DT_RELASZ, elf.DT_RELACOUNT, true, false},
+		{elf.DT_REL, elf.DT_RELSZ, elf.DT_RELCOUNT, false, false},
+		{elf.DT_JMPREL, elf.DT_PLTRELSZ, elf.DT_NULL, pltRela, true},
 	}
 	for _, t := range tables {
 		a, ok1 := f.DynValue(t.addr)
@@ -401,19 +529,24 @@ func (o *object) readRelocs(f *elfedit.File) error {
 		if !ok1 || !ok2 || n == 0 {
 			continue
 		}
-		if n > maxTable {
-			return fmt.Errorf("%v: size 0x%x", t.addr, n)
-		}
-		b, err := f.ReadMapped(a, n, t.addr.String())
-		if err != nil {
-			return err
-		}
 		es := 8
 		if o.class == elf.ELFCLASS64 {
 			es = 16
 		}
 		if t.rela {
 			es += es / 2
+		}
+		// The linkers put the relative relocations first and count them
+		// (DT_RELACOUNT): they name no symbol, and are most of the table.
+		if c, ok := f.DynValue(t.relative); ok && t.relative != elf.DT_NULL && c <= n/uint64(es) {
+			a, n = a+c*uint64(es), n-c*uint64(es)
+		}
+		if n > maxTable {
+			return fmt.Errorf("%v: size 0x%x", t.addr, n)
+		}
+		b, err := f.ReadMapped(a, n, t.addr.String())
+		if err != nil {
+			return err
 		}
 		for i := 0; i+es <= len(b); i += es {
 			var s, typ uint32
