@@ -74,3 +74,39 @@ func TestExplainSymbols(t *testing.T) {
 	require.Equal(t, 0, code, "%s", out)
 	require.Contains(t, out, " 0 fail at load, 0 fail when called\n")
 }
+
+// TestExplainSymbolsStubs: the driver's libraries are not read, and said
+// so, unless --stubs names the toolkit's stubs, which stand in for them.
+func TestExplainSymbolsStubs(t *testing.T) {
+	dir := t.TempDir()
+	gcc := func(args ...string) {
+		out, err := exec.Command("gcc", args...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
+		return p
+	}
+	stubs := filepath.Join(dir, "stubs")
+	require.NoError(t, os.MkdirAll(stubs, 0o755))
+	// The toolkit's stub is libcuda.so, with the driver's soname.
+	gcc("-shared", "-fPIC", "-o", filepath.Join(stubs, "libcuda.so"), "-Wl,-soname,libcuda.so.1", write("cuda.c", "int cuInit(unsigned f) { return f; }\n"))
+	// The program was linked against a driver that has cuGone too.
+	full := filepath.Join(dir, "full", "libcuda.so")
+	require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+	gcc("-shared", "-fPIC", "-o", full, "-Wl,-soname,libcuda.so.1", write("full.c", "int cuInit(unsigned f) { return f; } int cuGone(void) { return 1; }\n"))
+	exe := filepath.Join(dir, "prog")
+	gcc("-o", exe, write("m.c", "int cuInit(unsigned); int cuGone(void); int main(int c, char **v) { return c > 1 ? cuGone() : cuInit(0); }\n"), full)
+
+	out, _, code := runFixed(t, nil, "explain", "--symbols", exe)
+	require.Equal(t, 1, code, "libcuda.so.1 is not found at build time")
+	require.Contains(t, out, "cuInit (function) => not checked (library missing or not read)\n")
+	require.Contains(t, out, "not checked against libcuda.so.1: missing or not read\n")
+
+	out, _, code = runFixed(t, nil, "explain", "--symbols", "--stubs", stubs, exe)
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "libcuda.so.1 (checked against "+filepath.Join(stubs, "libcuda.so")+")\n")
+	require.Contains(t, out, "cuInit (function) => libcuda.so.1\n")
+	require.Contains(t, out, "cuGone (function) => NOT FOUND: fails when called: undefined symbol: cuGone\n")
+}
