@@ -126,6 +126,13 @@ func (o *object) versionAt(ndx uint16) version {
 	return version{}
 }
 
+// dynStr is the string at off of f's DT_STRTAB, "" when there is none
+// (elfedit read the table with the dynamic section).
+func dynStr(f *elfedit.File, off uint32) string {
+	s, _ := f.DynString(uint64(off))
+	return s
+}
+
 // maxTable bounds one table read: a count taken from a hostile file ends in
 // an error, not in a huge allocation (reads are also bounded by file size).
 const maxTable = 1 << 30
@@ -178,15 +185,6 @@ func newObject(f *elfedit.File, binding bool) (*object, error) {
 		return o, nil
 	}
 	dv := f.DynValue
-	strtab, ok1 := dv(elf.DT_STRTAB)
-	strsz, ok2 := dv(elf.DT_STRSZ)
-	if ok1 && ok2 {
-		b, err := f.ReadMapped(strtab, strsz, "DT_STRTAB")
-		if err != nil {
-			return nil, err
-		}
-		o.strtab = b
-	}
 	if v, ok := dv(elf.DT_FLAGS); ok && elf.DynFlag(v)&elf.DF_BIND_NOW != 0 {
 		o.bindNow = true
 	}
@@ -219,6 +217,15 @@ func (o *object) readBinding(f *elfedit.File) error {
 	symtab, ok := dv(elf.DT_SYMTAB)
 	if !ok {
 		return nil
+	}
+	strtab, ok1 := dv(elf.DT_STRTAB)
+	strsz, ok2 := dv(elf.DT_STRSZ)
+	if ok1 && ok2 {
+		b, err := f.ReadMapped(strtab, strsz, "DT_STRTAB")
+		if err != nil {
+			return err
+		}
+		o.strtab = b
 	}
 	if err := o.readHashes(f); err != nil {
 		return err
@@ -443,14 +450,14 @@ func (o *object) readVersions(f *elfedit.File) error {
 				return fmt.Errorf("DT_VERNEED: entry at +0x%x runs past its segment", off)
 			}
 			cnt, file, aux, next := o.order.Uint16(b[off+2:]), o.word(b[off+4:], 0), o.word(b[off+8:], 0), o.word(b[off+12:], 0)
-			n := verNeed{file: o.str(file)}
+			n := verNeed{file: dynStr(f, file)}
 			ao := off + uint64(aux)
 			for range cnt {
 				if ao+16 > uint64(len(b)) {
 					return fmt.Errorf("DT_VERNEED: auxiliary entry at +0x%x runs past its segment", ao)
 				}
 				hash, flags, other, name, anext := o.word(b[ao:], 0), o.order.Uint16(b[ao+4:]), o.order.Uint16(b[ao+6:]), o.word(b[ao+8:], 0), o.word(b[ao+12:], 0)
-				v := version{name: o.str(name), hash: hash, hidden: other&0x8000 != 0, file: n.file, weak: flags&verFlgWeak != 0}
+				v := version{name: dynStr(f, name), hash: hash, hidden: other&0x8000 != 0, file: n.file, weak: flags&verFlgWeak != 0}
 				n.vers = append(n.vers, v)
 				set(other, v)
 				if anext == 0 {
@@ -481,7 +488,7 @@ func (o *object) readVersions(f *elfedit.File) error {
 			if off+uint64(aux)+8 > uint64(len(b)) {
 				return fmt.Errorf("DT_VERDEF: auxiliary entry of +0x%x runs past its segment", off)
 			}
-			v := version{name: o.str(o.word(b[off+uint64(aux):], 0)), hash: hash}
+			v := version{name: dynStr(f, o.word(b[off+uint64(aux):], 0)), hash: hash}
 			o.verdefs = append(o.verdefs, v)
 			if flags&verFlgBase == 0 {
 				set(ndx, v)
