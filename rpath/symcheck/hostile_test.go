@@ -2,6 +2,7 @@ package symcheck
 
 import (
 	"bytes"
+	"debug/elf"
 	"math/rand"
 	"os"
 	"testing"
@@ -57,4 +58,31 @@ func TestHostileTables(t *testing.T) {
 		}
 		t.Logf("%s: %d of 3000 mangled copies still read", path, ok)
 	}
+}
+
+// TestVersionWindow: version records that run past the first window are
+// read again with the rest of their segment, not refused.
+func TestVersionWindow(t *testing.T) {
+	f, err := elfedit.Open("/bin/true")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer f.Close()
+	a, ok := f.DynValue(elf.DT_VERNEED)
+	require.True(t, ok)
+	var sizes []int
+	err = versionRecords(f, a, 16, "DT_VERNEED", func(b []byte) error {
+		sizes = append(sizes, len(b))
+		if len(b) < 64 {
+			return errShort{"entry"}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Len(t, sizes, 2)
+	require.Equal(t, 16, sizes[0])
+	require.Equal(t, int(f.MappedSize(a)), sizes[1])
+	// Still short at the end of the segment: an error naming the table.
+	err = versionRecords(f, a, 16, "DT_VERNEED", func([]byte) error { return errShort{"entry at +0x0"} })
+	require.EqualError(t, err, "DT_VERNEED: entry at +0x0 runs past its segment")
 }

@@ -440,66 +440,94 @@ func (o *object) readVersions(f *elfedit.File) error {
 	}
 	if a, ok := f.DynValue(elf.DT_VERNEED); ok {
 		num, _ := f.DynValue(elf.DT_VERNEEDNUM)
-		b, err := f.ReadMapped(a, min(f.MappedSize(a), versionWindow(num, 16+2*16)), "DT_VERNEED")
-		if err != nil {
-			return err
-		}
-		off := uint64(0)
-		for range num {
-			if off+16 > uint64(len(b)) {
-				return fmt.Errorf("DT_VERNEED: entry at +0x%x runs past its segment", off)
-			}
-			cnt, file, aux, next := o.order.Uint16(b[off+2:]), o.word(b[off+4:], 0), o.word(b[off+8:], 0), o.word(b[off+12:], 0)
-			n := verNeed{file: dynStr(f, file)}
-			ao := off + uint64(aux)
-			for range cnt {
-				if ao+16 > uint64(len(b)) {
-					return fmt.Errorf("DT_VERNEED: auxiliary entry at +0x%x runs past its segment", ao)
+		err := versionRecords(f, a, versionWindow(num, 16+2*16), "DT_VERNEED", func(b []byte) error {
+			o.needs = nil
+			off := uint64(0)
+			for range num {
+				if off+16 > uint64(len(b)) {
+					return errShort{fmt.Sprintf("entry at +0x%x", off)}
 				}
-				hash, flags, other, name, anext := o.word(b[ao:], 0), o.order.Uint16(b[ao+4:]), o.order.Uint16(b[ao+6:]), o.word(b[ao+8:], 0), o.word(b[ao+12:], 0)
-				v := version{name: dynStr(f, name), hash: hash, hidden: other&0x8000 != 0, file: n.file, weak: flags&verFlgWeak != 0}
-				n.vers = append(n.vers, v)
-				set(other, v)
-				if anext == 0 {
+				cnt, file, aux, next := o.order.Uint16(b[off+2:]), o.word(b[off+4:], 0), o.word(b[off+8:], 0), o.word(b[off+12:], 0)
+				n := verNeed{file: dynStr(f, file)}
+				ao := off + uint64(aux)
+				for range cnt {
+					if ao+16 > uint64(len(b)) {
+						return errShort{fmt.Sprintf("auxiliary entry at +0x%x", ao)}
+					}
+					hash, flags, other, name, anext := o.word(b[ao:], 0), o.order.Uint16(b[ao+4:]), o.order.Uint16(b[ao+6:]), o.word(b[ao+8:], 0), o.word(b[ao+12:], 0)
+					v := version{name: dynStr(f, name), hash: hash, hidden: other&0x8000 != 0, file: n.file, weak: flags&verFlgWeak != 0}
+					n.vers = append(n.vers, v)
+					set(other, v)
+					if anext == 0 {
+						break
+					}
+					ao += uint64(anext)
+				}
+				o.needs = append(o.needs, n)
+				if next == 0 {
 					break
 				}
-				ao += uint64(anext)
+				off += uint64(next)
 			}
-			o.needs = append(o.needs, n)
-			if next == 0 {
-				break
-			}
-			off += uint64(next)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	if a, ok := f.DynValue(elf.DT_VERDEF); ok {
 		o.hasDefs = true
 		num, _ := f.DynValue(elf.DT_VERDEFNUM)
-		b, err := f.ReadMapped(a, min(f.MappedSize(a), versionWindow(num, 20+2*8)), "DT_VERDEF")
+		return versionRecords(f, a, versionWindow(num, 20+2*8), "DT_VERDEF", func(b []byte) error {
+			o.verdefs = nil
+			off := uint64(0)
+			for range num {
+				if off+20 > uint64(len(b)) {
+					return errShort{fmt.Sprintf("entry at +0x%x", off)}
+				}
+				flags, ndx, hash, aux, next := o.order.Uint16(b[off+2:]), o.order.Uint16(b[off+4:]), o.word(b[off+8:], 0), o.word(b[off+8:], 1), o.word(b[off+8:], 2)
+				if off+uint64(aux)+8 > uint64(len(b)) {
+					return errShort{fmt.Sprintf("auxiliary entry of +0x%x", off)}
+				}
+				v := version{name: dynStr(f, o.word(b[off+uint64(aux):], 0)), hash: hash}
+				o.verdefs = append(o.verdefs, v)
+				if flags&verFlgBase == 0 {
+					set(ndx, v)
+				}
+				if next == 0 {
+					break
+				}
+				off += uint64(next)
+			}
+			return nil
+		})
+	}
+	return nil
+}
+
+// errShort is a version record that runs past the bytes read.
+type errShort struct{ what string }
+
+func (e errShort) Error() string { return e.what + " runs past its segment" }
+
+// versionRecords reads the version records at a, a window first (they are
+// small and together), the rest of their segment when the window is short,
+// and parses them.
+func versionRecords(f *elfedit.File, a, window uint64, what string, parse func([]byte) error) error {
+	size := min(f.MappedSize(a), maxTable)
+	for n := min(window, size); ; n = size {
+		b, err := f.ReadMapped(a, n, what)
 		if err != nil {
 			return err
 		}
-		off := uint64(0)
-		for range num {
-			if off+20 > uint64(len(b)) {
-				return fmt.Errorf("DT_VERDEF: entry at +0x%x runs past its segment", off)
+		err = parse(b)
+		if _, short := err.(errShort); !short || n == size {
+			if err != nil {
+				return fmt.Errorf("%s: %w", what, err)
 			}
-			flags, ndx, hash, aux, next := o.order.Uint16(b[off+2:]), o.order.Uint16(b[off+4:]), o.word(b[off+8:], 0), o.word(b[off+8:], 1), o.word(b[off+8:], 2)
-			if off+uint64(aux)+8 > uint64(len(b)) {
-				return fmt.Errorf("DT_VERDEF: auxiliary entry of +0x%x runs past its segment", off)
-			}
-			v := version{name: dynStr(f, o.word(b[off+uint64(aux):], 0)), hash: hash}
-			o.verdefs = append(o.verdefs, v)
-			if flags&verFlgBase == 0 {
-				set(ndx, v)
-			}
-			if next == 0 {
-				break
-			}
-			off += uint64(next)
+			return nil
 		}
 	}
-	return nil
 }
 
 // versionWindow is how many bytes of version records to read for num
