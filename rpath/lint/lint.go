@@ -119,8 +119,15 @@ func Lint(ctx context.Context, paths []string, opts ...Option) (*Report, error) 
 		versions: map[string]string{},
 	}
 	// The driver's libraries come with the machine: what they define is
-	// not known at build time.
+	// not known at build time. The symbol check reads its tables in the
+	// loader simulation's open of each file.
 	l.symbols = symcheck.New(symcheck.Options{Opaque: func(name string) bool { return matchAny(l.driver, name) }, OnlyProblems: true})
+	for _, j := range jobs {
+		if j.rules.on[SymbolVersion] || j.rules.on[SymbolAtLoad] || j.rules.on[SymbolWhenCalled] {
+			l.read = l.symbols.Reader()
+			break
+		}
+	}
 	results := make([]checked, len(jobs))
 	errs := make([]error, len(jobs))
 	work := make(chan int)

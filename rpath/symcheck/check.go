@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 )
 
@@ -162,16 +163,47 @@ func (c *Checker) read(path string, binding bool) (*object, error) {
 	c.mu.Unlock()
 	e.once.Do(func() {
 		e.o, e.err = readObject(path, binding)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		e.size = 256
-		if e.o != nil {
-			e.size = e.o.size()
-		}
-		c.bytes += e.size
-		c.evict()
+		c.account(e)
 	})
 	return e.o, e.err
+}
+
+// Reader returns an ldso.Reader that also reads, in the same open, what
+// the version check needs of each file (and, of an executable, what binding
+// needs), for later checks of this Checker: give it to ldso.Resolve.
+func (c *Checker) Reader() ldso.Reader {
+	return ldso.ElfReaderWith(func(path string, f *elfedit.File) {
+		c.mu.Lock()
+		e := c.files[path]
+		if e == nil {
+			e = &entry{}
+			c.files[path] = e
+		}
+		c.tick++
+		e.used = c.tick
+		c.mu.Unlock()
+		e.once.Do(func() {
+			e.o, e.err = newObject(f, f.Kind() == elfedit.KindExecutable)
+			if e.err != nil {
+				e.err = fmt.Errorf("%s: %w", path, e.err)
+			} else {
+				e.o.path = path
+			}
+			c.account(e)
+		})
+	})
+}
+
+// account adds a newly read entry to the kept bytes.
+func (c *Checker) account(e *entry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e.size = 256
+	if e.o != nil {
+		e.size = e.o.size()
+	}
+	c.bytes += e.size
+	c.evict()
 }
 
 // evict drops the least recently used entries read until the kept tables
