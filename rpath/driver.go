@@ -89,3 +89,9 @@ func ResolutionRules(driverLinks ...string) ldcache.Rules {
 func (m driverMatcher) rules(driverLinks []string) ldcache.Rules {
 	return ldcache.Rules{RunTimeOnly: driverLinks, Restricted: m.match, Excluded: IsStubDir}
 }
+
+// IsDriverLibrary reports whether name (a DT_NEEDED name or a path) is one
+// of DriverLibraries.
+func IsDriverLibrary(name string) bool {
+	return newDriverMatcher(DriverLibraries).match(name)
+}

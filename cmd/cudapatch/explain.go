@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v3"
 
+	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
+	"github.com/cudapatch/cudapatch/rpath/symcheck"
 )
 
 func explainCommand(g *globals) *cli.Command {
@@ -29,6 +32,9 @@ func explainCommand(g *globals) *cli.Command {
 			&cli.StringFlag{Name: "workdir", Usage: "current `DIR` (inside the root) for relative search directories"},
 			&cli.StringFlag{Name: "loader", Value: string(ldso.LoaderNixOS), Usage: "the loader to simulate: `nixos|stock` (nixos: nixpkgs' glibc, which reads the resolution-cache note; stock: glibc as released)", Validator: oneOf(string(ldso.LoaderNixOS), string(ldso.LoaderStock))},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON: the loader configuration and every need with the candidates tried"},
+			&cli.BoolFlag{Name: "symbols", Usage: "also bind every undefined symbol as the loader would (an ldd -r that runs nothing): which library provides each symbol and version; exit 1 if one fails"},
+			&cli.BoolFlag{Name: "bind-now", Usage: "with --symbols: bind functions at load, as LD_BIND_NOW and ldd -r do (a missing function then fails at load)"},
+			&cli.StringFlag{Name: "stubs", Usage: "with --symbols: check the driver's libraries (libcuda.so.1…) against the toolkit's link-time stubs in `DIR` (default: not checked)"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() != 1 {
@@ -70,16 +76,31 @@ func explainCommand(g *globals) *cli.Command {
 			if err != nil {
 				return withCode(exitUsage, fmt.Errorf("explain: %w", err))
 			}
+			var sym *symcheck.Result
+			if cmd.Bool("symbols") {
+				if sym, err = symcheck.New(symbolOptions(cmd)).Check(cfg, tr); err != nil {
+					return withCode(exitUsage, fmt.Errorf("explain: %w", err))
+				}
+			}
 			if cmd.Bool("json") {
 				err = g.writeJSON(struct {
-					Config ldso.Config `json:"config"`
-					Tree   *ldso.Tree  `json:"tree"`
-				}{cfg, tr})
+					Config  ldso.Config      `json:"config"`
+					Tree    *ldso.Tree       `json:"tree"`
+					Symbols *symcheck.Result `json:"symbols,omitempty"`
+				}{cfg, tr, sym})
 			} else {
 				err = tr.Format(g.stdout)
+				if err == nil && sym != nil {
+					err = sym.Format(g.stdout)
+				}
 			}
 			if err != nil {
 				return withCode(exitUsage, err)
+			}
+			if sym != nil {
+				if vs, bs := sym.Failures(); len(vs)+len(bs) > 0 {
+					return withCode(exitFindings, errReported)
+				}
 			}
 			for _, n := range tr.Needs {
 				if !n.Found() || n.Error != "" {
@@ -102,4 +123,34 @@ func insideRoot(root, file string) string {
 		}
 	}
 	return "/" + strings.TrimPrefix(filepath.ToSlash(file), "/")
+}
+
+// symbolOptions: the driver's libraries are not read (they come with the
+// machine), or read from the --stubs directory (libcuda.so.1, else
+// libcuda.so).
+func symbolOptions(cmd *cli.Command) symcheck.Options {
+	stubs := cmd.String("stubs")
+	return symcheck.Options{
+		BindNow: cmd.Bool("bind-now"),
+		Opaque:  rpath.IsDriverLibrary,
+		StandIn: func(name string) string {
+			if stubs == "" {
+				return ""
+			}
+			base := filepath.Base(name)
+			if i := strings.Index(base, ".so"); i >= 0 {
+				for _, c := range []string{base, base[:i+3]} {
+					if p := filepath.Join(stubs, c); isFile(p) {
+						return p
+					}
+				}
+			}
+			return ""
+		},
+	}
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
 }

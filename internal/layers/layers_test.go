@@ -40,6 +40,9 @@ func TestLayers(t *testing.T) {
 		// The loader simulation reads ELF through elfedit and nothing else,
 		// and resolution-cache notes through ldcache.
 		{"rpath/ldso", []string{module + "/rpath/elfedit", module + "/rpath/ldcache"}},
+		// The symbol check binds over the loader simulation's closures and
+		// reads its tables through elfedit.
+		{"rpath/symcheck", []string{module + "/rpath/ldso", module + "/rpath/elfedit", module + "/rpath/ldcache"}},
 		// Policy: the engine, fnmatch; no CLI, no terminal, no progress bars.
 		{"rpath", []string{module + "/rpath/elfedit", module + "/rpath/fnmatch", module + "/rpath/ldcache"}},
 		// The drop-in patchelf: its command line and messages, edits through

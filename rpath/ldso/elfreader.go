@@ -12,7 +12,12 @@ import (
 // one Resolve opens every library once, and a Reader shared by many
 // Resolve calls (lint over a tree) opens it once in all. It is safe for
 // concurrent use. Paths are host paths, as Resolve passes them.
-func ElfReader() Reader {
+func ElfReader() Reader { return ElfReaderWith(nil) }
+
+// ElfReaderWith is ElfReader, and also hands each file it opens to also
+// (when not nil) before closing it: a caller that needs more of the same
+// files (the symbol check) reads them in the same open.
+func ElfReaderWith(also func(path string, f *elfedit.File)) Reader {
 	type result struct {
 		o   *Object
 		err error
@@ -23,18 +28,21 @@ func ElfReader() Reader {
 			r := v.(result)
 			return r.o, r.err
 		}
-		o, err := readElfedit(path)
+		o, err := readElfedit(path, also)
 		m.Store(path, result{o, err})
 		return o, err
 	}
 }
 
-func readElfedit(path string) (*Object, error) {
+func readElfedit(path string, also func(string, *elfedit.File)) (*Object, error) {
 	f, err := elfedit.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if also != nil {
+		also(path, f)
+	}
 	in := f.Info()
 	o := &Object{
 		Class: in.ELFClass(), Machine: in.ELFMachine(), OSABI: in.ELFOSABI(),

@@ -117,3 +117,13 @@ func (f *fsys) realpath(p string) (string, error) {
 	}
 	return done, nil
 }
+
+// HostPath returns the host path to open for p, a path of a Tree (logical,
+// inside cfg.Root), following links inside the root as Resolve does.
+func HostPath(cfg Config, p string) (string, error) {
+	f, err := newFsys(cfg)
+	if err != nil {
+		return "", err
+	}
+	return f.host(p)
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
+	"github.com/cudapatch/cudapatch/rpath/symcheck"
 )
 
 // KnownDlopeners are fnmatch patterns of libraries that dlopen libcuda.so.1
@@ -117,6 +118,16 @@ func Lint(ctx context.Context, paths []string, opts ...Option) (*Report, error) 
 		dirs:     map[string][]string{},
 		ldcfg:    map[[2]int]ldcfgResult{},
 		versions: map[string]string{},
+	}
+	// The driver's libraries come with the machine: what they define is
+	// not known at build time. The symbol check reads its tables in the
+	// loader simulation's open of each file.
+	l.symbols = symcheck.New(symcheck.Options{Opaque: func(name string) bool { return matchAny(l.driver, name) }, OnlyProblems: true})
+	for _, j := range jobs {
+		if j.rules.on[SymbolVersion] || j.rules.on[SymbolAtLoad] || j.rules.on[SymbolWhenCalled] {
+			l.read = l.symbols.Reader()
+			break
+		}
 	}
 	results := make([]checked, len(jobs))
 	errs := make([]error, len(jobs))
@@ -260,6 +271,7 @@ type linter struct {
 	dirs     map[string][]string // host directory → names in it; nil: none
 	ldcfg    map[[2]int]ldcfgResult
 	versions map[string]string // libcuda file (logical) → the version it carries
+	symbols  *symcheck.Checker
 }
 
 func compile(patterns []string) []*fnmatch.Pattern {
@@ -604,7 +616,8 @@ func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
 }
 
 func (l *linter) checkNeeded(j job, in elfedit.Info, add addFunc) {
-	if len(in.Needed) == 0 || !j.rules.on[UnresolvableNeeded] {
+	on := j.rules.on
+	if len(in.Needed) == 0 || !(on[UnresolvableNeeded] || on[SymbolVersion] || on[SymbolAtLoad] || on[SymbolWhenCalled]) {
 		return
 	}
 	cfg, err := l.loaderConfig(in.ELFClass(), in.ELFMachine())
@@ -636,6 +649,46 @@ func (l *linter) checkNeeded(j job, in elfedit.Info, add addFunc) {
 				tried = "searched " + strings.Join(steps, ", ")
 			}
 			add(UnresolvableNeeded, n.Name, "%s not found (%s)", n.Name, tried)
+		}
+	}
+	if on[SymbolVersion] || on[SymbolAtLoad] || on[SymbolWhenCalled] {
+		l.checkSymbols(j, in, cfg, tr, add)
+	}
+}
+
+// checkSymbols binds the closure's symbols as the loader would. A
+// library's own version needs are checked (its DT_NEEDED libraries give
+// them); undefined symbols only for an executable's closure, since a
+// library's may come from the program that loads it.
+func (l *linter) checkSymbols(j job, in elfedit.Info, cfg ldso.Config, tr *ldso.Tree, add addFunc) {
+	exe := in.Kind == elfedit.KindExecutable
+	check := l.symbols.CheckVersions
+	if exe && (j.rules.on[SymbolAtLoad] || j.rules.on[SymbolWhenCalled]) {
+		check = l.symbols.Check
+	}
+	r, err := check(cfg, tr)
+	if err != nil {
+		add(SymbolVersion, "", "cannot check the symbols: %s", l.unroot(err.Error()))
+		return
+	}
+	for _, v := range r.Versions {
+		if v.Status == symcheck.FailsAtLoad && (exe || v.Object == tr.Path) {
+			add(SymbolVersion, v.File+"@"+v.Version, "%s: version `%s' not found (required by %s): fails at load", v.Provider, v.Version, v.Object)
+		}
+	}
+	if !exe {
+		return
+	}
+	for _, b := range r.Symbols {
+		name := b.Name
+		if b.Version != "" {
+			name += "@" + b.Version
+		}
+		switch b.Status {
+		case symcheck.FailsAtLoad:
+			add(SymbolAtLoad, name, "%s (%s, required by %s) is defined by no library of the closure: fails at load", name, b.Use, b.Object)
+		case symcheck.FailsWhenCalled:
+			add(SymbolWhenCalled, name, "%s (required by %s) is defined by no library of the closure: fails when first called", name, b.Object)
 		}
 	}
 }

@@ -317,3 +317,24 @@ func TestIssueStaleStubNote(t *testing.T) {
 	assert.Equal(t, p("driver/libcuda.so.1"), path)
 	assert.Equal(t, ldso.StepNote, step)
 }
+
+// TestSymbolFindings: CP022-CP024 say what the loader would say, and when
+// it fails.
+func TestSymbolFindings(t *testing.T) {
+	tr := linttest.Build(t)
+	want := map[string]string{
+		"symbol-version-missing":    linttest.LibSym + "/libsym.so: version `V2' not found (required by " + casePath("symbol-version-missing") + "): fails at load",
+		"symbol-undefined-at-load":  "gdata@V1 (data, required by " + casePath("symbol-undefined-at-load") + ") is defined by no library of the closure: fails at load",
+		"symbol-undefined-function": "gone@V1 (required by " + casePath("symbol-undefined-function") + ") is defined by no library of the closure: fails when first called",
+	}
+	for name, msg := range want {
+		rep, err := lint.Lint(context.Background(), []string{caseHost(t, tr, name)}, lint.WithRoot(tr.Root))
+		require.NoError(t, err)
+		require.Len(t, rep.Findings, 1, name)
+		assert.Equal(t, msg, rep.Findings[0].Message, name)
+	}
+}
+
+func casePath(name string) string {
+	return "/nix/store/99999999999999999999999999999999-" + name + "/bin/" + name
+}

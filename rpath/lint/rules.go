@@ -93,6 +93,9 @@ const (
 	NoteUnloaded       = "CP019"
 	NoteMissing        = "CP020"
 	CompatTooOld       = "CP021"
+	SymbolVersion      = "CP022"
+	SymbolAtLoad       = "CP023"
+	SymbolWhenCalled   = "CP024"
 )
 
 // rules is the table of every rule, in ID order. It is never modified.
@@ -118,6 +121,9 @@ var rules = []Rule{
 	{NoteUnloaded, "ldcache-unloaded", "the resolution-cache note is in no PT_NOTE segment: the loader never reads it", Warning, true},
 	{NoteMissing, "ldcache-missing", "a dynamic file with dependencies and a DT_RUNPATH has no resolution-cache note", Info, false},
 	{CompatTooOld, "compat-older-than-driver", "a cuda_compat libcuda the loader takes is older than the target driver (--driver-version): CUDA error 803", Error, false},
+	{SymbolVersion, "symbol-version-missing", "a symbol version the file or its closure needs is not defined by the library the loader takes: it fails at load", Error, true},
+	{SymbolAtLoad, "symbol-undefined-at-load", "a data symbol (or any symbol of an object bound now) that an executable's closure uses is defined nowhere in it: it fails at load", Error, true},
+	{SymbolWhenCalled, "symbol-undefined-function", "a function that an executable's closure calls is defined nowhere in it: it fails when first called", Warning, true},
 }
 
 // Rules returns every rule, in ID order.

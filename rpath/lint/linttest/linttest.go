@@ -30,7 +30,10 @@ const (
 	DriverCp = "/nix/store/44444444444444444444444444444444-nvidia-x11/lib"
 	Gone     = "/nix/store/55555555555555555555555555555555-gone/lib"
 	LibFoo2  = "/nix/store/66666666666666666666666666666666-libfoo2/lib"
-	Driver   = "/run/opengl-driver/lib"
+	// LibSym is a library that lacks a version, a data object and a
+	// function the programs linked against its prototypes use.
+	LibSym = "/nix/store/88888888888888888888888888888888-libsym/lib"
+	Driver = "/run/opengl-driver/lib"
 	// DriverVersion and CompatVersion are the versions the driver link's
 	// and cuda_compat's libcuda carry (the GPU machine's: kernel driver
 	// 580.159.04, compat 580.95.05).
@@ -358,6 +361,31 @@ int plugin(void) { return 0; }
 	c = &b.tr.Cases[len(b.tr.Cases)-1]
 	b.edit(c.Host, elfedit.Edit{SetPath: str(LibFoo), SetNote: note(fooNote)})
 	b.edit(c.Host, elfedit.Edit{SetPath: str(LibFoo2 + ":" + LibFoo)})
+
+	// Symbols: each program is linked against a prototype libsym.so that
+	// has what it uses, and runs against one that lacks it (a version, a
+	// data object, a function bound lazily).
+	b.gcc(b.tr.Host(LibSym+"/libsym.so"), "-shared", "-Wl,-soname,libsym.so",
+		b.source("libsym.c", "int verfn(void) { return 1; } int present(void) { return 1; }\n"),
+		"-Wl,--version-script="+b.source("libsym.map", "V1 { global: present; };\n"))
+	for _, sc := range []struct{ name, rule, lib, vmap, main string }{
+		{"symbol-version-missing", "CP022", "int verfn(void) { return 1; }", "V2 { global: verfn; };",
+			"int verfn(void); int main(void) { return verfn(); }"},
+		{"symbol-undefined-at-load", "CP023", "int gdata = 1; int present(void) { return 1; }", "V1 { global: present; gdata; };",
+			"extern int gdata; int main(void) { return gdata; }"},
+		{"symbol-undefined-function", "CP024", "int gone(void) { return 1; } int present(void) { return 1; }", "V1 { global: present; gone; };",
+			"int gone(void); int main(void) { return gone(); }"},
+	} {
+		proto := filepath.Join(dir, "proto", sc.name, "libsym.so")
+		b.gcc(proto, "-shared", "-Wl,-soname,libsym.so", b.source(sc.name+"-lib.c", sc.lib+"\n"),
+			"-Wl,--version-script="+b.source(sc.name+".map", sc.vmap+"\n"))
+		p := casePrefx + sc.name + "/bin/" + sc.name
+		h := b.tr.Host(p)
+		b.gcc(h, "-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,-z,lazy", "-Wl,--dynamic-linker,"+Interp,
+			b.source(sc.name+"-main.c", sc.main+"\n"), proto)
+		b.edit(h, elfedit.Edit{SetPath: str(LibSym), SetNote: note(NoteDesc("libsym.so", "="+LibSym+"/libsym.so"))})
+		b.tr.Cases = append(b.tr.Cases, Case{sc.name, sc.rule, p, h, false})
+	}
 	return b.tr
 }
 

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestExplainSymbols: explain --symbols names the provider of each symbol
+// and version, and says when a missing one fails: when called under lazy
+// binding, at load with --bind-now; exit 1 then, 0 on a clean file.
+func TestExplainSymbols(t *testing.T) {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Fatal("the test needs gcc (scripts/deps.sh installs it)")
+	}
+	dir := t.TempDir()
+	src := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
+		return p
+	}
+	gcc := func(args ...string) {
+		out, err := exec.Command("gcc", args...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "build"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "run"), 0o755))
+	gcc("-shared", "-fPIC", "-o", filepath.Join(dir, "build/libfn.so"), "-Wl,-soname,libfn.so",
+		src("b.c", "int present(void) { return 1; } int gone(void) { return 2; }\n"),
+		"-Wl,--version-script="+src("b.map", "FN_1 { global: present; gone; local: *; };\n"))
+	gcc("-shared", "-fPIC", "-o", filepath.Join(dir, "run/libfn.so"), "-Wl,-soname,libfn.so",
+		src("r.c", "int present(void) { return 1; }\n"),
+		"-Wl,--version-script="+src("r.map", "FN_1 { global: present; local: *; };\n"))
+	exe := filepath.Join(dir, "prog")
+	gcc("-o", exe, src("m.c", "int present(void); int gone(void); int main(int c, char **v) { return c > 1 ? gone() : present(); }\n"),
+		"-L"+filepath.Join(dir, "build"), "-lfn", "-Wl,-rpath,$ORIGIN/run")
+	lib := filepath.Join(dir, "run/libfn.so")
+
+	out, errOut, code := runFixed(t, nil, "explain", "--symbols", exe)
+	require.Equal(t, 1, code, "%s%s", out, errOut)
+	require.Contains(t, out, "version FN_1 of libfn.so => "+lib+"\n")
+	require.Contains(t, out, "present@FN_1 (function) => "+lib+"\n")
+	require.Contains(t, out, "gone@FN_1 (function) => NOT FOUND: fails when called: undefined symbol: gone, version FN_1\n")
+	require.Contains(t, out, "0 fail at load, 1 fail when called\n")
+
+	out, _, code = runFixed(t, nil, "explain", "--symbols", "--bind-now", exe)
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "gone@FN_1 (function) => NOT FOUND: fails at load: undefined symbol: gone, version FN_1\n")
+
+	out, _, code = runFixed(t, nil, "explain", "--symbols", "--json", exe)
+	require.Equal(t, 1, code)
+	var doc struct {
+		Symbols struct {
+			Symbols []struct{ Name, Provider, Status string }
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc))
+	st := map[string]string{}
+	for _, s := range doc.Symbols.Symbols {
+		st[s.Name] = s.Status + " " + s.Provider
+	}
+	require.Equal(t, "bound "+lib, st["present"])
+	require.Equal(t, "fails-when-called ", st["gone"])
+
+	// Without --symbols, explain is what it was: every library is found.
+	_, _, code = runFixed(t, nil, "explain", exe)
+	require.Equal(t, 0, code)
+	// A clean program of this machine.
+	out, _, code = runFixed(t, nil, "explain", "--symbols", "/bin/sh")
+	require.Equal(t, 0, code, "%s", out)
+	require.Contains(t, out, " 0 fail at load, 0 fail when called\n")
+}
+
+// TestExplainSymbolsStubs: the driver's libraries are not read, and said
+// so, unless --stubs names the toolkit's stubs, which stand in for them.
+func TestExplainSymbolsStubs(t *testing.T) {
+	dir := t.TempDir()
+	gcc := func(args ...string) {
+		out, err := exec.Command("gcc", args...).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
+		return p
+	}
+	stubs := filepath.Join(dir, "stubs")
+	require.NoError(t, os.MkdirAll(stubs, 0o755))
+	// The toolkit's stub is libcuda.so, with the driver's soname.
+	gcc("-shared", "-fPIC", "-o", filepath.Join(stubs, "libcuda.so"), "-Wl,-soname,libcuda.so.1", write("cuda.c", "int cuInit(unsigned f) { return f; }\n"))
+	// The program was linked against a driver that has cuGone too.
+	full := filepath.Join(dir, "full", "libcuda.so")
+	require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
+	gcc("-shared", "-fPIC", "-o", full, "-Wl,-soname,libcuda.so.1", write("full.c", "int cuInit(unsigned f) { return f; } int cuGone(void) { return 1; }\n"))
+	exe := filepath.Join(dir, "prog")
+	gcc("-o", exe, write("m.c", "int cuInit(unsigned); int cuGone(void); int main(int c, char **v) { return c > 1 ? cuGone() : cuInit(0); }\n"), full)
+
+	out, _, code := runFixed(t, nil, "explain", "--symbols", exe)
+	require.Equal(t, 1, code, "libcuda.so.1 is not found at build time")
+	require.Contains(t, out, "cuInit (function) => not checked (library missing or not read)\n")
+	require.Contains(t, out, "not checked against libcuda.so.1: missing or not read\n")
+
+	out, _, code = runFixed(t, nil, "explain", "--symbols", "--stubs", stubs, exe)
+	require.Equal(t, 1, code)
+	require.Contains(t, out, "libcuda.so.1 (checked against "+filepath.Join(stubs, "libcuda.so")+")\n")
+	require.Contains(t, out, "cuInit (function) => libcuda.so.1\n")
+	require.Contains(t, out, "cuGone (function) => NOT FOUND: fails when called: undefined symbol: cuGone\n")
+}
