@@ -129,3 +129,9 @@ func MergeSpans(in [][2]int64) [][2]int64 {
 func Settled(ctime, at time.Time) bool {
 	return fileIdent{ctime: syscall.NsecToTimespec(ctime.UnixNano())}.settled(at)
 }
+
+// ReadOnlyStringsChunked is ReadOnlyStrings in chunks of the given size,
+// so that tests cut strings at every boundary.
+func ReadOnlyStringsChunked(f *File, sub []byte, chunk uint64, fn func(s []byte) bool) error {
+	return f.readOnlyStrings(sub, chunk, fn)
+}
