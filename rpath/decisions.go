@@ -40,6 +40,10 @@ func (c *config) logDecisions(ctx context.Context, files []*File) {
 				attrs = append(attrs, slog.String("why", "an NVIDIA driver library: found at run time through "+link))
 			case HowIgnored:
 				attrs = append(attrs, slog.String("why", "found nowhere, ignored"), slog.String("pattern", d.Pattern))
+			case HowFound:
+				attrs = append(attrs, slog.String("path", d.Path), slog.String("why", "dlopen name found, not added (dlopen mode report)"))
+			case HowUnresolved:
+				attrs = append(attrs, slog.String("why", "dlopen name found nowhere: not added, no error"))
 			case HowMissing:
 				attrs = append(attrs, slog.String("why", "found nowhere"))
 				if d.Hint != "" {
