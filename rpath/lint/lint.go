@@ -399,6 +399,12 @@ func (l *linter) check(j job) (checked, error) {
 	}
 	problems := f.Verify()
 	note := ldso.ReadNote(f)
+	var dlopened []string
+	if note != nil && noteBeyondNeeded(note, in.Needed) && len(in.Dlopen) == 0 {
+		// The main job gives the dlopen names it discovers note entries
+		// too: read them only for a note that has more than DT_NEEDED.
+		dlopened, _ = rpath.DiscoverDlopen(f)
+	}
 	f.Close()
 	l.log.Debug("lint", "file", j.path, "kind", in.Kind)
 
@@ -411,7 +417,7 @@ func (l *linter) check(j job) (checked, error) {
 	l.checkInterp(j, in, add)
 	l.checkPath(j, in, add)
 	l.checkNeeded(j, in, add)
-	l.checkNote(j, in, note, add)
+	l.checkNote(j, in, note, dlopened, add)
 	return checked{elf: true, findings: out}, nil
 }
 
