@@ -12,7 +12,11 @@ import (
 // one Resolve opens every library once, and a Reader shared by many
 // Resolve calls (lint over a tree) opens it once in all. It is safe for
 // concurrent use. Paths are host paths, as Resolve passes them.
-func ElfReader() Reader {
+func ElfReader() Reader { return ElfReaderDlopen(nil) }
+
+// ElfReaderDlopen is ElfReader whose objects' Dlopen names are what
+// discover finds in each file (nil: none).
+func ElfReaderDlopen(discover func(*elfedit.File) ([]string, error)) Reader {
 	type result struct {
 		o   *Object
 		err error
@@ -23,13 +27,13 @@ func ElfReader() Reader {
 			r := v.(result)
 			return r.o, r.err
 		}
-		o, err := readElfedit(path)
+		o, err := readElfedit(path, discover)
 		m.Store(path, result{o, err})
 		return o, err
 	}
 }
 
-func readElfedit(path string) (*Object, error) {
+func readElfedit(path string, discover func(*elfedit.File) ([]string, error)) (*Object, error) {
 	f, err := elfedit.Open(path)
 	if err != nil {
 		return nil, err
@@ -47,6 +51,11 @@ func readElfedit(path string) (*Object, error) {
 		o.RunPath, o.HasRunPath = *in.RunPath, true
 	}
 	o.Note = ReadNote(f)
+	if discover != nil {
+		// A file whose names cannot be read is searched for none: the
+		// names are a hint, never a reason to fail the search.
+		o.Dlopen, _ = discover(f)
+	}
 	return o, nil
 }
 
