@@ -17,9 +17,21 @@ import (
 // of the names is answered without reading the symbols; one whose symbol
 // count nothing states reports false.
 func (f *File) ImportsSymbol(names ...string) (bool, error) {
-	if !slices.ContainsFunc(names, func(n string) bool {
-		return n != "" && bytes.Contains(f.strtab, []byte(n+"\x00"))
-	}) {
+	// The string table offsets at which one of the names starts: a
+	// symbol has one of the names exactly when its st_name is one of them.
+	var at []uint64
+	for _, n := range names {
+		pat := []byte(n + "\x00")
+		for i := 0; n != "" && i < len(f.strtab); {
+			j := bytes.Index(f.strtab[i:], pat)
+			if j < 0 {
+				break
+			}
+			at = append(at, uint64(i+j))
+			i += j + 1
+		}
+	}
+	if len(at) == 0 {
 		return false, nil
 	}
 	symtab, ok := f.dynVal(elf.DT_SYMTAB)
@@ -72,11 +84,7 @@ func (f *File) ImportsSymbol(names ...string) (bool, error) {
 			if guessed && nameOff >= uint64(len(f.strtab)) {
 				return false, nil
 			}
-			if f.order.Uint16(rec[shndx:]) != uint16(elf.SHN_UNDEF) {
-				continue
-			}
-			name, ok := cstring(f.strtab, nameOff)
-			if ok && slices.Contains(names, name) {
+			if slices.Contains(at, nameOff) && f.order.Uint16(rec[shndx:]) == uint16(elf.SHN_UNDEF) {
 				return true, nil
 			}
 		}
