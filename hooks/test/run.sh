@@ -423,6 +423,21 @@ if expect_success; then
 	expect_hooklog "autoPatchelf is cudaPatchelf"
 fi
 
+# --- 11: cudaPatchelfDlopen becomes cudapatch's --dlopen: off builds as
+# before, a bad value fails the build with cudapatch's own message.
+build dlopen-off \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" cudaPatchelfDlopen=off
+if expect_success; then
+	expect_runpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
+	expect_runs "$out/bin/app"
+fi
+build dlopen-bad \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" cudaPatchelfDlopen=bogus
+if ((status == 0)) || [[ -e $dir/done ]]; then
+	fail "cudaPatchelfDlopen=bogus: the build succeeded"
+fi
+expect_log "$dir/build.log" 'invalid value "bogus" for --dlopen'
+
 if ((failures > 0)); then
 	echo "$failures assertion(s) failed; scratch tree kept in $WORK"
 	exit 1
