@@ -20,6 +20,9 @@ func (c *config) logDecisions(ctx context.Context, files []*File) {
 			c.log.LogAttrs(ctx, slog.LevelDebug, "skipped", slog.String("file", f.Path), slog.String("reason", f.Skipped))
 			continue
 		}
+		if f.DlopenError != "" {
+			c.log.LogAttrs(ctx, slog.LevelDebug, "dlopen discovery", slog.String("file", f.Path), slog.String("error", f.DlopenError))
+		}
 		for _, d := range f.Deps {
 			attrs := []slog.Attr{slog.String("file", f.Path), slog.String("needed", d.Name), slog.String("source", d.Source), slog.String("how", d.How)}
 			switch d.How {

@@ -1,6 +1,10 @@
 package rpath_test
 
 import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -198,5 +202,30 @@ void *f(int i) { return dlopen(names[i], RTLD_NOW); }
 		require.NoError(t, err)
 		slices.Sort(got)
 		require.Equal(t, c.want, got, c.file)
+	}
+}
+
+// TestDlopenUnreadableRodata: a .rodata section header that points past
+// the end of the file (the loader never reads section headers) costs the
+// file its discovered names, not its patch.
+func TestDlopenUnreadableRodata(t *testing.T) {
+	tr := dlopenTree(t, cfix.Spec{})
+	app := tr.p("pkg/bin/app")
+	b, err := os.ReadFile(app)
+	require.NoError(t, err)
+	ef, err := elf.NewFile(bytes.NewReader(b))
+	require.NoError(t, err)
+	i := slices.IndexFunc(ef.Sections, func(s *elf.Section) bool { return s.Name == ".rodata" })
+	require.GreaterOrEqual(t, i, 0, "the fixture has .rodata")
+	shoff := binary.LittleEndian.Uint64(b[0x28:])
+	binary.LittleEndian.PutUint64(b[shoff+uint64(i)*64+24:], uint64(len(b))+4096) // sh_offset
+	require.NoError(t, os.WriteFile(app, b, 0o755))
+
+	rep := tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, rpath.DlopenResolve)...)
+	f := tr.file(rep, "pkg/bin/app")
+	require.Empty(t, f.Errors)
+	require.Contains(t, f.DlopenError, "read-only data")
+	for _, d := range f.Deps {
+		require.NotEqual(t, rpath.SourceStrings, d.Source, "%+v", d)
 	}
 }

@@ -89,6 +89,9 @@ type File struct {
 	Strategy        elfedit.Strategy `json:"strategy,omitempty"`
 	Written         int64            `json:"bytes_written,omitempty"`
 	Errors          []string         `json:"errors,omitempty"`
+	// DlopenError says why the names of dlopen discovery could not all be
+	// read; the file is patched with those read before it.
+	DlopenError string `json:"dlopen_error,omitempty"`
 
 	edit    elfedit.Edit
 	plan    *elfedit.Plan // the prepared plan the write phase reuses, if kept
@@ -522,10 +525,12 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 	// Then the names a dlopen caller's read-only data spells, unless a
 	// .note.dlopen says what it dlopens: the note is authoritative.
 	if c.dlopen != DlopenOff && len(info.Dlopen) == 0 {
+		// The names are a hint: a file whose read-only data cannot be
+		// read (a section header past its end) is patched without them,
+		// and says why.
 		names, err := DiscoverDlopen(f)
 		if err != nil {
-			out.Errors = append(out.Errors, err.Error())
-			return out
+			out.DlopenError = err.Error()
 		}
 		for _, n := range names {
 			wants = append(wants, want{[]string{n}, SourceStrings})
