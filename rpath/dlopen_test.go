@@ -175,10 +175,20 @@ func TestDlopenNoteIsAuthoritative(t *testing.T) {
 	}
 	require.Equal(t, rpath.HowStore, tr.dep(rep, "pkg/bin/app", "libother.so").How)
 	require.Equal(t, tr.p("store/bbb-decoys/lib"), tr.runpathOf("pkg/bin/app"))
+	// The name found gets its note entry, as a DT_NEEDED name does.
+	ef, err := elfedit.Open(tr.p("pkg/bin/app"))
+	require.NoError(t, err)
+	nt := ldso.ReadNote(ef)
+	ef.Close()
+	require.NotNil(t, nt)
+	e, ok := nt.Cache.Lookup("libother.so")
+	require.True(t, ok, "%v", nt.Cache)
+	require.Equal(t, "="+tr.p("store/bbb-decoys/lib/libother.so"), e.PathList())
 }
 
 // TestDiscoverDlopen: the names, in file order, without the file's own
-// DT_NEEDED and SONAME, and none from a file that does not call dlopen.
+// DT_NEEDED and SONAME; none from a file that does not call dlopen or
+// has a .note.dlopen.
 func TestDiscoverDlopen(t *testing.T) {
 	tr := newTree(t)
 	tr.place("a/app", cfix.Spec{Exe: true, Libc: true, Source: srcPluginApp})
@@ -187,6 +197,7 @@ const char *names[] = {"libself.so.1", "libc.so.6", "libz.so.1", "libz.so.1"};
 void *f(int i) { return dlopen(names[i], RTLD_NOW); }
 `})
 	tr.place("a/libnodl.so", cfix.Spec{Soname: "libnodl.so", Libc: true, Source: `const char *name = "libplugin.so.1";`})
+	tr.place("a/app-note", cfix.Spec{Exe: true, Libc: true, Source: srcPluginApp, Dlopen: `[{"soname":["libz.so.1"]}]`})
 	for _, c := range []struct {
 		file string
 		want []string
@@ -194,6 +205,7 @@ void *f(int i) { return dlopen(names[i], RTLD_NOW); }
 		{"a/app", []string{"libmissing.so.3", "libplugin.so.1"}},
 		{"a/libself.so.1", []string{"libz.so.1"}},
 		{"a/libnodl.so", nil},
+		{"a/app-note", nil}, // .note.dlopen is authoritative
 	} {
 		f, err := elfedit.Open(tr.p(c.file))
 		require.NoError(t, err)

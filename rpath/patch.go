@@ -522,9 +522,9 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 			wants = append(wants, want{d.Soname, SourceDlopen})
 		}
 	}
-	// Then the names a dlopen caller's read-only data spells, unless a
-	// .note.dlopen says what it dlopens: the note is authoritative.
-	if c.dlopen != DlopenOff && len(info.Dlopen) == 0 {
+	// Then the names a dlopen caller's read-only data spells (none when
+	// a .note.dlopen says what it dlopens: the note is authoritative).
+	if c.dlopen != DlopenOff {
 		// The names are a hint: a file whose read-only data cannot be
 		// read (a section header past its end) is patched without them,
 		// and says why.
@@ -554,6 +554,10 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 			case c.dlopen == DlopenResolve && (dep.How == HowStore || dep.How == HowDriver):
 				noteNames = append(noteNames, dep.Name)
 			}
+		}
+		// A .note.dlopen name gets its note entry as a DT_NEEDED does.
+		if w.source == SourceDlopen && (dep.How == HowStore || dep.How == HowDriver) && !slices.Contains(noteNames, dep.Name) {
+			noteNames = append(noteNames, dep.Name)
 		}
 		if dep.How == HowDriver && (w.source != SourceStrings || c.dlopen == DlopenResolve) {
 			needsDriver = true

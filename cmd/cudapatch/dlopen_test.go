@@ -118,3 +118,24 @@ func runInhibited(t *testing.T, exe string) string {
 	require.NoError(t, err, "%s", out)
 	return strings.TrimSpace(string(out))
 }
+
+// TestDlopenNoteEntriesLintClean: a .note.dlopen name found gets a
+// resolution-note entry as a DT_NEEDED name does, and lint takes it for
+// what it is, not for a leftover.
+func TestDlopenNoteEntriesLintClean(t *testing.T) {
+	c := newCLITree(t)
+	c.place("store/aaa-plugin/lib/libplugin.so.1", cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
+	c.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcPluginApp, Dlopen: `[{"soname":["libplugin.so.1"]}]`})
+	code, _, stderr := c.runCLI(nil, "--interpreter", sysLoader, "--libc", "/lib/x86_64-linux-gnu", "--driver-link-for", "none",
+		"--search", "{root}/store/aaa-plugin/lib", "{root}/pkg")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "plugin=7", runInhibited(t, c.p("pkg/bin/app")))
+	code, stdout, stderr := c.runCLI(nil, "print", "{root}/pkg/bin/app")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "libplugin.so.1 ="+c.p("store/aaa-plugin/lib/libplugin.so.1")+"\n")
+	assert.NotContains(t, stdout, "dlopen-str:", "a file with .note.dlopen gets no discovery")
+	code, stdout, stderr = c.runCLI(nil, "lint", "--interpreter", sysLoader, "--enable", "all", "{root}/pkg")
+	require.Contains(t, stdout, "1 ELF file checked", "code %d, stderr %s", code, stderr)
+	assert.NotContains(t, stdout, "CP014")
+	assert.NotContains(t, stdout, "CP015")
+}

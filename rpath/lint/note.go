@@ -35,8 +35,8 @@ func noteBeyondNeeded(nt *ldso.Note, needed []string) bool {
 // what ldcache.Build writes for the file's current search path, with the
 // rules cudapatch uses. nixpkgs' loader reads the note before DT_RUNPATH,
 // so a note that disagrees with the search path wins over it. dlopened
-// are the names the file's read-only data gives dlopen
-// (rpath.DiscoverDlopen): an entry for one of them is no leftover, and
+// are the names the file dlopens (its .note.dlopen's, else those
+// rpath.DiscoverDlopen finds): an entry for one of them is no leftover, and
 // is checked like a DT_NEEDED name's; one without an entry is no finding
 // (cudapatch --dlopen off|report writes none).
 func (l *linter) checkNote(j job, in elfedit.Info, nt *ldso.Note, dlopened []string, add addFunc) {
