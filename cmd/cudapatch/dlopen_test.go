@@ -139,3 +139,22 @@ func TestDlopenNoteEntriesLintClean(t *testing.T) {
 	assert.NotContains(t, stdout, "CP014")
 	assert.NotContains(t, stdout, "CP015")
 }
+
+// TestAutoPatchelfNoDiscovery: the auto-patchelf drop-in does what
+// auto-patchelf does, which reads no strings: the program's dlopen target
+// gets no RUNPATH entry there, and one with the main job.
+func TestAutoPatchelfNoDiscovery(t *testing.T) {
+	c := newCLITree(t)
+	env := c.bintools()
+	c.place("store/aaa-plugin/lib/libplugin.so.1", cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
+	c.place("ap/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcPluginApp})
+	c.place("main/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcPluginApp})
+	code, _, stderr := c.runCLI(env, "auto-patchelf", "--paths", "{root}/ap", "--libs", "{root}/store/aaa-plugin/lib", "{root}/glibc/lib",
+		"--driver-link-for", "none")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "", c.runpath("ap/bin/app"))
+	code, _, stderr = c.runCLI(env, "--search", "{root}/store/aaa-plugin/lib", "--search", "{root}/glibc/lib",
+		"--driver-link-for", "none", "{root}/main")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, c.p("store/aaa-plugin/lib"), c.runpath("main/bin/app"))
+}
