@@ -43,11 +43,12 @@ const maxDiscovered = 64
 // read-only data spells them: nil unless the file imports dlopen or
 // dlmopen, and nil for a file with a .note.dlopen, which says what it
 // dlopens with authority (its authors' list; guessing past it would add
-// to the closure what they left out). A name is taken from a string constant that is exactly a
-// soname (IsSonameShaped), so a soname inside a message, a path (the
-// loader opens a path as is, whatever the RUNPATH), or a format such as
-// "libfoo.so.%d" is not; the file's own SONAME and DT_NEEDED names are
-// not new. Names come in file order, each once, at most maxDiscovered.
+// to the closure what they left out). A name is a string constant that
+// is exactly a soname (IsSonameShaped), so a soname inside a message, a
+// path (the loader opens a path as is, whatever the RUNPATH), or a format
+// such as "libfoo.so.%d" is not; the file's own SONAME and DT_NEEDED
+// names are not new. Names come in file order, each once, at most
+// maxDiscovered.
 func DiscoverDlopen(f *elfedit.File) ([]string, error) {
 	if notes, _ := f.DlopenNotes(); len(notes) > 0 {
 		return nil, nil

@@ -12,10 +12,9 @@ import (
 // symbol (st_shndx SHN_UNDEF, not the null symbol at index 0) with one of
 // the names: a function the file calls from another object. The table is
 // found as the loader finds it, through DT_SYMTAB and DT_STRTAB; its size
-// as stringRefs finds it (the .dynsym header at that address, DT_HASH's
-// nchain, or DT_GNU_HASH's chains). A file whose string table holds none
-// of the names is answered without reading the symbols; one whose symbol
-// count nothing states reports false.
+// from the .dynsym header at that address or DT_HASH's nchain, else as
+// told below. A file whose string table holds none of the names is
+// answered without reading the symbols.
 func (f *File) ImportsSymbol(names ...string) (bool, error) {
 	// The string table offsets at which one of the names starts: a
 	// symbol has one of the names exactly when its st_name is one of them.
@@ -94,19 +93,20 @@ func (f *File) ImportsSymbol(names ...string) (bool, error) {
 }
 
 // roChunk is how much of the read-only data ReadOnlyStrings reads at once:
-// what it holds in memory, whatever the file's size. A string longer than
-// that is not reported.
+// what it holds in memory, whatever the file's size.
 const roChunk = 1 << 20
 
 // ReadOnlyStrings calls fn with each NUL-terminated string of the file's
-// read-only data that contains sub, in file order, until fn returns false.
-// The read-only data is the .rodata and .rodata.* sections (allocated,
-// PROGBITS, neither writable nor executable) where the section headers
-// name them, else every PT_LOAD segment without PF_W (older layouts keep
-// .rodata in the text segment). It is streamed in chunks of at most
-// roChunk bytes, read past the file's read cache; s is valid only during
-// the call, and a string of roChunk bytes or more is not reported. A string cut by the start of a range is not reported whole:
-// its first part is not a string of its own.
+// read-only data that contains sub (which holds no NUL), in file order,
+// until fn returns false. The read-only data is the .rodata and .rodata.*
+// sections (allocated, PROGBITS, neither writable nor executable) where
+// the section headers name them, else every PT_LOAD segment without PF_W
+// (older layouts keep .rodata in the text segment). It is streamed in
+// chunks of at most roChunk bytes, read past the file's read cache; s is
+// valid only during the call, and a string of roChunk bytes or more is
+// not reported. Data before a string with no NUL between them is read as
+// part of it, and the part of a string before the start of a range as no
+// string at all.
 func (f *File) ReadOnlyStrings(sub []byte, fn func(s []byte) bool) error {
 	return f.readOnlyStrings(sub, roChunk, fn)
 }
