@@ -175,6 +175,9 @@ cudaPatchelf() {
         args+=(--cuda-compat "$cudaPatchelfCudaCompat")
     fi
     args+=(--driver-link "$cudaPatchelfDriverLink")
+    if [[ -n ${cudaPatchelfDlopen-} ]]; then
+        args+=(--dlopen "$cudaPatchelfDlopen")
+    fi
 
     local entry
     for entry in "${ignoreMissing[@]}"; do

@@ -20,6 +20,9 @@ func (c *config) logDecisions(ctx context.Context, files []*File) {
 			c.log.LogAttrs(ctx, slog.LevelDebug, "skipped", slog.String("file", f.Path), slog.String("reason", f.Skipped))
 			continue
 		}
+		if f.DlopenError != "" {
+			c.log.LogAttrs(ctx, slog.LevelDebug, "dlopen discovery", slog.String("file", f.Path), slog.String("error", f.DlopenError))
+		}
 		for _, d := range f.Deps {
 			attrs := []slog.Attr{slog.String("file", f.Path), slog.String("needed", d.Name), slog.String("source", d.Source), slog.String("how", d.How)}
 			switch d.How {
@@ -40,6 +43,10 @@ func (c *config) logDecisions(ctx context.Context, files []*File) {
 				attrs = append(attrs, slog.String("why", "an NVIDIA driver library: found at run time through "+link))
 			case HowIgnored:
 				attrs = append(attrs, slog.String("why", "found nowhere, ignored"), slog.String("pattern", d.Pattern))
+			case HowFound:
+				attrs = append(attrs, slog.String("path", d.Path), slog.String("why", "dlopen name found, not added (dlopen mode report)"))
+			case HowUnresolved:
+				attrs = append(attrs, slog.String("why", "dlopen name found nowhere: not added, no error"))
 			case HowMissing:
 				attrs = append(attrs, slog.String("why", "found nowhere"))
 				if d.Hint != "" {

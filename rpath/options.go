@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -60,6 +61,7 @@ type config struct {
 	driverLibs      driverMatcher
 	buildDirs       []string
 	noteCache       bool
+	dlopen          DlopenMode
 	shrinkKept      bool
 	forceRPath      bool
 	keepOld         bool
@@ -102,6 +104,7 @@ func newConfig(opts []Option) (*config, error) {
 		driverLibs:    newDriverMatcher(DriverLibraries),
 		buildDirs:     []string{"/build"},
 		noteCache:     true,
+		dlopen:        DlopenResolve,
 		jobs:          runtime.NumCPU(),
 		bigTable:      defaultBigTable,
 		log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -318,6 +321,19 @@ func WithBuildDirs(dirs ...string) Option {
 // file's RUNPATH and DT_NEEDED.
 func WithResolutionCache(on bool) Option {
 	return func(c *config) error { c.noteCache = on; return nil }
+}
+
+// WithDlopen says what to do with the library names the read-only data
+// of a file that calls dlopen spells (DiscoverDlopen); the default is
+// DlopenResolve.
+func WithDlopen(m DlopenMode) Option {
+	return func(c *config) error {
+		if !slices.Contains(DlopenModes, m) {
+			return fmt.Errorf("dlopen mode %q: want off, report or resolve", m)
+		}
+		c.dlopen = m
+		return nil
+	}
 }
 
 // WithShrinkKept shrinks the search path of every file whose RUNPATH

@@ -37,12 +37,26 @@ const (
 	HowAbsolute = "absolute" // DT_NEEDED is an absolute path that exists
 	HowIgnored  = "ignored"  // missing, but matched an ignore pattern
 	HowMissing  = "missing"
+	// HowFound is a name DiscoverDlopen found that the index resolves,
+	// under DlopenReport: reported, given no RUNPATH entry.
+	HowFound = "found"
+	// HowUnresolved is a name DiscoverDlopen found that nothing
+	// satisfies: reported, never an error (it may be optional, or no
+	// library name at all).
+	HowUnresolved = "unresolved"
+)
+
+// Where a dependency comes from (Dep.Source).
+const (
+	SourceNeeded  = "needed"        // DT_NEEDED
+	SourceDlopen  = "dlopen"        // a .note.dlopen entry
+	SourceStrings = "dlopen-string" // a string of a dlopen caller's read-only data (DiscoverDlopen)
 )
 
 // Dep is the decision about one dependency.
 type Dep struct {
 	Name   string `json:"name"`
-	Source string `json:"source"` // "needed" or "dlopen"
+	Source string `json:"source"` // SourceNeeded, SourceDlopen or SourceStrings
 	How    string `json:"how"`
 	Path   string `json:"path,omitempty"` // the library file chosen
 	Dir    string `json:"dir,omitempty"`  // the directory it was found in
@@ -78,6 +92,9 @@ type File struct {
 	Strategy        elfedit.Strategy `json:"strategy,omitempty"`
 	Written         int64            `json:"bytes_written,omitempty"`
 	Errors          []string         `json:"errors,omitempty"`
+	// DlopenError says why the names of dlopen discovery could not all be
+	// read; the file is patched with those read before it.
+	DlopenError string `json:"dlopen_error,omitempty"`
 
 	edit    elfedit.Edit
 	plan    *elfedit.Plan  // the prepared plan the write phase reuses, if kept
@@ -590,22 +607,51 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 	}
 	var wants []want
 	for _, n := range info.Needed {
-		wants = append(wants, want{[]string{n}, "needed"})
+		wants = append(wants, want{[]string{n}, SourceNeeded})
 	}
 	for _, d := range info.Dlopen {
 		if len(d.Soname) > 0 {
-			wants = append(wants, want{d.Soname, "dlopen"})
+			wants = append(wants, want{d.Soname, SourceDlopen})
+		}
+	}
+	// Then the names a dlopen caller's read-only data spells (none when
+	// a .note.dlopen says what it dlopens: the note is authoritative).
+	if c.dlopen != DlopenOff {
+		// The names are a hint: a file whose read-only data cannot be
+		// read (a section header past its end) is patched without them,
+		// and says why.
+		names, err := DiscoverDlopen(f)
+		if err != nil {
+			out.DlopenError = err.Error()
+		}
+		for _, n := range names {
+			wants = append(wants, want{[]string{n}, SourceStrings})
 		}
 	}
 	needsDriver := false
+	noteNames := slices.Clone(info.Needed) // what the resolution note answers
 	for _, w := range wants {
-		dep, err := c.resolve(w.alts, ix, class, machine, osabi, keepLibc)
+		dep, err := c.resolve(w.alts, ix, class, machine, osabi, keepLibc, w.source != SourceStrings)
 		if err != nil {
 			out.Errors = append(out.Errors, err.Error())
 			return out
 		}
 		dep.Source = w.source
-		if dep.How == HowDriver {
+		if w.source == SourceStrings {
+			switch {
+			case dep.How == HowMissing:
+				dep.How = HowUnresolved
+			case c.dlopen == DlopenReport && dep.How == HowStore:
+				dep.How = HowFound
+			case c.dlopen == DlopenResolve && (dep.How == HowStore || dep.How == HowDriver):
+				noteNames = append(noteNames, dep.Name)
+			}
+		}
+		// A .note.dlopen name gets its note entry as a DT_NEEDED does.
+		if w.source == SourceDlopen && (dep.How == HowStore || dep.How == HowDriver) && !slices.Contains(noteNames, dep.Name) {
+			noteNames = append(noteNames, dep.Name)
+		}
+		if dep.How == HowDriver && (w.source != SourceStrings || c.dlopen == DlopenResolve) {
 			needsDriver = true
 		}
 		out.Deps = append(out.Deps, dep)
@@ -694,7 +740,7 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 		e.Interpreter = &ip
 		out.Interpreter = ip
 	}
-	out.ResolutionCache, out.Note, err = c.resolutionNote(f, info.Needed, finalPath(info, &e), &e)
+	out.ResolutionCache, out.Note, err = c.resolutionNote(f, noteNames, finalPath(info, &e), &e)
 	if err != nil {
 		out.Errors = append(out.Errors, err.Error())
 		return out
@@ -761,7 +807,9 @@ func linkCount(path string) uint64 {
 // resolve satisfies one dependency, given its alternatives (one name for
 // DT_NEEDED, several for a .note.dlopen entry). The error says the index
 // could not be searched far enough to decide.
-func (c *config) resolve(alts []string, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI, keepLibc bool) (Dep, error) {
+// A missing one gets a hint when hint says so: the hint reads the headers
+// of every library of the index.
+func (c *config) resolve(alts []string, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI, keepLibc, hint bool) (Dep, error) {
 	for _, name := range alts {
 		switch {
 		case c.driverLibs.match(name):
@@ -795,6 +843,9 @@ func (c *config) resolve(alts []string, ix resolver, class elf.Class, machine el
 	}
 	if p := c.ignorePattern(name, alts); p != "" {
 		return Dep{Name: name, How: HowIgnored, Pattern: p}, nil
+	}
+	if !hint {
+		return Dep{Name: name, How: HowMissing}, nil
 	}
 	return Dep{Name: name, How: HowMissing, Hint: ix.sonameHint(alts[0], class, machine, osabi)}, nil
 }

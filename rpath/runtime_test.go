@@ -147,10 +147,19 @@ func TestRuntimeWhichLibcuda(t *testing.T) {
 		{"compat with it", func(tr *tree) []rpath.Option { return []rpath.Option{rpath.WithCudaCompat(tr.p("compat"))} },
 			"direct=compat foo=42", "dlopen=compat foo=42", "{root}/compat:{root}/driver:{root}/pkg/lib"},
 		// Why the default is "all": libcudart-like libraries have no
-		// DT_NEEDED on libcuda, so "needed" leaves their dlopen nowhere to
-		// look. It still never finds the stub.
-		{"driver link for needed only", func(*tree) []rpath.Option { return []rpath.Option{rpath.WithDriverLinkFor(rpath.DriverLinkNeeded)} },
-			"direct=driver foo=42", "dlopen=libcuda.so.1: cannot open shared object file: No such file or directory foo=42", "{root}/driver:{root}/pkg/lib"},
+		// DT_NEEDED on libcuda, so "needed" without dlopen discovery leaves
+		// their dlopen nowhere to look. It still never finds the stub.
+		{"driver link for needed only, no dlopen discovery", func(*tree) []rpath.Option {
+			return []rpath.Option{rpath.WithDriverLinkFor(rpath.DriverLinkNeeded), rpath.WithDlopen(rpath.DlopenOff)}
+		}, "direct=driver foo=42", "dlopen=libcuda.so.1: cannot open shared object file: No such file or directory foo=42", "{root}/driver:{root}/pkg/lib"},
+		// Discovery (the default) reads "libcuda.so.1" in the loader
+		// library's read-only data: it needs the driver link too.
+		{"driver link for needed, dlopen discovered", func(*tree) []rpath.Option { return []rpath.Option{rpath.WithDriverLinkFor(rpath.DriverLinkNeeded)} },
+			"direct=driver foo=42", "dlopen=driver foo=42", "{root}/driver:{root}/pkg/lib"},
+		// Report finds it and changes nothing.
+		{"driver link for needed, dlopen report", func(*tree) []rpath.Option {
+			return []rpath.Option{rpath.WithDriverLinkFor(rpath.DriverLinkNeeded), rpath.WithDlopen(rpath.DlopenReport)}
+		}, "direct=driver foo=42", "dlopen=libcuda.so.1: cannot open shared object file: No such file or directory foo=42", "{root}/driver:{root}/pkg/lib"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tr := prebuilt(t)

@@ -149,6 +149,9 @@ func (g *globals) patchOptionsFrom(a *autoPatchelfArgs) ([]rpath.Option, error) 
 	for _, w := range a.extra {
 		args = append(args, "--patchelf-flag="+w)
 	}
+	// auto-patchelf reads no strings: its drop-in resolves what it
+	// resolves (its events are checked against the script's).
+	args = append(args, "--dlopen", string(rpath.DlopenOff))
 	var opts []rpath.Option
 	var perr error
 	cmd.Action = func(ctx context.Context, c *cli.Command) error {

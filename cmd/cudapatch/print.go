@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/cudapatch/cudapatch/internal/printable"
+	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
@@ -26,10 +27,13 @@ func printCommand(g *globals) *cli.Command {
 				return withCode(exitUsage, fmt.Errorf("print: no files given"))
 			}
 			type entry struct {
-				Path    string        `json:"path"`
-				Info    *elfedit.Info `json:"info,omitempty"`
-				LDCache *ldcacheView  `json:"ldcache,omitempty"`
-				Error   string        `json:"error,omitempty"`
+				Path string        `json:"path"`
+				Info *elfedit.Info `json:"info,omitempty"`
+				// DlopenStrings are the library names the main job's
+				// --dlopen finds in the file's read-only data.
+				DlopenStrings []string     `json:"dlopen_strings,omitempty"`
+				LDCache       *ldcacheView `json:"ldcache,omitempty"`
+				Error         string       `json:"error,omitempty"`
 			}
 			var out []entry
 			failed := false
@@ -47,8 +51,14 @@ func printCommand(g *globals) *cli.Command {
 				}
 				in := f.Info()
 				lc := readLDCache(f)
+				names, err := rpath.DiscoverDlopen(f)
 				f.Close()
-				out = append(out, entry{Path: path, Info: &in, LDCache: lc})
+				if err != nil {
+					failed = true
+					out = append(out, entry{Path: path, Error: err.Error()})
+					continue
+				}
+				out = append(out, entry{Path: path, Info: &in, DlopenStrings: names, LDCache: lc})
 			}
 			if cmd.Bool("json") {
 				if err := g.writeJSON(out); err != nil {
@@ -61,6 +71,9 @@ func printCommand(g *globals) *cli.Command {
 						continue
 					}
 					writeInfo(g.stdout, e.Path, e.Info)
+					for _, n := range e.DlopenStrings {
+						printable.Fprintf(g.stdout, "  dlopen-str:  %s\n", n)
+					}
 					writeLDCache(g.stdout, e.LDCache)
 				}
 			}

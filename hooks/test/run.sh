@@ -519,6 +519,21 @@ expect_log "$dir/build.log" 'cudapatch: patchelf option "--set-rpath" (patchelfF
 expect_log "$dir/build.log" "cudapatch failed (exit status 2)"
 expect_runpath "$out/bin/app" /opt/vendor/lib
 
+# --- 15: cudaPatchelfDlopen becomes cudapatch's --dlopen: off builds as
+# before, a bad value fails the build with cudapatch's own message.
+build dlopen-off \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" cudaPatchelfDlopen=off
+if expect_success; then
+	expect_runpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
+	expect_runs "$out/bin/app"
+fi
+build dlopen-bad \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" cudaPatchelfDlopen=bogus
+if ((status == 0)) || [[ -e $dir/done ]]; then
+	fail "cudaPatchelfDlopen=bogus: the build succeeded"
+fi
+expect_log "$dir/build.log" 'invalid value "bogus" for --dlopen'
+
 if ((failures > 0)); then
 	echo "$failures assertion(s) failed; scratch tree kept in $WORK"
 	exit 1

@@ -135,3 +135,9 @@ func WithHook(o Options, fn func(at string)) Options {
 	o.hook = fn
 	return o
 }
+
+// ReadOnlyStringsChunked is ReadOnlyStrings in chunks of the given size,
+// so that tests cut strings at every boundary.
+func ReadOnlyStringsChunked(f *File, sub []byte, chunk uint64, fn func(s []byte) bool) error {
+	return f.readOnlyStrings(sub, chunk, fn)
+}

@@ -65,7 +65,14 @@
 //
 //	go test ./rpath/ldso -run=- -fuzz=FuzzParseCache
 //
+// An object's [Object.Dlopen] names (what the [Reader] says it may pass to
+// dlopen) are opened once every DT_NEEDED is loaded, object by object in
+// load order, as dlopen called from that object searches (its DT_RPATH
+// chain, LD_LIBRARY_PATH, its note, its own DT_RUNPATH…), followed by the
+// DT_NEEDED of what they load; such a Need has Dlopen set, and one found
+// nowhere is not [Tree.Missing].
+//
 // Not modelled: LD_PRELOAD and /etc/ld.so.preload, audit modules,
-// DT_FILTER/DT_AUXILIARY, dlopen, and the legacy (pre-2.37) hwcap bits of
+// DT_FILTER/DT_AUXILIARY, dlopen flags (RTLD_GLOBAL, namespaces), and the legacy (pre-2.37) hwcap bits of
 // cache entries, which are treated as unsupported.
 package ldso

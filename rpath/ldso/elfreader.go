@@ -12,12 +12,20 @@ import (
 // one Resolve opens every library once, and a Reader shared by many
 // Resolve calls (lint over a tree) opens it once in all. It is safe for
 // concurrent use. Paths are host paths, as Resolve passes them.
-func ElfReader() Reader { return ElfReaderWith(nil) }
+func ElfReader() Reader { return elfReader(nil, nil) }
 
 // ElfReaderWith is ElfReader, and also hands each file it opens to also
 // (when not nil) before closing it: a caller that needs more of the same
 // files (the symbol check) reads them in the same open.
-func ElfReaderWith(also func(path string, f *elfedit.File)) Reader {
+func ElfReaderWith(also func(path string, f *elfedit.File)) Reader { return elfReader(also, nil) }
+
+// ElfReaderDlopen is ElfReader whose objects' Dlopen names are what
+// discover finds in each file (nil: none).
+func ElfReaderDlopen(discover func(*elfedit.File) ([]string, error)) Reader {
+	return elfReader(nil, discover)
+}
+
+func elfReader(also func(path string, f *elfedit.File), discover func(*elfedit.File) ([]string, error)) Reader {
 	type result struct {
 		o   *Object
 		err error
@@ -28,13 +36,13 @@ func ElfReaderWith(also func(path string, f *elfedit.File)) Reader {
 			r := v.(result)
 			return r.o, r.err
 		}
-		o, err := readElfedit(path, also)
+		o, err := readElfedit(path, also, discover)
 		m.Store(path, result{o, err})
 		return o, err
 	}
 }
 
-func readElfedit(path string, also func(string, *elfedit.File)) (*Object, error) {
+func readElfedit(path string, also func(string, *elfedit.File), discover func(*elfedit.File) ([]string, error)) (*Object, error) {
 	f, err := elfedit.Open(path)
 	if err != nil {
 		return nil, err
@@ -55,6 +63,11 @@ func readElfedit(path string, also func(string, *elfedit.File)) (*Object, error)
 		o.RunPath, o.HasRunPath = *in.RunPath, true
 	}
 	o.Note = ReadNote(f)
+	if discover != nil {
+		// A file whose names cannot be read is searched for none: the
+		// names are a hint, never a reason to fail the search.
+		o.Dlopen, _ = discover(f)
+	}
 	return o, nil
 }
 

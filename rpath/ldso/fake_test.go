@@ -366,3 +366,47 @@ func TestResolveInRoot(t *testing.T) {
 	}
 	assert.Equal(t, []string{ldso.ResultMissing}, escaped)
 }
+
+// TestResolveDlopen: an object's Dlopen names are opened after every
+// DT_NEEDED, as dlopen from that object: its own DT_RUNPATH (never the
+// executable's), then what the dlopened object needs. A name found
+// nowhere is no missing library.
+func TestResolveDlopen(t *testing.T) {
+	exe := "/app/bin/exe"
+	libX := withRunPath(lib("libY.so"), "/x:/plug")
+	libX.Dlopen = []string{"libP.so.1", "libY.so", "libnone.so.2"}
+	files := fakeFS{
+		exe:                      withRunPath(lib("libX.so"), "/x:/exe-only"),
+		"/x/libX.so":             libX,
+		"/x/libY.so":             lib(),
+		"/plug/libP.so.1":        lib("libQ.so"),
+		"/plug/libQ.so":          lib(),
+		"/exe-only/libnone.so.2": lib(),
+	}
+	tr, err := ldso.Resolve(ldso.Config{DefaultDirs: []string{"/lib"}}, files.read, exe)
+	require.NoError(t, err)
+	type row struct {
+		Name, Path, Requester string
+		Step                  ldso.Step
+		Dlopen                bool
+	}
+	var rows []row
+	for _, n := range tr.Needs {
+		rows = append(rows, row{n.Name, n.Path, n.Requester, n.Step, n.Dlopen})
+	}
+	assert.Equal(t, []row{
+		{"libX.so", "/x/libX.so", exe, ldso.StepRunPath, false},
+		{"libY.so", "/x/libY.so", "/x/libX.so", ldso.StepRunPath, false},
+		{"libP.so.1", "/plug/libP.so.1", "/x/libX.so", ldso.StepRunPath, true},
+		{"libY.so", "/x/libY.so", "/x/libX.so", ldso.StepLoaded, true},
+		{"libnone.so.2", "", "/x/libX.so", "", true},  // not in libX's RUNPATH
+		{"libQ.so", "", "/plug/libP.so.1", "", false}, // libP has no RUNPATH
+	}, rows)
+	missing := tr.Missing()
+	require.Len(t, missing, 1)
+	assert.Equal(t, "libQ.so", missing[0].Name, "a dlopened library's own DT_NEEDED is needed")
+	var out bytes.Buffer
+	require.NoError(t, tr.Format(&out))
+	assert.Contains(t, out.String(), "    dlopen libP.so.1 => /plug/libP.so.1 (runpath of /x/libX.so)\n")
+	assert.Contains(t, out.String(), "    dlopen libnone.so.2 => not found\n")
+}

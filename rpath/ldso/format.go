@@ -23,11 +23,15 @@ func (t *Tree) Format(w io.Writer) error {
 	walk = func(parent string, depth int) {
 		ind := strings.Repeat("    ", depth)
 		for _, n := range children[parent] {
+			name := n.Name
+			if n.Dlopen {
+				name = "dlopen " + name
+			}
 			switch {
 			case n.Error != "":
-				ew.printf("%s%s => error: %s\n", ind, n.Name, n.Error)
+				ew.printf("%s%s => error: %s\n", ind, name, n.Error)
 			case !n.Found():
-				ew.printf("%s%s => not found\n", ind, n.Name)
+				ew.printf("%s%s => not found\n", ind, name)
 				for _, a := range n.Tried {
 					ew.printf("%s    tried %s (%s)\n", ind, a.Path, a.describe())
 				}
@@ -35,7 +39,7 @@ func (t *Tree) Format(w io.Writer) error {
 					ew.printf("%s    %s\n", ind, n.Note)
 				}
 			default:
-				ew.printf("%s%s => %s (%s)\n", ind, n.Name, n.Path, n.describe())
+				ew.printf("%s%s => %s (%s)\n", ind, name, n.Path, n.describe())
 				if !n.AlreadyLoaded && !seen[n.Path] {
 					seen[n.Path] = true
 					walk(n.Path, depth+1)

@@ -28,6 +28,10 @@ type Object struct {
 	// Note is the resolution-cache note (.note.nixos.ldcache), nil when
 	// the object has none.
 	Note *Note
+	// Dlopen are names the object may pass to dlopen, as the Reader
+	// finds them; Resolve opens each as dlopen called from the object
+	// would, once every DT_NEEDED is loaded.
+	Dlopen []string
 }
 
 // Reader reads an Object from a file path (already joined with Root where
@@ -106,6 +110,10 @@ type Need struct {
 	// Error is set when ld.so would stop with an error on a candidate (not
 	// an ELF file, bad OS ABI…); ld.so makes that fatal.
 	Error string `json:"error,omitempty"`
+	// Dlopen says Name is not a DT_NEEDED entry but one of the
+	// requester's Object.Dlopen names: what dlopen(Name) from the
+	// requester would open. Not finding it is no load failure.
+	Dlopen bool `json:"dlopen,omitempty"`
 }
 
 // Found reports whether the need resolved to a file.
@@ -118,11 +126,12 @@ type Tree struct {
 	Needs  []*Need `json:"needs"`
 }
 
-// Missing returns the needs that resolved to nothing.
+// Missing returns the DT_NEEDED entries that resolved to nothing (a
+// dlopen the program may never make is not one).
 func (t *Tree) Missing() []*Need {
 	var out []*Need
 	for _, n := range t.Needs {
-		if !n.Found() {
+		if !n.Found() && !n.Dlopen {
 			out = append(out, n)
 		}
 	}
@@ -210,18 +219,32 @@ func Resolve(cfg Config, read Reader, exe string) (*Tree, error) {
 		r.llp = r.expandPath(r.main, cfg.LDLibraryPath, ":;")
 	}
 
+	// Every DT_NEEDED breadth first; then, object by object in load
+	// order, its dlopen names, each followed by the DT_NEEDED of what it
+	// loaded (as dlopen loads them).
 	depth := map[*loaded]int{r.main: 0}
-	for i := 0; i < len(r.list); i++ {
-		l := r.list[i]
-		for _, name := range l.obj.Needed {
-			n := &Need{Name: name, Requester: l.path, Depth: depth[l] + 1}
+	for i, j := 0, 0; ; {
+		var l *loaded
+		var names []string
+		dl := false
+		switch {
+		case i < len(r.list):
+			l, names = r.list[i], r.list[i].obj.Needed
+			i++
+		case j < len(r.list):
+			l, names, dl = r.list[j], r.list[j].obj.Dlopen, true
+			j++
+		default:
+			return t, nil
+		}
+		for _, name := range names {
+			n := &Need{Name: name, Requester: l.path, Depth: depth[l] + 1, Dlopen: dl}
 			if nl := r.mapObject(l, n); nl != nil {
 				depth[nl] = n.Depth
 			}
 			t.Needs = append(t.Needs, n)
 		}
 	}
-	return t, nil
 }
 
 // mapObject is _dl_map_object: it fills n and returns the newly loaded

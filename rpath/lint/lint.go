@@ -421,6 +421,17 @@ func (l *linter) check(j job) (checked, error) {
 	}
 	problems := f.Verify()
 	note := ldso.ReadNote(f)
+	var dlopened []string
+	if note != nil && noteBeyondNeeded(note, in.Needed) {
+		// The main job gives the names of .note.dlopen, or else those
+		// dlopen discovery finds, note entries too: read them only for a
+		// note that has more than DT_NEEDED.
+		for _, d := range in.Dlopen {
+			dlopened = append(dlopened, d.Soname...)
+		}
+		discovered, _ := rpath.DiscoverDlopen(f) // none with a .note.dlopen
+		dlopened = append(dlopened, discovered...)
+	}
 	f.Close()
 	l.log.Debug("lint", "file", j.path, "kind", in.Kind)
 
@@ -433,7 +444,7 @@ func (l *linter) check(j job) (checked, error) {
 	l.checkInterp(j, in, add)
 	l.checkPath(j, in, add)
 	l.checkNeeded(j, in, add)
-	l.checkNote(j, in, note, add)
+	l.checkNote(j, in, note, dlopened, add)
 	return checked{elf: true, findings: out}, nil
 }
 

@@ -25,11 +25,21 @@ func (l *linter) noteRules() ldcache.Rules { return rpath.ResolutionRules(l.driv
 
 var noteRuleIDs = []string{NoteStale, NoteNeeded, NoteStub, NoteOutsideStore, NoteMalformed, NoteUnloaded, NoteMissing}
 
+// noteBeyondNeeded says whether the note has an entry for a name that is
+// not a DT_NEEDED name.
+func noteBeyondNeeded(nt *ldso.Note, needed []string) bool {
+	return slices.ContainsFunc(nt.Cache, func(e ldcache.Entry) bool { return !slices.Contains(needed, e.Name) })
+}
+
 // checkNote checks the resolution-cache note (.note.nixos.ldcache) against
 // what ldcache.Build writes for the file's current search path, with the
 // rules cudapatch uses. nixpkgs' loader reads the note before DT_RUNPATH,
-// so a note that disagrees with the search path wins over it.
-func (l *linter) checkNote(j job, in elfedit.Info, nt *ldso.Note, add addFunc) {
+// so a note that disagrees with the search path wins over it. dlopened
+// are the names the file dlopens (its .note.dlopen's, else those
+// rpath.DiscoverDlopen finds): an entry for one of them is no leftover, and
+// is checked like a DT_NEEDED name's; one without an entry is no finding
+// (cudapatch --dlopen off|report writes none).
+func (l *linter) checkNote(j job, in elfedit.Info, nt *ldso.Note, dlopened []string, add addFunc) {
 	if !slices.ContainsFunc(noteRuleIDs, func(id string) bool { return j.rules.on[id] }) {
 		return
 	}
@@ -40,7 +50,15 @@ func (l *linter) checkNote(j job, in elfedit.Info, nt *ldso.Note, add addFunc) {
 	case in.RPath != nil:
 		search, tag = *in.RPath, "DT_RPATH"
 	}
-	want, outcome := ldcache.Build(in.Needed, search, rootProber{l}, l.noteRules())
+	names := slices.Clone(in.Needed)
+	if nt != nil {
+		for _, n := range dlopened {
+			if _, ok := nt.Cache.Lookup(n); ok {
+				names = append(names, n)
+			}
+		}
+	}
+	want, outcome := ldcache.Build(names, search, rootProber{l}, l.noteRules())
 	if nt == nil {
 		// Only DT_RUNPATH: the loader reads the note after the DT_RPATH
 		// walk, so for a DT_RPATH file a note saves nothing.
@@ -67,6 +85,9 @@ func (l *linter) checkNote(j job, in elfedit.Info, nt *ldso.Note, add addFunc) {
 		if !strings.Contains(n, "/") {
 			needed[n] = true
 		}
+	}
+	for _, n := range dlopened {
+		needed[n] = true
 	}
 	store := strings.TrimSuffix(l.storeDir, "/") + "/"
 	inStore := strings.HasPrefix(j.logical, store)

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
+)
+
+// srcPluginApp dlopens libplugin.so.1 and, optionally, libmissing.so.3 by
+// string constants; a soname in a message and a format are decoys.
+const srcPluginApp = `#include <dlfcn.h>
+#include <stdio.h>
+static const char msg[] = "cannot load libother.so: install it";
+int main(int argc, char **argv) {
+	char fmt[64];
+	snprintf(fmt, sizeof fmt, "libfmt.so.%d", argc);
+	dlopen("libmissing.so.3", RTLD_LAZY);
+	void *h = dlopen("libplugin.so.1", RTLD_NOW);
+	if (!h) {
+		printf("%s (%s %s)\n", dlerror(), msg, fmt);
+		return 1;
+	}
+	int (*plugin)(void) = (int (*)(void))dlsym(h, "plugin");
+	printf("plugin=%d\n", plugin());
+	return 0;
+}
+`
+
+// TestDlopenSurfaces patches a program that dlopens a library of another
+// store path with the default --dlopen, runs it with the loader cache
+// inhibited, and checks every surface: -v, --json, print (text and JSON,
+// with the note entry), lint (the note's dlopen entry is no leftover) and
+// explain (the dlopen found through the note).
+func TestDlopenSurfaces(t *testing.T) {
+	c := newCLITree(t)
+	c.place("store/aaa-plugin/lib/libplugin.so.1", cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
+	c.place("store/bbb-decoys/lib/libother.so", cfix.Spec{Soname: "libother.so", Source: "int plugin(void) { return 666; }\n"})
+	c.place("store/bbb-decoys/lib/libfmt.so.1", cfix.Spec{Soname: "libfmt.so.1", Source: "int plugin(void) { return 666; }\n"})
+	c.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcPluginApp})
+	flags := []string{"--interpreter", sysLoader, "--libc", "/lib/x86_64-linux-gnu", "--driver-link-for", "none",
+		"--search", "{root}/store/bbb-decoys/lib", "--search", "{root}/store/aaa-plugin/lib"}
+
+	code, stdout, stderr := c.runCLI(nil, append(slices.Clone(flags), "--json", "--dry-run", "{root}/pkg")...)
+	require.Equal(t, 0, code, stderr)
+	var rep struct {
+		Files []struct {
+			RunPath string `json:"runpath"`
+			Deps    []struct{ Name, Source, How string }
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+	require.Len(t, rep.Files, 1)
+	assert.Equal(t, c.p("store/aaa-plugin/lib"), rep.Files[0].RunPath)
+	var deps []string
+	for _, d := range rep.Files[0].Deps {
+		deps = append(deps, d.Name+" "+d.Source+" "+d.How)
+	}
+	slices.Sort(deps)
+	assert.Equal(t, []string{"libc.so.6 needed libc", "libmissing.so.3 dlopen-string unresolved", "libplugin.so.1 dlopen-string resolved"}, deps)
+
+	code, _, stderr = c.runCLI(nil, append(slices.Clone(flags), "-v", "{root}/pkg")...)
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stderr, "needed=libmissing.so.3 source=dlopen-string how=unresolved")
+	assert.Contains(t, stderr, "cudapatch: patched 1 file, 0 unchanged, 0 skipped, 0 failed, 0 missing dependencies")
+	assert.Equal(t, "plugin=7", runInhibited(t, c.p("pkg/bin/app")))
+
+	code, stdout, stderr = c.runCLI(nil, "print", "{root}/pkg/bin/app")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "  dlopen-str:  libmissing.so.3\n")
+	assert.Contains(t, stdout, "  dlopen-str:  libplugin.so.1\n")
+	assert.NotContains(t, stdout, "libother")
+	assert.Contains(t, stdout, "libplugin.so.1 ="+c.p("store/aaa-plugin/lib/libplugin.so.1")+"\n")
+	code, stdout, stderr = c.runCLI(nil, "print", "--json", "{root}/pkg/bin/app")
+	require.Equal(t, 0, code, stderr)
+	var pr []struct {
+		DlopenStrings []string `json:"dlopen_strings"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &pr))
+	require.Len(t, pr, 1)
+	got := slices.Sorted(slices.Values(pr[0].DlopenStrings))
+	assert.Equal(t, []string{"libmissing.so.3", "libplugin.so.1"}, got)
+
+	code, stdout, stderr = c.runCLI(nil, "lint", "--interpreter", sysLoader, "--enable", "all", "{root}/pkg")
+	require.Contains(t, stdout, "1 ELF file checked", "code %d, stderr %s", code, stderr)
+	assert.NotContains(t, stdout, "CP014", "the note's entry for a dlopen name agrees with the RUNPATH")
+	assert.NotContains(t, stdout, "CP015", "the note's entry for a dlopen name is no leftover")
+
+	code, stdout, stderr = c.runCLI(nil, "explain", "{root}/pkg/bin/app")
+	require.Equal(t, 0, code, "a dlopen name found nowhere is no failure: %s %s", stdout, stderr)
+	assert.Contains(t, stdout, "    dlopen libplugin.so.1 => "+c.p("store/aaa-plugin/lib/libplugin.so.1")+" (ldcache of "+c.p("pkg/bin/app")+")\n")
+	assert.Contains(t, stdout, "    dlopen libmissing.so.3 => not found\n")
+	code, stdout, _ = c.runCLI(nil, "explain", "--loader", "stock", "{root}/pkg/bin/app")
+	require.Equal(t, 0, code)
+	assert.Contains(t, stdout, "    dlopen libplugin.so.1 => "+c.p("store/aaa-plugin/lib/libplugin.so.1")+" (runpath of "+c.p("pkg/bin/app")+")\n")
+}
+
+// runInhibited runs a program through the host's loader with its cache
+// inhibited and without LD_LIBRARY_PATH: only RUNPATHs decide.
+func runInhibited(t *testing.T, exe string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, sysLoader, "--inhibit-cache", exe)
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "LD_LIBRARY_PATH=") || strings.HasPrefix(kv, "LD_PRELOAD=")
+	})
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return strings.TrimSpace(string(out))
+}
+
+// TestDlopenNoteEntriesLintClean: a .note.dlopen name found gets a
+// resolution-note entry as a DT_NEEDED name does, and lint takes it for
+// what it is, not for a leftover.
+func TestDlopenNoteEntriesLintClean(t *testing.T) {
+	c := newCLITree(t)
+	c.place("store/aaa-plugin/lib/libplugin.so.1", cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
+	c.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcPluginApp, Dlopen: `[{"soname":["libplugin.so.1"]}]`})
+	code, _, stderr := c.runCLI(nil, "--interpreter", sysLoader, "--libc", "/lib/x86_64-linux-gnu", "--driver-link-for", "none",
+		"--search", "{root}/store/aaa-plugin/lib", "{root}/pkg")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "plugin=7", runInhibited(t, c.p("pkg/bin/app")))
+	code, stdout, stderr := c.runCLI(nil, "print", "{root}/pkg/bin/app")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "libplugin.so.1 ="+c.p("store/aaa-plugin/lib/libplugin.so.1")+"\n")
+	assert.NotContains(t, stdout, "dlopen-str:", "a file with .note.dlopen gets no discovery")
+	code, stdout, stderr = c.runCLI(nil, "lint", "--interpreter", sysLoader, "--enable", "all", "{root}/pkg")
+	require.Contains(t, stdout, "1 ELF file checked", "code %d, stderr %s", code, stderr)
+	assert.NotContains(t, stdout, "CP014")
+	assert.NotContains(t, stdout, "CP015")
+}
+
+// TestAutoPatchelfNoDiscovery: the auto-patchelf drop-in does what
+// auto-patchelf does, which reads no strings: the program's dlopen target
+// gets no RUNPATH entry there, and one with the main job.
+func TestAutoPatchelfNoDiscovery(t *testing.T) {
+	c := newCLITree(t)
+	env := c.bintools()
+	c.place("store/aaa-plugin/lib/libplugin.so.1", cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
+	c.place("ap/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcPluginApp})
+	c.place("main/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcPluginApp})
+	code, _, stderr := c.runCLI(env, "auto-patchelf", "--paths", "{root}/ap", "--libs", "{root}/store/aaa-plugin/lib", "{root}/glibc/lib",
+		"--driver-link-for", "none")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "", c.runpath("ap/bin/app"))
+	code, _, stderr = c.runCLI(env, "--search", "{root}/store/aaa-plugin/lib", "--search", "{root}/glibc/lib",
+		"--driver-link-for", "none", "{root}/main")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, c.p("store/aaa-plugin/lib"), c.runpath("main/bin/app"))
+}

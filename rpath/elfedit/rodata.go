@@ -1,0 +1,221 @@
+package elfedit
+
+import (
+	"bytes"
+	"debug/elf"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// ImportsSymbol reports whether the dynamic symbol table has an undefined
+// symbol (st_shndx SHN_UNDEF, not the null symbol at index 0) with one of
+// the names: a function the file calls from another object. The table is
+// found as the loader finds it, through DT_SYMTAB and DT_STRTAB; its size
+// from the .dynsym header at that address or DT_HASH's nchain, else as
+// told below. A file whose string table holds none of the names is
+// answered without reading the symbols.
+func (f *File) ImportsSymbol(names ...string) (bool, error) {
+	// The string table offsets at which one of the names starts: a
+	// symbol has one of the names exactly when its st_name is one of them.
+	var at []uint64
+	for _, n := range names {
+		pat := []byte(n + "\x00")
+		for i := 0; n != "" && i < len(f.strtab); {
+			j := bytes.Index(f.strtab[i:], pat)
+			if j < 0 {
+				break
+			}
+			at = append(at, uint64(i+j))
+			i += j + 1
+		}
+	}
+	if len(at) == 0 {
+		return false, nil
+	}
+	symtab, ok := f.dynVal(elf.DT_SYMTAB)
+	if !ok {
+		return false, nil
+	}
+	es := uint64(sym64Size)
+	if f.Header.Class == elf.ELFCLASS32 {
+		es = sym32Size
+	}
+	n, err := f.symbolCount(symtab, es)
+	if err != nil && err != errUnknownRefs {
+		return false, err
+	}
+	// DT_GNU_HASH counts the defined symbols only: an executable that
+	// defines none says nothing of its undefined ones. Without a .dynsym
+	// header or DT_HASH, the table is taken to run up to DT_STRTAB, where
+	// linkers place the string table after it, and ends at the first
+	// record whose name lies outside the string table.
+	guessed := !f.sizedSymtab(symtab, es)
+	if guessed && f.strAddr > symtab {
+		n = max(n, min((f.strAddr-symtab)/es, uint64(f.size)/es))
+	}
+	if n == 0 {
+		return false, nil
+	}
+	off, ok := f.vaddrToOff(symtab, n*es)
+	if !ok {
+		return false, formatErr(-1, "DT_SYMTAB 0x%x with %d symbols maps to no PT_LOAD", symtab, n)
+	}
+	if err := inFile(f.size, off, n*es, "dynamic symbol table"); err != nil {
+		return false, err
+	}
+	shndx := uint64(6) // st_shndx: after st_name, st_info, st_other
+	if es == sym32Size {
+		shndx = 14 // after st_name, st_value, st_size, st_info, st_other
+	}
+	buf := f.scratchToRead(min(n*es, 340*sym64Size)) // a multiple of both entry sizes
+	for i := uint64(0); i < n; {
+		m := min(n-i, uint64(len(buf))/es)
+		if err := readInto(f.r, buf[:m*es], off+i*es, "dynamic symbol table"); err != nil {
+			return false, err
+		}
+		for j := uint64(0); j < m; j++ {
+			if i+j == 0 {
+				continue
+			}
+			rec := buf[j*es:]
+			nameOff := uint64(f.order.Uint32(rec))
+			if guessed && nameOff >= uint64(len(f.strtab)) {
+				return false, nil
+			}
+			if slices.Contains(at, nameOff) && f.order.Uint16(rec[shndx:]) == uint16(elf.SHN_UNDEF) {
+				return true, nil
+			}
+		}
+		i += m
+	}
+	return false, nil
+}
+
+// roChunk is how much of the read-only data ReadOnlyStrings reads at once:
+// what it holds in memory, whatever the file's size.
+const roChunk = 1 << 20
+
+// ReadOnlyStrings calls fn with each NUL-terminated string of the file's
+// read-only data that contains sub (which holds no NUL), in file order,
+// until fn returns false. The read-only data is the .rodata and .rodata.*
+// sections (allocated, PROGBITS, neither writable nor executable) where
+// the section headers name them, else every PT_LOAD segment without PF_W
+// (older layouts keep .rodata in the text segment). It is streamed in
+// chunks of at most roChunk bytes, read past the file's read cache; s is
+// valid only during the call, and a string of roChunk bytes or more is
+// not reported. Data before a string with no NUL between them is read as
+// part of it, and the part of a string before the start of a range as no
+// string at all.
+func (f *File) ReadOnlyStrings(sub []byte, fn func(s []byte) bool) error {
+	return f.readOnlyStrings(sub, roChunk, fn)
+}
+
+// readOnlyStrings is ReadOnlyStrings in chunks of the given size.
+func (f *File) readOnlyStrings(sub []byte, chunk uint64, fn func(s []byte) bool) error {
+	type span struct{ off, n uint64 }
+	var spans []span
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_PROGBITS && s.Flags&elf.SHF_ALLOC != 0 && s.Flags&(elf.SHF_WRITE|elf.SHF_EXECINSTR) == 0 &&
+			(s.Name == ".rodata" || strings.HasPrefix(s.Name, ".rodata.")) && s.Size > 0 {
+			spans = append(spans, span{s.Offset, s.Size})
+		}
+	}
+	if spans == nil {
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD && p.Flags&elf.PF_W == 0 && p.Filesz > 0 {
+				spans = append(spans, span{p.Off, p.Filesz})
+			}
+		}
+	}
+	var largest uint64
+	for _, s := range spans {
+		if err := inFile(f.size, s.off, s.n, "read-only data"); err != nil {
+			return err
+		}
+		largest = max(largest, s.n)
+	}
+	if largest == 0 {
+		return nil
+	}
+	buf := f.scratchToRead(min(largest, chunk))
+	for _, s := range spans {
+		pos, end := s.off, s.off+s.n
+		atStart := true // pos begins a string
+		for pos < end {
+			b := buf[:min(uint64(len(buf)), end-pos)]
+			if err := f.readUncached(b, pos); err != nil {
+				return fmt.Errorf("read-only data: %w", err)
+			}
+			last := bytes.LastIndexByte(b, 0)
+			if last < 0 { // no string ends here: skip to the next one
+				pos += uint64(len(b))
+				atStart = false
+				continue
+			}
+			if !scanStrings(b[:last+1], sub, atStart, fn) {
+				return nil
+			}
+			pos += uint64(last + 1)
+			atStart = true
+		}
+	}
+	return nil
+}
+
+// scanStrings calls fn with each NUL-terminated string of b (which ends in
+// a NUL) that contains sub; the first string only when whole says b
+// starts with it.
+func scanStrings(b, sub []byte, whole bool, fn func(s []byte) bool) bool {
+	from := 0
+	for from < len(b) {
+		var lo, hi int
+		if len(sub) == 0 {
+			lo = from
+			hi = lo + bytes.IndexByte(b[lo:], 0)
+		} else {
+			i := bytes.Index(b[from:], sub)
+			if i < 0 {
+				return true
+			}
+			hit := from + i
+			lo = bytes.LastIndexByte(b[:hit], 0) + 1
+			hi = hit + bytes.IndexByte(b[hit:], 0)
+		}
+		if (lo > 0 || whole) && !fn(b[lo:hi]) {
+			return false
+		}
+		from = hi + 1
+	}
+	return true
+}
+
+// readUncached fills b from off without keeping the bytes in the read
+// cache: they are read once, and the cache's windows hold what an edit
+// reads again.
+func (f *File) readUncached(b []byte, off uint64) error {
+	if err := inFile(f.size, off, uint64(len(b)), "read"); err != nil {
+		return err
+	}
+	r := f.r
+	if c, ok := r.(*readCache); ok {
+		if v, ok := c.view(int64(off), int64(len(b))); ok {
+			copy(b, v)
+			return nil
+		}
+		r = c.f
+	}
+	return readInto(r, b, off, "read")
+}
+
+// sizedSymtab says whether the file states the size of its dynamic symbol
+// table: a .dynsym section header at its address, or DT_HASH's nchain.
+func (f *File) sizedSymtab(symtab, es uint64) bool {
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_DYNSYM && s.Addr == symtab && s.Entsize == es {
+			return true
+		}
+	}
+	_, ok := f.dynVal(elf.DT_HASH)
+	return ok
+}
