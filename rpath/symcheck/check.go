@@ -264,7 +264,33 @@ func (c *Checker) CheckVersions(cfg ldso.Config, tree *ldso.Tree) (*Result, erro
 
 func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result, error) {
 	res := &Result{Path: tree.Path}
-	var order []*loadedObj
+	order, missing := c.loadOrder(tree, res)
+	if err := c.readObjects(cfg, order, symbols, res, &missing); err != nil {
+		return nil, err
+	}
+	for _, l := range order {
+		res.Objects = append(res.Objects, l.Object)
+	}
+	if res.Unsupported != "" {
+		return res, nil
+	}
+	res.Versions = checkVersions(order)
+	if !symbols {
+		return res, nil
+	}
+	syms, err := c.bindAll(order, missing)
+	if err != nil {
+		return nil, err
+	}
+	res.Symbols = syms
+	return res, nil
+}
+
+// loadOrder lists the objects of tree in the loader's order: the file,
+// then each needed name that loaded a new object (breadth first, as
+// tree.Needs is). A name found nowhere makes the result incomplete, unless
+// it is a driver library whose stand-in is checked in its place.
+func (c *Checker) loadOrder(tree *ldso.Tree, res *Result) (order []*loadedObj, missing bool) {
 	byPath := map[string]*loadedObj{}
 	add := func(path, name string) *loadedObj {
 		if l := byPath[path]; l != nil {
@@ -284,7 +310,6 @@ func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result
 		return l
 	}
 	add(tree.Path, "")
-	missing := false
 	for _, n := range tree.Needs {
 		if !n.Found() {
 			// A driver library is found at run time only; its stand-in,
@@ -302,6 +327,13 @@ func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result
 			l.Opaque = true
 		}
 	}
+	return order, missing
+}
+
+// readObjects reads the tables of every object of order (a driver
+// library's stand-in in its place; one without is not read, and makes
+// the result incomplete).
+func (c *Checker) readObjects(cfg ldso.Config, order []*loadedObj, symbols bool, res *Result, missing *bool) error {
 	for i, l := range order {
 		if l.Opaque {
 			if c.opts.StandIn != nil {
@@ -314,7 +346,7 @@ func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result
 			}
 			if l.StandIn == "" {
 				res.Incomplete = append(res.Incomplete, l.Path)
-				missing = true
+				*missing = true
 				continue
 			}
 		}
@@ -322,28 +354,25 @@ func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result
 		if hp == "" {
 			var err error
 			if hp, err = ldso.HostPath(cfg, l.Path); err != nil {
-				return nil, fmt.Errorf("%s: %w", l.Path, err)
+				return fmt.Errorf("%s: %w", l.Path, err)
 			}
 		}
 		o, err := c.read(hp, symbols)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		l.o = o
 		l.BindNow = o.bindNow
-		if i == 0 {
-			if o.mach == elf.EM_MIPS {
-				res.Unsupported = "MIPS binds through its GOT (DT_MIPS_GOTSYM), not modelled"
-			}
+		if i == 0 && o.mach == elf.EM_MIPS {
+			res.Unsupported = "MIPS binds through its GOT (DT_MIPS_GOTSYM), not modelled"
 		}
 	}
-	for _, l := range order {
-		res.Objects = append(res.Objects, l.Object)
-	}
-	if res.Unsupported != "" {
-		return res, nil
-	}
-	// A loaded object is also known by its DT_SONAME.
+	return nil
+}
+
+// checkVersions matches every version need of every object against the
+// definitions of the loaded object its file name (or DT_SONAME) names.
+func checkVersions(order []*loadedObj) []VersionNeed {
 	named := func(name string) *loadedObj {
 		for _, l := range order {
 			if l.names[name] {
@@ -352,6 +381,7 @@ func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result
 		}
 		return nil
 	}
+	var out []VersionNeed
 	for _, l := range order {
 		if l.o == nil {
 			continue
@@ -377,13 +407,16 @@ func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result
 						}
 					}
 				}
-				res.Versions = append(res.Versions, vn)
+				out = append(out, vn)
 			}
 		}
 	}
-	if !symbols {
-		return res, nil
-	}
+	return out
+}
+
+// bindAll binds the references of every object of order, reading their
+// binding tables first.
+func (c *Checker) bindAll(order []*loadedObj, missing bool) ([]Binding, error) {
 	for _, l := range order {
 		if l.o == nil {
 			continue
@@ -403,6 +436,7 @@ func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result
 	if c.opts.OnlyProblems {
 		scope = scopeKey(order, missing)
 	}
+	var out []Binding
 	for i, l := range order {
 		if l.o == nil {
 			continue
@@ -411,7 +445,7 @@ func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result
 		// scope, not on their order (only which one provides it does):
 		// a library's problems are worked out once per set.
 		if scope == "" || i == 0 {
-			res.Symbols = append(res.Symbols, c.bind(l, order, missing)...)
+			out = append(out, c.bind(l, order, missing)...)
 			continue
 		}
 		key := l.Path + "\x00" + scope
@@ -424,9 +458,9 @@ func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result
 			c.memo[key] = bs
 			c.mu.Unlock()
 		}
-		res.Symbols = append(res.Symbols, bs...)
+		out = append(out, bs...)
 	}
-	return res, nil
+	return out, nil
 }
 
 // bind resolves the references of l's relocations over the global scope.
