@@ -587,7 +587,7 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 	out.strSize, out.size = f.StringTableSize(), f.Size()
 	out.Kind = info.Kind
 	out.OldInterpreter, out.OldRunPath, out.OldRPath = info.Interpreter, info.RunPath, info.RPath
-	class, machine, osabi := info.ELFClass(), info.ELFMachine(), info.ELFOSABI()
+	machine, osabi := info.ELFMachine(), info.ELFOSABI()
 	out.machine, out.osabi = machine, osabi
 	if why, reason := skipOf(info, t); why != skipNone {
 		out.Skipped, out.skip = reason, why
@@ -600,7 +600,76 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 	// get its RUNPATH entry there (auto-patchelf forces keep-libc too).
 	keepLibc := c.keepLibc || osabi == elf.ELFOSABI_FREEBSD || osabi == elf.ELFOSABI_OPENBSD
 
-	// Dependencies: DT_NEEDED in order, then .note.dlopen entries.
+	noteNames, needsDriver, ok := c.resolveDeps(f, info, ix, keepLibc, out)
+	if !ok {
+		return out
+	}
+	c.planRunpath(fd, info, needsDriver, out)
+
+	var e elfedit.Edit
+	if out.RunPath != "" {
+		rp := out.RunPath
+		e.SetPath = &rp
+		if c.forceRPath {
+			e.Tag, out.AsRPath = elfedit.TagRPath, true
+		}
+	} else if c.shrinkKept {
+		shrinkKept(info, &e)
+		if e.SetPath != nil {
+			out.RunPath = *e.SetPath
+		}
+	}
+	if info.Interpreter != "" && c.interpreter != "" {
+		ip := c.interpreter
+		e.Interpreter = &ip
+		out.Interpreter = ip
+	}
+	out.ResolutionCache, out.Note, err = c.resolutionNote(f, noteNames, finalPath(info, &e), &e)
+	if err != nil {
+		out.Errors = append(out.Errors, err.Error())
+		return out
+	}
+	// Prepare verifies the planned result now wherever the read cache
+	// held the file's tables, so a verifier failure stops the tree before
+	// anything is written. The write phase reuses the plans the budget
+	// keeps; it plans and verifies the others again.
+	plan, err := f.Prepare(e, c.kept.take)
+	if err != nil {
+		out.Errors = append(out.Errors, err.Error())
+		return out
+	}
+	out.Changed = !plan.IsNoOp()
+	out.Strategy = plan.Strategy
+	if msg := c.pageSizeProblem(machine); out.Changed && msg != "" {
+		out.Errors = append(out.Errors, msg)
+		return out
+	}
+	out.edit = e
+	if out.Changed && plan.Prepared() {
+		out.plan = plan
+	}
+	// EditFile refuses a file with other hard links (writing it would
+	// change them too); finding out now, before anything is written,
+	// keeps the rule that a tree is written only when every file can be.
+	if n := linkCount(path); out.Changed && n > 1 {
+		out.Errors = append(out.Errors, fmt.Sprintf("%v (%d links): refusing to change the other paths too", elfedit.ErrHardLinks, n))
+		return out
+	}
+	// So does opening it for writing now, and locking it until it is
+	// written (claim).
+	if out.Changed {
+		c.claim(f, out)
+	}
+	return out
+}
+
+// resolveDeps resolves what f needs, into out.Deps: DT_NEEDED in order,
+// then .note.dlopen entries, then (with --dlopen) the names its read-only
+// data spells. It returns the names the resolution note answers and
+// whether a driver library is among them; ok is false when a name could
+// not be resolved at all (the error is in out.Errors).
+func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, keepLibc bool, out *File) (noteNames []string, needsDriver, ok bool) {
+	class, machine, osabi := info.ELFClass(), info.ELFMachine(), info.ELFOSABI()
 	type want struct {
 		alts   []string
 		source string
@@ -628,13 +697,13 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 			wants = append(wants, want{[]string{n}, SourceStrings})
 		}
 	}
-	needsDriver := false
-	noteNames := slices.Clone(info.Needed) // what the resolution note answers
+	needsDriver = false
+	noteNames = slices.Clone(info.Needed) // what the resolution note answers
 	for _, w := range wants {
 		dep, err := c.resolve(w.alts, ix, class, machine, osabi, keepLibc, w.source != SourceStrings)
 		if err != nil {
 			out.Errors = append(out.Errors, err.Error())
-			return out
+			return nil, false, false
 		}
 		dep.Source = w.source
 		if w.source == SourceStrings {
@@ -656,7 +725,14 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 		}
 		out.Deps = append(out.Deps, dep)
 	}
+	return noteNames, needsDriver, true
+}
 
+// planRunpath sets out.RunPath in policy order: cuda_compat and the driver
+// link, the runtime dependencies, the resolved directories, the appended
+// entries, the old $ORIGIN ones kept; and audits every entry.
+func (c *config) planRunpath(fd found, info elfedit.Info, needsDriver bool, out *File) {
+	path, machine := fd.path, info.ELFMachine()
 	// The RUNPATH, in policy order. The cuda_compat directory and the
 	// driver link come first and are never made relative: they are not in
 	// the package's closure.
@@ -721,75 +797,25 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 			out.Errors = append(out.Errors, fmt.Sprintf("%v: RUNPATH entry %q %s", ErrAudit, e, msg))
 		}
 	}
+}
 
-	var e elfedit.Edit
-	if out.RunPath != "" {
-		rp := out.RunPath
-		e.SetPath = &rp
-		if c.forceRPath {
-			e.Tag, out.AsRPath = elfedit.TagRPath, true
-		}
-	} else if c.shrinkKept {
-		shrinkKept(info, &e)
-		if e.SetPath != nil {
-			out.RunPath = *e.SetPath
-		}
-	}
-	if info.Interpreter != "" && c.interpreter != "" {
-		ip := c.interpreter
-		e.Interpreter = &ip
-		out.Interpreter = ip
-	}
-	out.ResolutionCache, out.Note, err = c.resolutionNote(f, noteNames, finalPath(info, &e), &e)
-	if err != nil {
+// claim opens f for writing and locks it until it is written: a file this
+// user may not write, or that another run (or any writer that locks)
+// holds, fails before anything is written. A dry run only asks, and lets
+// go.
+func (c *config) claim(f *elfedit.File, out *File) {
+	cl, err := f.Claim()
+	switch {
+	case err != nil:
 		out.Errors = append(out.Errors, err.Error())
-		return out
-	}
-	// Prepare verifies the planned result now wherever the read cache
-	// held the file's tables, so a verifier failure stops the tree before
-	// anything is written. The write phase reuses the plans the budget
-	// keeps; it plans and verifies the others again.
-	plan, err := f.Prepare(e, c.kept.take)
-	if err != nil {
-		out.Errors = append(out.Errors, err.Error())
-		return out
-	}
-	out.Changed = !plan.IsNoOp()
-	out.Strategy = plan.Strategy
-	if msg := c.pageSizeProblem(machine); out.Changed && msg != "" {
-		out.Errors = append(out.Errors, msg)
-		return out
-	}
-	out.edit = e
-	if out.Changed && plan.Prepared() {
-		out.plan = plan
-	}
-	// EditFile refuses a file with other hard links (writing it would
-	// change them too); finding out now, before anything is written,
-	// keeps the rule that a tree is written only when every file can be.
-	if n := linkCount(path); out.Changed && n > 1 {
-		out.Errors = append(out.Errors, fmt.Sprintf("%v (%d links): refusing to change the other paths too", elfedit.ErrHardLinks, n))
-		return out
-	}
-	// So does opening it for writing now, and locking it until it is
-	// written: a file this user may not write, or that another run (or
-	// any writer that locks) holds, fails before anything is written. A
-	// dry run only asks, and lets go.
-	if out.Changed {
-		cl, err := f.Claim()
-		switch {
-		case err != nil:
-			out.Errors = append(out.Errors, err.Error())
-		case c.dryRun:
-			cl.Close()
-		default:
-			if !c.claims.take() {
-				cl.Release()
-			}
-			out.claim = cl
+	case c.dryRun:
+		cl.Close()
+	default:
+		if !c.claims.take() {
+			cl.Release()
 		}
+		out.claim = cl
 	}
-	return out
 }
 
 // linkCount is the number of hard links of path, 0 if unknown.
