@@ -95,14 +95,6 @@ func (f *File) loadEnd(addr uint64) uint64 {
 	return addr
 }
 
-// tableEnds are the dynamic tags whose values are addresses of tables or
-// code: a table the dynamic section points to ends at the next of them.
-var tableEnds = []elf.DynTag{
-	elf.DT_PLTGOT, elf.DT_HASH, elf.DT_STRTAB, elf.DT_SYMTAB, elf.DT_RELA, elf.DT_INIT, elf.DT_FINI,
-	elf.DT_REL, elf.DT_JMPREL, elf.DT_INIT_ARRAY, elf.DT_FINI_ARRAY, elf.DT_PREINIT_ARRAY, dtRELR,
-	elf.DT_GNU_HASH, elf.DT_VERSYM, elf.DT_VERDEF, elf.DT_VERNEED, elf.DT_SYMTAB_SHNDX,
-}
-
 // tableEnd is the nearest address after addr where something else the
 // file describes starts (a table the dynamic section points to, a
 // segment other than PT_LOAD), or where the file image of the PT_LOAD
@@ -113,7 +105,7 @@ func (f *File) tableEnd(addr uint64) uint64 {
 		return addr
 	}
 	for _, d := range f.Dynamic[:max(f.dynLen, 0)] {
-		if d.Val > addr && d.Val < end && slices.Contains(tableEnds, d.Tag) {
+		if d.Val > addr && d.Val < end && (slices.Contains(pointerTags[:], d.Tag) || d.Tag == elf.DT_SYMTAB_SHNDX) {
 			end = d.Val
 		}
 	}

@@ -1,6 +1,7 @@
 package elfedit_test
 
 import (
+	"bytes"
 	"debug/elf"
 	"os"
 	"os/exec"
@@ -189,4 +190,57 @@ func symbolRefs(t testing.TB, path string) ([]uint64, uint64) {
 	n, err := elfedit.SymbolCount(f)
 	require.NoError(t, err)
 	return refs, n
+}
+
+// TestSymbolEditsWithoutSectionHeaders: renaming a symbol and clearing
+// its version find the undefined symbols of a file without section
+// headers or DT_HASH too (they took their count from DT_GNU_HASH, 1 for a
+// non-PIE executable that defines nothing, and left the file as it was).
+// The renamed call goes to libdep's other function; the cleared version is
+// read back with the section headers the edit never saw put back.
+func TestSymbolEditsWithoutSectionHeaders(t *testing.T) {
+	const src = "#include <stdio.h>\nint depfn(void);\nint main(void) { printf(\"%d\\n\", depfn()); return 0; }\n"
+	lib := cfix.Build(t, cfix.Spec{Soname: "libdep.so", Source: "int depfn(void) { return 42; }\nint depfn2(void) { return 43; }\n"})
+	exeBuilt := cfix.Build(t, cfix.Spec{Exe: true, NoPIE: true, Libc: true, Source: src, Link: []string{lib}, RunPath: "$ORIGIN"})
+	for _, tc := range []struct {
+		name        string
+		sectionless bool
+		edit        elfedit.Edit
+		out         string // what the edited program prints
+		printfVer   string // printf's version after the edit
+	}{
+		{name: "rename/sections", edit: elfedit.Edit{RenameSymbols: map[string]string{"depfn": "depfn2"}}, out: "43\n", printfVer: "GLIBC_2.2.5"},
+		{name: "rename/sectionless", sectionless: true, edit: elfedit.Edit{RenameSymbols: map[string]string{"depfn": "depfn2"}}, out: "43\n", printfVer: "GLIBC_2.2.5"},
+		{name: "clear-version/sections", edit: elfedit.Edit{ClearSymbolVersion: []string{"printf"}}, out: "42\n"},
+		{name: "clear-version/sectionless", sectionless: true, edit: elfedit.Edit{ClearSymbolVersion: []string{"printf"}}, out: "42\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			exe := filepath.Join(dir, "main")
+			cfix.Copy(t, lib, filepath.Join(dir, "libdep.so"))
+			cfix.Copy(t, exeBuilt, exe)
+			require.Equal(t, "42\n", runBare(t, exe))
+			orig := readFile(t, exe)
+			if tc.sectionless {
+				stripSectionHeaders(t, exe)
+			}
+			_, err := elfedit.EditFile(exe, tc.edit, elfedit.Options{})
+			require.NoError(t, err)
+			require.Equal(t, tc.out, runBare(t, exe))
+			if tc.edit.ClearSymbolVersion == nil {
+				return
+			}
+			// Clearing a version is an in-place write of .gnu.version:
+			// the section headers still describe the file.
+			b := readFile(t, exe)
+			copy(b[:0x40], orig[:0x40]) // the ELF header, section header fields included
+			ef, err := elf.NewFile(bytes.NewReader(b))
+			require.NoError(t, err)
+			syms, err := ef.DynamicSymbols()
+			require.NoError(t, err)
+			i := slices.IndexFunc(syms, func(s elf.Symbol) bool { return s.Name == "printf" })
+			require.GreaterOrEqual(t, i, 0)
+			require.Equal(t, tc.printfVer, syms[i].Version)
+		})
+	}
 }
