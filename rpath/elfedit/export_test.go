@@ -1,6 +1,7 @@
 package elfedit
 
 import (
+	"debug/elf"
 	"io"
 	"syscall"
 	"time"
@@ -140,4 +141,18 @@ func WithHook(o Options, fn func(at string)) Options {
 // so that tests cut strings at every boundary.
 func ReadOnlyStringsChunked(f *File, sub []byte, chunk uint64, fn func(s []byte) bool) error {
 	return f.readOnlyStrings(sub, chunk, fn)
+}
+
+// StringRefs is stringRefs: the .dynstr offsets that symbol and version
+// names use.
+func StringRefs(f *File) ([]uint64, error) { return f.stringRefs() }
+
+// SymbolCount is symbolCount of the table DT_SYMTAB points to.
+func SymbolCount(f *File) (uint64, error) {
+	symtab, _ := f.dynVal(elf.DT_SYMTAB)
+	es := uint64(sym64Size)
+	if f.Header.Class == elf.ELFCLASS32 {
+		es = sym32Size
+	}
+	return f.symbolCount(symtab, es)
 }

@@ -25,10 +25,17 @@ func (f *File) stringRefs() ([]uint64, error) {
 		es = sym32Size
 	}
 	if symtab, ok := f.dynVal(elf.DT_SYMTAB); ok {
-		n, err := f.symbolCount(symtab, es)
+		n, bound, ok, err := f.symbolSpan(symtab, es)
 		if err != nil {
 			return nil, err
 		}
+		if !ok {
+			return nil, errUnknownRefs
+		}
+		// Past the n symbols the file states or the loader reaches, the
+		// table runs on to the first entry that names no string.
+		reached := n
+		n = bound
 		if n > 0 {
 			off, ok := f.vaddrToOff(symtab, n*es)
 			if !ok {
@@ -52,9 +59,14 @@ func (f *File) stringRefs() ([]uint64, error) {
 					return nil, fmt.Errorf("dynamic symbol table: reading 0x%x bytes at 0x%x: %w", m*es, at, err)
 				}
 				for j := uint64(0); j < m; j++ {
-					refs = append(refs, uint64(f.order.Uint32(buf[j*es:])))
+					name := uint64(f.order.Uint32(buf[j*es:]))
+					if i+j >= reached && name >= uint64(len(f.strtab)) {
+						n = i + j
+						break
+					}
+					refs = append(refs, name)
 				}
-				i += m
+				i = min(i+m, n)
 			}
 		}
 	}
@@ -62,36 +74,6 @@ func (f *File) stringRefs() ([]uint64, error) {
 		return nil, err
 	}
 	return refs, nil
-}
-
-// symbolCount finds the number of dynamic symbols: from the .dynsym section
-// header when there is one, else from DT_HASH's nchain, else by walking
-// DT_GNU_HASH's chains to the highest symbol index.
-func (f *File) symbolCount(symtab, es uint64) (uint64, error) {
-	for _, s := range f.Sections {
-		if s.Type == elf.SHT_DYNSYM && s.Addr == symtab && s.Entsize == es {
-			return s.Size / es, nil
-		}
-	}
-	if h, ok := f.dynVal(elf.DT_HASH); ok {
-		off, ok := f.vaddrToOff(h, 8)
-		if !ok {
-			return 0, formatErr(-1, "DT_HASH 0x%x maps to no PT_LOAD", h)
-		}
-		b, err := readAt(f.r, f.size, off, 8, "DT_HASH")
-		if err != nil {
-			return 0, err
-		}
-		n := uint64(f.order.Uint32(b[4:]))
-		if n > uint64(f.size)/es {
-			return 0, formatErr(int64(off), "DT_HASH nchain %d exceeds the file", n)
-		}
-		return n, nil
-	}
-	if h, ok := f.dynVal(elf.DT_GNU_HASH); ok {
-		return f.gnuHashCount(h)
-	}
-	return 0, errUnknownRefs
 }
 
 func (f *File) gnuHashCount(addr uint64) (uint64, error) {
