@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -116,17 +117,29 @@ type bounded struct {
 
 // runBounded runs the binary with args under a time limit and a Go heap
 // limit, in dir, and reports its exit, output, time and peak RSS.
+//
+// The peak RSS comes from GNU time, which forks the binary: Linux carries
+// a process's high-water RSS across exec, so a binary forked by this test
+// process would report at least the test's own RSS at the fork.
 func runBounded(t *testing.T, dir string, limit time.Duration, args ...string) bounded {
 	t.Helper()
+	timeBin, err := exec.LookPath("time")
+	if err != nil {
+		timeBin = "/usr/bin/time"
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, cudapatchBinary(t), args...)
+	rss := filepath.Join(t.TempDir(), "maxrss")
+	cmd := exec.CommandContext(ctx, timeBin, append([]string{"-q", "-f", "%M", "-o", rss, cudapatchBinary(t)}, args...)...)
+	// The time limit ends the binary too, not only time: its group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOMEMLIMIT=128MiB", "GOTRACEBACK=all")
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	start := time.Now()
-	err := cmd.Run()
+	err = cmd.Run()
 	r := bounded{stdout: o.String(), stderr: e.String(), elapsed: time.Since(start), timedOut: ctx.Err() != nil}
 	var ee *exec.ExitError
 	switch {
@@ -135,8 +148,15 @@ func runBounded(t *testing.T, dir string, limit time.Duration, args ...string) b
 	case err != nil:
 		t.Fatalf("%q: %v", args, err)
 	}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.maxRSS = ru.Maxrss << 10
+	if b, err := os.ReadFile(rss); err == nil {
+		lines := strings.Fields(strings.TrimSpace(string(b)))
+		if n := len(lines); n > 0 {
+			if kb, err := strconv.ParseInt(lines[n-1], 10, 64); err == nil {
+				r.maxRSS = kb << 10
+			}
+		}
+	} else if !r.timedOut {
+		t.Fatalf("%q: no peak RSS from %s: %v", args, timeBin, err)
 	}
 	return r
 }

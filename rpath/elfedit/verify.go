@@ -62,7 +62,7 @@ func (f *File) Verify() []Problem {
 	}
 	h := f.Header
 	page := maxPageSize(h.Machine)
-	var loads []elf.ProgHeader
+	loads := make([]elf.ProgHeader, 0, countLoads(f.Progs))
 	for i, p := range f.Progs {
 		if p.Type != elf.PT_LOAD {
 			continue
@@ -291,7 +291,7 @@ func inOneLoad(loads []elf.ProgHeader, off, n uint64) (elf.ProgHeader, bool) {
 // which note is which has no single answer, and the edit is refused rather
 // than guessed.
 func (f *File) noteHeadersDisagree() error {
-	var loads []elf.ProgHeader
+	loads := make([]elf.ProgHeader, 0, countLoads(f.Progs))
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
 			loads = append(loads, p)
@@ -699,4 +699,17 @@ func checkNotes(before, after *File, e *Edit) []string {
 		bad = append(bad, fmt.Sprintf("notes read back as %v, want %v", got, want))
 	}
 	return bad
+}
+
+// countLoads is the number of PT_LOAD headers of progs: the lists of them
+// are made in one allocation, which on a file of tens of thousands of
+// segments is most of what a verification allocates.
+func countLoads(progs []elf.ProgHeader) int {
+	n := 0
+	for _, p := range progs {
+		if p.Type == elf.PT_LOAD {
+			n++
+		}
+	}
+	return n
 }
