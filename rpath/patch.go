@@ -44,6 +44,13 @@ const (
 	// satisfies: reported, never an error (it may be optional, or no
 	// library name at all).
 	HowUnresolved = "unresolved"
+	// HowVersioned is a name DiscoverDlopen found without a version
+	// ("libcudnn_graph.so") that no file has, where a file of that name
+	// and a version does ("libcudnn_graph.so.9"): its caller appends the
+	// version at run time. Under DlopenResolve its directory is in the
+	// RUNPATH; it gets no note entry (the program never asks for the
+	// unversioned name, and which version it asks for is not known).
+	HowVersioned = "versioned"
 )
 
 // Where a dependency comes from (Dep.Source).
@@ -68,6 +75,15 @@ type Dep struct {
 	// dependency nothing satisfied (or a driver library).
 	Pattern string `json:"pattern,omitempty"`
 	Hint    string `json:"hint,omitempty"`
+	// From is, for a dlopen-string name this file did not find itself,
+	// the file whose read-only data holds it: this file imports dlopen and
+	// is in that file's DT_NEEDED closure, so it may be the caller that
+	// dlopens the name (see dlopenCallers).
+	From string `json:"from,omitempty"`
+
+	// resolvedHow is how a HowFound name of a file that cannot call
+	// dlopen was resolved (HowStore, HowVersioned), for its callers.
+	resolvedHow string
 }
 
 // File is the decision about one file.
@@ -96,6 +112,7 @@ type File struct {
 	// read; the file is patched with those read before it.
 	DlopenError string `json:"dlopen_error,omitempty"`
 
+	dlopen  discovered // what dlopen discovery found (names, imports)
 	edit    elfedit.Edit
 	plan    *elfedit.Plan  // the prepared plan the write phase reuses, if kept
 	claim   *elfedit.Claim // the file opened for writing and locked while decided
@@ -216,7 +233,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		}
 	}
 	if err := c.big.gatedParallel(ctx, c.jobs, len(files), func(i int, held bool) bool {
-		f := c.decideSafe(files[i], ix, target, held)
+		f := c.decideSafe(files[i], ix, target, held, nil)
 		if f == nil {
 			return false // a big file, while another is decided
 		}
@@ -226,6 +243,9 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	}); err != nil {
 		// Canceled: the report holds the files decided so far.
 		rep.Files = slices.DeleteFunc(rep.Files, func(f *File) bool { return f == nil })
+		return rep, err
+	}
+	if err := c.dlopenCallers(ctx, rep, files, ix, target); err != nil {
 		return rep, err
 	}
 	c.logDecisions(ctx, rep.Files)
@@ -535,21 +555,22 @@ func (c *config) interpreterTarget() *Target {
 
 // decideSafe is decide, with a bug in the reader reported against the file
 // instead of killing a whole build.
-func (c *config) decideSafe(fd found, ix resolver, t *Target, held bool) (out *File) {
+func (c *config) decideSafe(fd found, ix resolver, t *Target, held bool, inherit []Dep) (out *File) {
 	defer func() {
 		if r := recover(); r != nil {
 			out = &File{Path: fd.path, Root: fd.root, Errors: []string{fmt.Sprintf("internal error (please report): %v", r)}}
 		}
 	}()
-	return c.decide(fd, ix, t, held)
+	return c.decide(fd, ix, t, held, inherit)
 }
 
 // decide reads one file and works out its new interpreter and RUNPATH.
-// A file with a big string table needs the gate (bigGate), which held
+// inherit are the dlopen-string names of other files this one may be the
+// dlopen caller of (dlopenCallers), resolved there. A file with a big string table needs the gate (bigGate), which held
 // says is taken for it: when it is not and the gate is taken, decide
 // closes the file and returns nil, and is called again with the gate
 // held.
-func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
+func (c *config) decide(fd found, ix resolver, t *Target, held bool, inherit []Dep) *File {
 	path := fd.path
 	out := &File{Path: path, Root: fd.root}
 	f := c.share.take(path) // read by a probe already, or nil
@@ -620,11 +641,12 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 		// The names are a hint: a file whose read-only data cannot be
 		// read (a section header past its end) is patched without them,
 		// and says why.
-		names, err := DiscoverDlopen(f)
+		d, err := discoverDlopen(f, false)
 		if err != nil {
 			out.DlopenError = err.Error()
 		}
-		for _, n := range names {
+		out.dlopen = d
+		for _, n := range d.names {
 			wants = append(wants, want{[]string{n}, SourceStrings})
 		}
 	}
@@ -638,6 +660,10 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 		}
 		dep.Source = w.source
 		if w.source == SourceStrings {
+			if dep, err = c.resolveVersioned(dep, ix, class, machine, osabi); err != nil {
+				out.Errors = append(out.Errors, err.Error())
+				return out
+			}
 			switch {
 			case dep.How == HowMissing:
 				dep.How = HowUnresolved
@@ -655,6 +681,19 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 			needsDriver = true
 		}
 		out.Deps = append(out.Deps, dep)
+	}
+	// Then the names this file may dlopen for others: their directories,
+	// after its own; no note entry (lint reads a file's note against its
+	// own names).
+	for _, d := range inherit {
+		if slices.ContainsFunc(out.Deps, func(o Dep) bool { return o.Name == d.Name }) {
+			continue
+		}
+		d.Entry = ""
+		out.Deps = append(out.Deps, d)
+		if d.How == HowDriver {
+			needsDriver = true
+		}
 	}
 
 	// The RUNPATH, in policy order. The cuda_compat directory and the
@@ -677,7 +716,7 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 	}
 	old := runpathDirs(info)
 	for i, d := range out.Deps {
-		if d.How != HowStore {
+		if d.How != HowStore && d.How != HowVersioned {
 			continue
 		}
 		e := d.Dir
@@ -848,6 +887,30 @@ func (c *config) resolve(alts []string, ix resolver, class elf.Class, machine el
 		return Dep{Name: name, How: HowMissing}, nil
 	}
 	return Dep{Name: name, How: HowMissing, Hint: ix.sonameHint(alts[0], class, machine, osabi)}, nil
+}
+
+// resolveVersioned resolves a dlopen-string name found nowhere that has
+// no version ("libX.so") to the first file of the index, in its
+// precedence, that has a version ("libX.so.9"): HowVersioned under
+// DlopenResolve, HowFound under DlopenReport. Any other dep is returned as
+// it is.
+func (c *config) resolveVersioned(dep Dep, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI) (Dep, error) {
+	prefix := unversioned(dep.Name)
+	if dep.How != HowMissing || prefix == "" {
+		return dep, nil
+	}
+	cand, ok, err := ix.lookupVersioned(prefix, class, machine, osabi)
+	if err != nil {
+		return dep, fmt.Errorf("resolving %s: %w", dep.Name, err)
+	}
+	if !ok {
+		return dep, nil
+	}
+	how := HowVersioned
+	if c.dlopen == DlopenReport {
+		how = HowFound
+	}
+	return Dep{Name: dep.Name, Source: dep.Source, How: how, Path: cand.path, Dir: cand.dir}, nil
 }
 
 // ignorePattern returns the first ignore-missing pattern that matches the
