@@ -38,7 +38,9 @@ const (
 	HowIgnored  = "ignored"  // missing, but matched an ignore pattern
 	HowMissing  = "missing"
 	// HowFound is a name DiscoverDlopen found that the index resolves,
-	// under DlopenReport: reported, given no RUNPATH entry.
+	// under DlopenReport, or in a file that does not import dlopen (its
+	// callers get the directory, see dlopenCallers): reported, given no
+	// RUNPATH entry in this file.
 	HowFound = "found"
 	// HowUnresolved is a name DiscoverDlopen found that nothing
 	// satisfies: reported, never an error (it may be optional, or no
