@@ -1,6 +1,7 @@
 package rpath_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -169,15 +170,17 @@ func TestDlopenVersioned(t *testing.T) {
 	const fail = "libvplug.so.1: cannot open shared object file: No such file or directory"
 	for _, c := range []struct {
 		mode    rpath.DlopenMode
+		ignore  bool // --ignore-missing '*': a versioned file found is not missing
 		runpath string
 		how     string
 		run     string
 	}{
-		{rpath.DlopenResolve, "{root}/store/aaa-plugin/lib", rpath.HowVersioned, "plugin=9"},
-		{rpath.DlopenReport, "", rpath.HowFound, fail},
-		{rpath.DlopenOff, "", "", fail},
+		{rpath.DlopenResolve, false, "{root}/store/aaa-plugin/lib", rpath.HowVersioned, "plugin=9"},
+		{rpath.DlopenResolve, true, "{root}/store/aaa-plugin/lib", rpath.HowVersioned, "plugin=9"},
+		{rpath.DlopenReport, false, "", rpath.HowFound, fail},
+		{rpath.DlopenOff, false, "", "", fail},
 	} {
-		t.Run(string(c.mode), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/ignore=%v", c.mode, c.ignore), func(t *testing.T) {
 			tr := newTree(t)
 			tr.place("store/aaa-plugin/lib/libvplug.so.1", cfix.Spec{Soname: "libvplug.so.1", Source: "int plugin(void) { return 9; }\n"})
 			tr.place("store/aaa-plugin/lib/libvplug.so.2", cfix.Spec{Soname: "libvplug.so.2", Source: "int plugin(void) { return 2; }\n"})
@@ -185,7 +188,11 @@ func TestDlopenVersioned(t *testing.T) {
 				tr.place("store/bbb-decoys/lib/"+decoy, cfix.Spec{Soname: decoy, Source: "int plugin(void) { return 666; }\n"})
 			}
 			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcVersionedApp})
-			rep := tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, c.mode)...)
+			opts := dlopenOpts(tr, c.mode)
+			if c.ignore {
+				opts = append(opts, rpath.WithIgnoreMissing("*"))
+			}
+			rep := tr.mustPatch([]string{"pkg"}, opts...)
 			require.Empty(t, rep.Missing)
 			var deps []string
 			for _, d := range tr.file(rep, "pkg/bin/app").Deps {

@@ -891,14 +891,17 @@ func (c *config) resolve(alts []string, ix resolver, class elf.Class, machine el
 	return Dep{Name: name, How: HowMissing, Hint: ix.sonameHint(alts[0], class, machine, osabi)}, nil
 }
 
-// resolveVersioned resolves a dlopen-string name found nowhere that has
+// resolveVersioned resolves a dlopen-string name found nowhere (or
+// ignored as such) that has
 // no version ("libX.so") to the first file of the index, in its
 // precedence, that has a version ("libX.so.9"): HowVersioned under
 // DlopenResolve, HowFound under DlopenReport. Any other dep is returned as
 // it is.
 func (c *config) resolveVersioned(dep Dep, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI) (Dep, error) {
 	prefix := unversioned(dep.Name)
-	if dep.How != HowMissing || prefix == "" {
+	// An ignore pattern is for what is found nowhere: a versioned file
+	// found wins over it.
+	if dep.How != HowMissing && dep.How != HowIgnored || prefix == "" {
 		return dep, nil
 	}
 	cand, ok, err := ix.lookupVersioned(prefix, class, machine, osabi)
