@@ -2,6 +2,7 @@ package rpath_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -219,6 +220,41 @@ func TestDlopenVersioned(t *testing.T) {
 					require.False(t, ok, "%s: %v", n, nt.Cache)
 				}
 			}
+		})
+	}
+}
+
+// TestDlopenCallerDriver: a driver library name held by libuser makes
+// libloader, its possible caller, need the driver link under
+// --driver-link-for needed; the driver's library is loaded through it.
+func TestDlopenCallerDriver(t *testing.T) {
+	for _, c := range []struct {
+		mode    rpath.DlopenMode
+		runpath string
+		run     string
+	}{
+		{rpath.DlopenResolve, "{root}/driver", "plugin=5"},
+		{rpath.DlopenOff, "", "libcuda.so.1: cannot open shared object file: No such file or directory"},
+	} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			tr := newTree(t)
+			loader := cfix.Build(t, cfix.Spec{Soname: "libloader.so", Libc: true, Source: srcLoader})
+			user := cfix.Build(t, cfix.Spec{Soname: "libuser.so", Libc: true, Source: strings.Replace(srcUser, "libplugin.so.1", "libcuda.so.1", 1), Link: []string{loader}})
+			cfix.Copy(t, loader, tr.p("pkg/lib/libloader.so"))
+			cfix.Copy(t, user, tr.p("pkg/lib/libuser.so"))
+			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcUserApp, Link: []string{user, loader}})
+			tr.place("driver/libcuda.so.1", cfix.Spec{Soname: "libcuda.so.1", Source: "int plugin(void) { return 5; }\n"})
+			tr.mustPatch([]string{"pkg"},
+				rpath.WithDriverLink(tr.p("driver")),
+				rpath.WithDriverLinkFor(rpath.DriverLinkNeeded),
+				rpath.WithInterpreter(hostLoader),
+				rpath.WithLibc(hostLibcDir),
+				rpath.WithDlopen(c.mode))
+			require.Equal(t, tr.x(c.runpath), tr.runpathOf("pkg/lib/libloader.so"))
+			require.Equal(t, tr.p("pkg/lib"), tr.runpathOf("pkg/lib/libuser.so"), "libuser cannot call dlopen")
+			out, err := runApp(t, tr.p("pkg/bin/app"))
+			require.Equal(t, c.run, out)
+			require.Equal(t, c.run == "plugin=5", err == nil, "exit status: %v", err)
 		})
 	}
 }
