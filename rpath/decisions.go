@@ -43,8 +43,14 @@ func (c *config) logDecisions(ctx context.Context, files []*File) {
 				attrs = append(attrs, slog.String("why", "an NVIDIA driver library: found at run time through "+link))
 			case HowIgnored:
 				attrs = append(attrs, slog.String("why", "found nowhere, ignored"), slog.String("pattern", d.Pattern))
+			case HowVersioned:
+				attrs = append(attrs, slog.String("path", d.Path), slog.String("why", "dlopen name found with a version only: its directory added, no note entry"))
 			case HowFound:
-				attrs = append(attrs, slog.String("path", d.Path), slog.String("why", "dlopen name found, not added (dlopen mode report)"))
+				why := "dlopen name found, not added (dlopen mode report)"
+				if c.dlopen == DlopenResolve {
+					why = "dlopen name found, added to the files that may call dlopen for it (this one does not import dlopen)"
+				}
+				attrs = append(attrs, slog.String("path", d.Path), slog.String("why", why))
 			case HowUnresolved:
 				attrs = append(attrs, slog.String("why", "dlopen name found nowhere: not added, no error"))
 			case HowMissing:
@@ -52,6 +58,9 @@ func (c *config) logDecisions(ctx context.Context, files []*File) {
 				if d.Hint != "" {
 					attrs = append(attrs, slog.String("hint", d.Hint))
 				}
+			}
+			if d.From != "" {
+				attrs = append(attrs, slog.String("caller_for", d.From)) // it may make the dlopen call for that file
 			}
 			c.log.LogAttrs(ctx, slog.LevelDebug, "dependency", attrs...)
 		}

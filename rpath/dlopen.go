@@ -3,6 +3,7 @@ package rpath
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 )
@@ -50,31 +51,72 @@ const maxDiscovered = 64
 // names are not new. Names come in file order, each once, at most
 // maxDiscovered.
 func DiscoverDlopen(f *elfedit.File) ([]string, error) {
+	d, err := discoverDlopen(f, false)
+	return d.names, err
+}
+
+// discovered is what discoverDlopen found in one file.
+type discovered struct {
+	names   []string
+	imports bool // the file imports dlopen or dlmopen: it may be a caller
+	noted   bool // the file has a .note.dlopen: no discovery, and no caller
+}
+
+// discoverDlopen is DiscoverDlopen; with anyFile it reads the names of a
+// file that does not import dlopen too (a file that hands them to a
+// dlopen caller among its dependencies, see dlopenCallers).
+func discoverDlopen(f *elfedit.File, anyFile bool) (discovered, error) {
 	if notes, _ := f.DlopenNotes(); len(notes) > 0 {
-		return nil, nil
+		return discovered{noted: true}, nil
 	}
 	ok, err := f.ImportsSymbol(dlopenSymbols...)
-	if err != nil || !ok {
-		return nil, err
+	if err != nil || !ok && !anyFile {
+		return discovered{}, err
 	}
+	d := discovered{imports: ok}
 	known := map[string]bool{f.Soname(): true}
 	for _, n := range f.Needed() {
 		known[n] = true
 	}
-	var out []string
 	err = f.ReadOnlyStrings([]byte(".so"), func(s []byte) bool {
 		if !IsSonameShaped(s) || known[string(s)] {
 			return true
 		}
 		name := string(s)
 		known[name] = true
-		out = append(out, name)
-		return len(out) < maxDiscovered
+		d.names = append(d.names, name)
+		return len(d.names) < maxDiscovered
 	})
 	if err != nil {
-		return out, fmt.Errorf("reading library names: %w", err)
+		return d, fmt.Errorf("reading library names: %w", err)
 	}
-	return out, nil
+	return d, nil
+}
+
+// unversioned returns "libX.so." for a name "libX.so" with no version
+// suffix, the prefix of the versioned files a caller that appends its
+// major version at run time opens ("libcudnn_graph.so" +".9"); "" for
+// any other name.
+func unversioned(name string) string {
+	if strings.HasSuffix(name, ".so") && IsSonameShaped([]byte(name)) {
+		return name + "."
+	}
+	return ""
+}
+
+// isVersionOf reports whether file is prefix (see unversioned) followed
+// by one or more dot-separated decimal numbers ("libX.so." + "9.1.0").
+func isVersionOf(file, prefix string) bool {
+	rest, ok := strings.CutPrefix(file, prefix)
+	if !ok || rest == "" {
+		return false
+	}
+	for _, p := range strings.Split(rest, ".") {
+		if p == "" || !allDigits([]byte(p)) {
+			return false
+		}
+	}
+	return true
 }
 
 // IsSonameShaped reports whether s is a library file name as dlopen

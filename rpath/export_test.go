@@ -28,6 +28,7 @@ type eagerIndex struct {
 	byName   map[string][]candidate
 	bySoname map[string][]candidate
 	seen     map[string]bool
+	order    []candidate // every candidate, in precedence order
 }
 
 func buildEagerIndex(ctx context.Context, c *config, roots []string) (*eagerIndex, error) {
@@ -131,6 +132,7 @@ func (ix *eagerIndex) addFiles(dir string, ents []fs.DirEntry) []string {
 			}
 		}
 		ix.byName[name] = append(ix.byName[name], cand)
+		ix.order = append(ix.order, cand)
 		if info.Soname != "" && info.Soname != name {
 			ix.bySoname[info.Soname] = append(ix.bySoname[info.Soname], cand)
 		}
@@ -146,6 +148,15 @@ func (ix *eagerIndex) addFiles(dir string, ents []fs.DirEntry) []string {
 func (ix *eagerIndex) lookup(name string, class elf.Class, machine elf.Machine, osabi elf.OSABI) (candidate, bool, error) {
 	for _, c := range ix.byName[name] {
 		if compatible(c, class, machine, osabi) {
+			return c, true, nil
+		}
+	}
+	return candidate{}, false, nil
+}
+
+func (ix *eagerIndex) lookupVersioned(prefix string, class elf.Class, machine elf.Machine, osabi elf.OSABI) (candidate, bool, error) {
+	for _, c := range ix.order {
+		if isVersionOf(filepath.Base(c.path), prefix) && compatible(c, class, machine, osabi) {
 			return c, true, nil
 		}
 	}

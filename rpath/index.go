@@ -37,6 +37,11 @@ type resolver interface {
 	lookup(name string, class elf.Class, machine elf.Machine, osabi elf.OSABI) (candidate, bool, error)
 	// sonameHint explains a miss that a DT_SONAME would have matched.
 	sonameHint(name string, class elf.Class, machine elf.Machine, osabi elf.OSABI) string
+	// lookupVersioned returns the first compatible candidate, in the
+	// same precedence, whose file name is prefix followed by a version
+	// ("libX.so." + "9", see isVersionOf): a directory's names in sorted
+	// order, directories in index order.
+	lookupVersioned(prefix string, class elf.Class, machine elf.Machine, osabi elf.OSABI) (candidate, bool, error)
 }
 
 var soPattern = fnmatch.Compile("*.so*")
@@ -203,6 +208,36 @@ func (ix *index) lookup(name string, class elf.Class, machine elf.Machine, osabi
 			return candidate{}, false, nil
 		}
 		ix.growPast(step)
+	}
+}
+
+// lookupVersioned lists every directory (it is asked after a miss, which
+// listed them all already) and takes the first versioned name of prefix.
+func (ix *index) lookupVersioned(prefix string, class elf.Class, machine elf.Machine, osabi elf.OSABI) (candidate, bool, error) {
+	for {
+		ix.mu.Lock()
+		step, full, err := ix.step, ix.full, ix.err
+		lists := ix.lists
+		ix.mu.Unlock()
+		if err != nil {
+			return candidate{}, false, err
+		}
+		if !full {
+			ix.growPast(step)
+			continue
+		}
+		for _, l := range lists {
+			i, _ := slices.BinarySearchFunc(l.ents, prefix, func(e fs.DirEntry, p string) int { return strings.Compare(e.Name(), p) })
+			for ; i < len(l.ents) && strings.HasPrefix(l.ents[i].Name(), prefix); i++ {
+				if !isVersionOf(l.ents[i].Name(), prefix) {
+					continue
+				}
+				if p := ix.probe(entry{l.dir, l.ents[i]}); p.ok && compatible(p.cand, class, machine, osabi) {
+					return p.cand, true, nil
+				}
+			}
+		}
+		return candidate{}, false, nil
 	}
 }
 

@@ -38,12 +38,21 @@ const (
 	HowIgnored  = "ignored"  // missing, but matched an ignore pattern
 	HowMissing  = "missing"
 	// HowFound is a name DiscoverDlopen found that the index resolves,
-	// under DlopenReport: reported, given no RUNPATH entry.
+	// under DlopenReport, or in a file that does not import dlopen (its
+	// callers get the directory, see dlopenCallers): reported, given no
+	// RUNPATH entry in this file.
 	HowFound = "found"
 	// HowUnresolved is a name DiscoverDlopen found that nothing
 	// satisfies: reported, never an error (it may be optional, or no
 	// library name at all).
 	HowUnresolved = "unresolved"
+	// HowVersioned is a name DiscoverDlopen found without a version
+	// ("libcudnn_graph.so") that no file has, where a file of that name
+	// and a version does ("libcudnn_graph.so.9"): its caller appends the
+	// version at run time. Under DlopenResolve its directory is in the
+	// RUNPATH; it gets no note entry (the program never asks for the
+	// unversioned name, and which version it asks for is not known).
+	HowVersioned = "versioned"
 )
 
 // Where a dependency comes from (Dep.Source).
@@ -68,6 +77,15 @@ type Dep struct {
 	// dependency nothing satisfied (or a driver library).
 	Pattern string `json:"pattern,omitempty"`
 	Hint    string `json:"hint,omitempty"`
+	// From is, for a dlopen-string name this file did not find itself,
+	// the file whose read-only data holds it: this file imports dlopen and
+	// is in that file's DT_NEEDED closure, so it may be the caller that
+	// dlopens the name (see dlopenCallers).
+	From string `json:"from,omitempty"`
+
+	// resolvedHow is how a HowFound name of a file that cannot call
+	// dlopen was resolved (HowStore, HowVersioned), for its callers.
+	resolvedHow string
 }
 
 // File is the decision about one file.
@@ -96,6 +114,7 @@ type File struct {
 	// read; the file is patched with those read before it.
 	DlopenError string `json:"dlopen_error,omitempty"`
 
+	dlopen  discovered // what dlopen discovery found (names, imports)
 	edit    elfedit.Edit
 	plan    *elfedit.Plan  // the prepared plan the write phase reuses, if kept
 	claim   *elfedit.Claim // the file opened for writing and locked while decided
@@ -216,7 +235,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		}
 	}
 	if err := c.big.gatedParallel(ctx, c.jobs, len(files), func(i int, held bool) bool {
-		f := c.decideSafe(files[i], ix, target, held)
+		f := c.decideSafe(files[i], ix, target, held, nil)
 		if f == nil {
 			return false // a big file, while another is decided
 		}
@@ -226,6 +245,9 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	}); err != nil {
 		// Canceled: the report holds the files decided so far.
 		rep.Files = slices.DeleteFunc(rep.Files, func(f *File) bool { return f == nil })
+		return rep, err
+	}
+	if err := c.dlopenCallers(ctx, rep, files, ix, target); err != nil {
 		return rep, err
 	}
 	c.logDecisions(ctx, rep.Files)
@@ -535,21 +557,22 @@ func (c *config) interpreterTarget() *Target {
 
 // decideSafe is decide, with a bug in the reader reported against the file
 // instead of killing a whole build.
-func (c *config) decideSafe(fd found, ix resolver, t *Target, held bool) (out *File) {
+func (c *config) decideSafe(fd found, ix resolver, t *Target, held bool, inherit []Dep) (out *File) {
 	defer func() {
 		if r := recover(); r != nil {
 			out = &File{Path: fd.path, Root: fd.root, Errors: []string{fmt.Sprintf("internal error (please report): %v", r)}}
 		}
 	}()
-	return c.decide(fd, ix, t, held)
+	return c.decide(fd, ix, t, held, inherit)
 }
 
 // decide reads one file and works out its new interpreter and RUNPATH.
-// A file with a big string table needs the gate (bigGate), which held
+// inherit are the dlopen-string names of other files this one may be the
+// dlopen caller of (dlopenCallers), resolved there. A file with a big string table needs the gate (bigGate), which held
 // says is taken for it: when it is not and the gate is taken, decide
 // closes the file and returns nil, and is called again with the gate
 // held.
-func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
+func (c *config) decide(fd found, ix resolver, t *Target, held bool, inherit []Dep) *File {
 	path := fd.path
 	out := &File{Path: path, Root: fd.root}
 	f := c.share.take(path) // read by a probe already, or nil
@@ -600,7 +623,7 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 	// get its RUNPATH entry there (auto-patchelf forces keep-libc too).
 	keepLibc := c.keepLibc || osabi == elf.ELFOSABI_FREEBSD || osabi == elf.ELFOSABI_OPENBSD
 
-	noteNames, needsDriver, ok := c.resolveDeps(f, info, ix, keepLibc, out)
+	noteNames, needsDriver, ok := c.resolveDeps(f, info, ix, keepLibc, inherit, out)
 	if !ok {
 		return out
 	}
@@ -668,7 +691,7 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool) *File {
 // data spells. It returns the names the resolution note answers and
 // whether a driver library is among them; ok is false when a name could
 // not be resolved at all (the error is in out.Errors).
-func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, keepLibc bool, out *File) (noteNames []string, needsDriver, ok bool) {
+func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, keepLibc bool, inherit []Dep, out *File) (noteNames []string, needsDriver, ok bool) {
 	class, machine, osabi := info.ELFClass(), info.ELFMachine(), info.ELFOSABI()
 	type want struct {
 		alts   []string
@@ -689,11 +712,12 @@ func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, ke
 		// The names are a hint: a file whose read-only data cannot be
 		// read (a section header past its end) is patched without them,
 		// and says why.
-		names, err := DiscoverDlopen(f)
+		d, err := discoverDlopen(f, false)
 		if err != nil {
 			out.DlopenError = err.Error()
 		}
-		for _, n := range names {
+		out.dlopen = d
+		for _, n := range d.names {
 			wants = append(wants, want{[]string{n}, SourceStrings})
 		}
 	}
@@ -707,6 +731,10 @@ func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, ke
 		}
 		dep.Source = w.source
 		if w.source == SourceStrings {
+			if dep, err = c.resolveVersioned(dep, ix, class, machine, osabi); err != nil {
+				out.Errors = append(out.Errors, err.Error())
+				return nil, false, false
+			}
 			switch {
 			case dep.How == HowMissing:
 				dep.How = HowUnresolved
@@ -724,6 +752,19 @@ func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, ke
 			needsDriver = true
 		}
 		out.Deps = append(out.Deps, dep)
+	}
+	// Then the names this file may dlopen for others: their directories,
+	// after its own; no note entry (lint reads a file's note against its
+	// own names).
+	for _, d := range inherit {
+		if slices.ContainsFunc(out.Deps, func(o Dep) bool { return o.Name == d.Name }) {
+			continue
+		}
+		d.Entry = ""
+		out.Deps = append(out.Deps, d)
+		if d.How == HowDriver {
+			needsDriver = true
+		}
 	}
 	return noteNames, needsDriver, true
 }
@@ -753,7 +794,7 @@ func (c *config) planRunpath(fd found, info elfedit.Info, needsDriver bool, out 
 	}
 	old := runpathDirs(info)
 	for i, d := range out.Deps {
-		if d.How != HowStore {
+		if d.How != HowStore && d.How != HowVersioned {
 			continue
 		}
 		e := d.Dir
@@ -874,6 +915,33 @@ func (c *config) resolve(alts []string, ix resolver, class elf.Class, machine el
 		return Dep{Name: name, How: HowMissing}, nil
 	}
 	return Dep{Name: name, How: HowMissing, Hint: ix.sonameHint(alts[0], class, machine, osabi)}, nil
+}
+
+// resolveVersioned resolves a dlopen-string name found nowhere (or
+// ignored as such) that has
+// no version ("libX.so") to the first file of the index, in its
+// precedence, that has a version ("libX.so.9"): HowVersioned under
+// DlopenResolve, HowFound under DlopenReport. Any other dep is returned as
+// it is.
+func (c *config) resolveVersioned(dep Dep, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI) (Dep, error) {
+	prefix := unversioned(dep.Name)
+	// An ignore pattern is for what is found nowhere: a versioned file
+	// found wins over it.
+	if dep.How != HowMissing && dep.How != HowIgnored || prefix == "" {
+		return dep, nil
+	}
+	cand, ok, err := ix.lookupVersioned(prefix, class, machine, osabi)
+	if err != nil {
+		return dep, fmt.Errorf("resolving %s: %w", dep.Name, err)
+	}
+	if !ok {
+		return dep, nil
+	}
+	how := HowVersioned
+	if c.dlopen == DlopenReport {
+		how = HowFound
+	}
+	return Dep{Name: dep.Name, Source: dep.Source, How: how, Path: cand.path, Dir: cand.dir}, nil
 }
 
 // ignorePattern returns the first ignore-missing pattern that matches the

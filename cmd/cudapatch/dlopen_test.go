@@ -158,3 +158,66 @@ func TestAutoPatchelfNoDiscovery(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Equal(t, c.p("store/aaa-plugin/lib"), c.runpath("main/bin/app"))
 }
+
+// TestDlopenCallerCLI: a name held by libuser, dlopened by libloader
+// (in libuser's DT_NEEDED closure), reaches libloader's RUNPATH through
+// the CLI's default --dlopen; --json says from which file; the program
+// runs with the loader cache inhibited; lint finds nothing to say about
+// the caller's RUNPATH or note.
+func TestDlopenCallerCLI(t *testing.T) {
+	c := newCLITree(t)
+	loader := cfix.Build(t, cfix.Spec{Soname: "libloader.so", Libc: true, Source: "#include <dlfcn.h>\nvoid *load(const char *name) { return dlopen(name, RTLD_NOW); }\n"})
+	user := cfix.Build(t, cfix.Spec{Soname: "libuser.so", Libc: true, Link: []string{loader}, Source: `#include <dlfcn.h>
+void *load(const char *name);
+int use(void) {
+	void *h = load("libplugin.so.1");
+	return h ? ((int (*)(void))dlsym(h, "plugin"))() : -1;
+}
+`})
+	cfix.Copy(t, loader, c.p("pkg/lib/libloader.so"))
+	cfix.Copy(t, user, c.p("pkg/lib/libuser.so"))
+	c.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Link: []string{user, loader}, Source: `#include <dlfcn.h>
+#include <stdio.h>
+int use(void);
+int main(void) { int r = use(); if (r < 0) { printf("%s\n", dlerror()); return 1; } printf("plugin=%d\n", r); return 0; }
+`})
+	c.place("store/aaa-plugin/lib/libplugin.so.1", cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
+	flags := []string{"--interpreter", sysLoader, "--libc", "/lib/x86_64-linux-gnu", "--driver-link-for", "none",
+		"--search", "{root}/store/aaa-plugin/lib"}
+	code, stdout, stderr := c.runCLI(nil, append(slices.Clone(flags), "--json", "--dry-run", "{root}/pkg")...)
+	require.Equal(t, 0, code, stderr)
+	var rep struct {
+		Files []struct {
+			Path    string `json:"path"`
+			RunPath string `json:"runpath"`
+			Deps    []struct{ Name, Source, How, From string }
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	got := map[string]string{}
+	for _, f := range rep.Files {
+		for _, d := range f.Deps {
+			if d.Name == "libplugin.so.1" {
+				got[f.Path] = d.Source + " " + d.How + " " + d.From + " | " + f.RunPath
+			}
+		}
+	}
+	assert.Equal(t, map[string]string{
+		c.p("pkg/lib/libloader.so"): "dlopen-string resolved " + c.p("pkg/lib/libuser.so") + " | " + c.p("store/aaa-plugin/lib"),
+		c.p("pkg/lib/libuser.so"):   "dlopen-string found  | " + c.p("pkg/lib"),
+	}, got)
+
+	code, _, stderr = c.runCLI(nil, append(slices.Clone(flags), "{root}/pkg")...)
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "plugin=7", runInhibited(t, c.p("pkg/bin/app")))
+	code, stdout, stderr = c.runCLI(nil, "lint", "--interpreter", sysLoader, "--enable", "all", "{root}/pkg")
+	require.Contains(t, stdout, "3 ELF files checked", "code %d, stderr %s", code, stderr)
+	// The tree lies under /tmp, which lint calls a build directory
+	// (CP005, CP017): nothing else.
+	for _, l := range strings.Split(stdout, "\n") {
+		if strings.Contains(l, " CP0") {
+			assert.Regexp(t, ` (CP005|CP017) `, l)
+		}
+	}
+	assert.Contains(t, stdout, "libloader.so\n  error   CP005", "lint reads the caller's RUNPATH")
+}
