@@ -502,6 +502,15 @@ func collect(ctx context.Context, roots []string, recurse bool, jobs int) ([]fou
 			below[r] = dirs
 		}
 	}
+	// A file reached from two roots (a directory and a file below it) is
+	// decided once, under the first: two decisions would claim it twice
+	// (the second finding it locked) and write it twice.
+	seen := make(map[string]bool, len(out))
+	out = slices.DeleteFunc(out, func(f found) bool {
+		dup := seen[f.path]
+		seen[f.path] = true
+		return dup
+	})
 	return out, below, opened, nil
 }
 

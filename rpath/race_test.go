@@ -13,6 +13,7 @@ import (
 
 	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/stretchr/testify/require"
 )
 
 // Another process changes the tree while the main job runs, at the moment
@@ -346,6 +347,25 @@ func TestAppenderThroughTheJob(t *testing.T) {
 		}
 		if c := bytes.Count(got, []byte("record ")); c != n {
 			t.Errorf("try %d: %d records in the file, %d written", try, c, n)
+		}
+	}
+}
+
+// TestFileGivenTwice: a file named both as a path and below a directory
+// path is decided and written once (two decisions claimed it twice, and
+// the second found it locked).
+func TestFileGivenTwice(t *testing.T) {
+	for _, dry := range []bool{true, false} {
+		tr := newTree(t)
+		out := tr.p("out")
+		foo := tr.p("out/lib/libfoo.so")
+		tr.place("out/lib/libfoo.so", lib("libfoo.so", "libbar.so"))
+		tr.place("deps/libbar.so", lib("libbar.so"))
+		for i := 0; i < 20; i++ {
+			rep, err := rpath.Patch(context.Background(), []string{out, foo},
+				rpath.WithSearch(tr.p("deps")), rpath.WithDryRun(dry))
+			require.NoError(t, err, "dry run %v", dry)
+			require.Len(t, rep.Files, 1)
 		}
 	}
 }
