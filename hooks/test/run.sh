@@ -219,7 +219,7 @@ build() {
 		SAMPLE="$SAMPLE" PATH="$PATH" outputs="out debug" out="$out" debug="$debug" \
 		installPhase="$installPhase" "$@" \
 		bash -c 'source "$1"; genericBuild
-			if declare -f autoPatchelf | grep -q cudaPatchelf; then
+			if [[ $(declare -f autoPatchelf) == *cudaPatchelf* ]]; then
 				echo "autoPatchelf is cudaPatchelf" >>"$HOOKLOG"
 			fi
 			touch "$2"' builder "$here/stdenv.sh" "$dir/done") \
@@ -243,7 +243,7 @@ build_structured() {
 	(cd "$dir/build" && env NIX_BINTOOLS="$bintools" HOOKLOG="$dir/hooks.log" \
 		SAMPLE="$SAMPLE" NIX_ATTRS_SH_FILE="$dir/build/.attrs.sh" \
 		bash -c 'source "$1"; genericBuild
-			if declare -f autoPatchelf | grep -q cudaPatchelf; then
+			if [[ $(declare -f autoPatchelf) == *cudaPatchelf* ]]; then
 				echo "autoPatchelf is cudaPatchelf" >>"$HOOKLOG"
 			fi
 			touch "$2"' builder "$here/stdenv.sh" "$dir/done") \
