@@ -273,7 +273,17 @@ func TestNixBuild(t *testing.T) {
 	}
 	// --keep-going: a case that fails to build is reported by its own
 	// subtest, and the others are still checked.
-	if _, stderr, err := n.build(m.Build, "--keep-going"); err != nil {
+	_, stderr, err := n.build(m.Build, "--keep-going")
+	if err != nil && bytes.Contains(stderr, []byte(killedBuilder)) {
+		// In a fresh chroot, Nix 2.8's first build of the go-modules
+		// fixed-output derivation is killed by signal 9 with an empty
+		// log, now and then (docs/logs/fresh-machine-2026-11-27-*.log);
+		// gone under strace, never seen on a VM. One more build; its
+		// results are checked as always.
+		t.Logf("nix-build (-A build): %s; building once more:\n%s", killedBuilder, errorLines(stderr))
+		_, stderr, err = n.build(m.Build, "--keep-going")
+	}
+	if err != nil {
 		t.Errorf("nix-build (-A build): %v\n%s", err, errorLines(stderr))
 	}
 	t.Logf("evaluated and built %d cases in %s", len(m.Cases), time.Since(start).Round(time.Millisecond))
@@ -765,6 +775,9 @@ func searchedDir(out []byte, lib, dir string) bool {
 	}
 	return slices.ContainsFunc(owners, func(o string) bool { return slices.Contains(firstPath[o], dir) })
 }
+
+// killedBuilder is how Nix reports a builder that died of SIGKILL.
+const killedBuilder = "failed due to signal 9 (Killed)"
 
 // probeMountNamespace says whether this process may run a command in a
 // private mount namespace with a tmpfs on /run (root on a VM or a
