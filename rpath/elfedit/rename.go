@@ -117,7 +117,8 @@ func (f *File) renameTables(r *symbolRename, offs []uint64) ([]*tableCopy, error
 	return copies, nil
 }
 
-func gnuHash(s string) uint32 {
+// GNUHash is the hash of a name in DT_GNU_HASH (glibc's dl_new_hash).
+func GNUHash(s string) uint32 {
 	h := uint32(5381)
 	for i := 0; i < len(s); i++ {
 		h = h*33 + uint32(s[i])
@@ -125,7 +126,8 @@ func gnuHash(s string) uint32 {
 	return h
 }
 
-func sysvHash(s string) uint32 {
+// SysVHash is the hash of a name in DT_HASH (the System V ABI's elf_hash).
+func SysVHash(s string) uint32 {
 	var h uint32
 	for i := 0; i < len(s); i++ {
 		h = h<<4 + uint32(s[i])
@@ -170,7 +172,7 @@ func (f *File) gnuHashTable(addr uint64, names []string) ([]byte, error) {
 		o.PutUint32(t[buckets:], uint32(symoff))
 	}
 	for i := symoff; i < n; i++ {
-		h := gnuHash(names[i])
+		h := GNUHash(names[i])
 		w := uint64(h/bits) % maskwords
 		set := uint64(1)<<(h%bits) | uint64(1)<<((h>>shift)%bits)
 		if word == 8 {
@@ -208,7 +210,7 @@ func (f *File) sysvHashTable(addr uint64, names []string) ([]byte, error) {
 	bucket := func(b uint64) []byte { return t[8+b*4:] }
 	chain := func(i uint64) []byte { return t[8+(nbucket+i)*4:] }
 	for i := uint64(1); i < n; i++ {
-		b := uint64(sysvHash(names[i])) % nbucket
+		b := uint64(SysVHash(names[i])) % nbucket
 		o.PutUint32(chain(i), o.Uint32(bucket(b)))
 		o.PutUint32(bucket(b), uint32(i))
 	}

@@ -151,8 +151,10 @@ func New(opts Options) *Checker {
 	return &Checker{opts: opts, files: map[string]*entry{}, memo: map[string][]Binding{}}
 }
 
-func (c *Checker) read(path string, binding bool) (*object, error) {
+// entry is the cache entry of path, made if new, marked as just used.
+func (c *Checker) entry(path string) *entry {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	e := c.files[path]
 	if e == nil {
 		e = &entry{}
@@ -160,7 +162,11 @@ func (c *Checker) read(path string, binding bool) (*object, error) {
 	}
 	c.tick++
 	e.used = c.tick
-	c.mu.Unlock()
+	return e
+}
+
+func (c *Checker) read(path string, binding bool) (*object, error) {
+	e := c.entry(path)
 	e.once.Do(func() {
 		e.o, e.err = readObject(path, binding)
 		c.account(e)
@@ -173,15 +179,7 @@ func (c *Checker) read(path string, binding bool) (*object, error) {
 // needs), for later checks of this Checker: give it to ldso.Resolve.
 func (c *Checker) Reader() ldso.Reader {
 	return ldso.ElfReaderWith(func(path string, f *elfedit.File) {
-		c.mu.Lock()
-		e := c.files[path]
-		if e == nil {
-			e = &entry{}
-			c.files[path] = e
-		}
-		c.tick++
-		e.used = c.tick
-		c.mu.Unlock()
+		e := c.entry(path)
 		e.once.Do(func() {
 			e.o, e.err = newObject(f, f.Kind() == elfedit.KindExecutable)
 			if e.err != nil {

@@ -1,27 +1,10 @@
 package symcheck
 
-import "debug/elf"
+import (
+	"debug/elf"
 
-func gnuHashOf(name string) uint32 {
-	h := uint32(5381)
-	for i := 0; i < len(name); i++ {
-		h = h*33 + uint32(name[i])
-	}
-	return h
-}
-
-func sysvHashOf(name string) uint32 {
-	var h uint32
-	for i := 0; i < len(name); i++ {
-		h = h<<4 + uint32(name[i])
-		g := h & 0xf0000000
-		if g != 0 {
-			h ^= g >> 24
-		}
-		h &^= g
-	}
-	return h
-}
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
 
 // query is one symbol lookup: glibc's _dl_lookup_symbol_x arguments.
 type query struct {
@@ -32,7 +15,7 @@ type query struct {
 }
 
 func newQuery(name string, ver *version, plt bool) *query {
-	return &query{name: name, gnu: gnuHashOf(name), sysv: sysvHashOf(name), ver: ver, plt: plt}
+	return &query{name: name, gnu: elfedit.GNUHash(name), sysv: elfedit.SysVHash(name), ver: ver, plt: plt}
 }
 
 // candidates calls try with each symbol index the hash table gives for the
