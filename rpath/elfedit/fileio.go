@@ -346,21 +346,7 @@ func (f *fdFile) WriteAt(b []byte, off int64) (int, error) {
 	if f.closed {
 		return 0, &os.PathError{Op: "write", Path: f.name, Err: os.ErrClosed}
 	}
-	n := 0
-	for n < len(b) {
-		m, err := syscall.Pwrite(f.fd, b[n:], off+int64(n))
-		if errors.Is(err, syscall.EINTR) {
-			continue
-		}
-		if err != nil {
-			return n, &os.PathError{Op: "write", Path: f.name, Err: err}
-		}
-		if m == 0 {
-			return n, &os.PathError{Op: "write", Path: f.name, Err: io.ErrShortWrite}
-		}
-		n += m
-	}
-	return n, nil
+	return f.writeFull(b, func(p []byte, done int) (int, error) { return syscall.Pwrite(f.fd, p, off+int64(done)) })
 }
 
 // appendAll writes b at the end of the file, with O_APPEND set for the
@@ -388,9 +374,15 @@ func (f *fdFile) appendAll(b []byte) (int, error) {
 
 // writeAll is write(2) of all of b at the descriptor's offset.
 func (f *fdFile) writeAll(b []byte) (int, error) {
+	return f.writeFull(b, func(p []byte, _ int) (int, error) { return syscall.Write(f.fd, p) })
+}
+
+// writeFull calls write with what is left of b, done bytes of it written,
+// until all of it is, retrying an interrupted call.
+func (f *fdFile) writeFull(b []byte, write func(p []byte, done int) (int, error)) (int, error) {
 	n := 0
 	for n < len(b) {
-		m, err := syscall.Write(f.fd, b[n:])
+		m, err := write(b[n:], n)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
