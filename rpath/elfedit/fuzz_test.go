@@ -354,54 +354,58 @@ func checkEdit(t *testing.T, data []byte, path, interp, soname, needed string, t
 // too short for them) found 40 faults in 2,435 mutations before the
 // planner refused or handled them.
 func TestEditMutatedHeaders(t *testing.T) {
-	mutationSweep(t, "ELFEDIT_MUTATIONS_PER_SEED", 1500, 20261124, func(rng *rand.Rand, ef *elfedit.File, data []byte) string {
-		h := ef.Header
-		word := 8
-		if h.Class == elf.ELFCLASS32 {
-			word = 4
-		}
-		order := ef.ByteOrder()
-		var at int
-		switch r := rng.IntN(9); {
-		case r == 0:
-			// A byte of the ELF header past e_ident (an e_shstrndx past
-			// the table, say).
-			at = 16 + rng.IntN(36)
-			data[at] ^= 1 << rng.IntN(8)
-			return fmt.Sprintf("0x%x", at)
-		case r <= 4:
-			at = int(h.Phoff) + int(h.Phentsize)*rng.IntN(int(h.Phnum)) + word*rng.IntN(int(h.Phentsize)/word)
-		default:
-			at = int(h.Shoff) + int(h.Shentsize)*rng.IntN(int(h.Shnum)) + word*rng.IntN(int(h.Shentsize)/word)
-		}
-		if at+word > len(data) {
-			return ""
-		}
-		put := func(v uint64) {
-			if word == 8 {
-				order.PutUint64(data[at:], v)
-			} else {
-				order.PutUint32(data[at:], uint32(v))
-			}
-		}
-		get := func() uint64 {
-			if word == 8 {
-				return order.Uint64(data[at:])
-			}
-			return uint64(order.Uint32(data[at:]))
-		}
-		switch rng.IntN(4) {
-		case 0:
-			data[at] = byte(rng.IntN(256))
-		case 1:
-			put(1 << rng.IntN(13))
-		case 2:
-			put(get() + uint64(rng.IntN(64)) - 32)
-		case 3:
-			data[at+rng.IntN(word)] ^= 1 << rng.IntN(8)
-		}
+	mutationSweep(t, "ELFEDIT_MUTATIONS_PER_SEED", 1500, 20261124, mutateHeader)
+}
+
+// mutateHeader changes a word of a program or section header of data (or
+// a bit of the ELF header) and says where.
+func mutateHeader(rng *rand.Rand, ef *elfedit.File, data []byte) string {
+	h := ef.Header
+	word := 8
+	if h.Class == elf.ELFCLASS32 {
+		word = 4
+	}
+	order := ef.ByteOrder()
+	var at int
+	switch r := rng.IntN(9); {
+	case r == 0:
+		// A byte of the ELF header past e_ident (an e_shstrndx past
+		// the table, say).
+		at = 16 + rng.IntN(36)
+		data[at] ^= 1 << rng.IntN(8)
 		return fmt.Sprintf("0x%x", at)
-	})
+	case r <= 4:
+		at = int(h.Phoff) + int(h.Phentsize)*rng.IntN(int(h.Phnum)) + word*rng.IntN(int(h.Phentsize)/word)
+	default:
+		at = int(h.Shoff) + int(h.Shentsize)*rng.IntN(int(h.Shnum)) + word*rng.IntN(int(h.Shentsize)/word)
+	}
+	if at+word > len(data) {
+		return ""
+	}
+	put := func(v uint64) {
+		if word == 8 {
+			order.PutUint64(data[at:], v)
+		} else {
+			order.PutUint32(data[at:], uint32(v))
+		}
+	}
+	get := func() uint64 {
+		if word == 8 {
+			return order.Uint64(data[at:])
+		}
+		return uint64(order.Uint32(data[at:]))
+	}
+	switch rng.IntN(4) {
+	case 0:
+		data[at] = byte(rng.IntN(256))
+	case 1:
+		put(1 << rng.IntN(13))
+	case 2:
+		put(get() + uint64(rng.IntN(64)) - 32)
+	case 3:
+		data[at+rng.IntN(word)] ^= 1 << rng.IntN(8)
+	}
+	return fmt.Sprintf("0x%x", at)
 }
 
 // TestEditMutatedBodies is TestEditMutatedHeaders for the bytes the
@@ -412,37 +416,41 @@ func TestEditMutatedHeaders(t *testing.T) {
 // ("libn") or as scrub bytes after the string-table layout trusted a
 // mutated .dynstr.
 func TestEditMutatedBodies(t *testing.T) {
-	mutationSweep(t, "ELFEDIT_BODY_MUTATIONS_PER_SEED", 1500, 20261125, func(rng *rand.Rand, ef *elfedit.File, data []byte) string {
-		at := rng.IntN(len(data))
-		if rng.IntN(4) != 0 {
-			var hot []elfedit.Section
-			for _, s := range ef.Sections {
-				switch s.Type {
-				case elf.SHT_DYNAMIC, elf.SHT_STRTAB, elf.SHT_GNU_VERNEED, elf.SHT_NOTE, elf.SHT_GNU_VERSYM, elf.SHT_DYNSYM:
-				default:
-					if s.Name != ".interp" {
-						continue
-					}
-				}
-				if s.Size > 0 && s.Offset+s.Size <= uint64(len(data)) {
-					hot = append(hot, s)
+	mutationSweep(t, "ELFEDIT_BODY_MUTATIONS_PER_SEED", 1500, 20261125, mutateBody)
+}
+
+// mutateBody changes a byte of data, most often in a section an edit
+// reads, and says where.
+func mutateBody(rng *rand.Rand, ef *elfedit.File, data []byte) string {
+	at := rng.IntN(len(data))
+	if rng.IntN(4) != 0 {
+		var hot []elfedit.Section
+		for _, s := range ef.Sections {
+			switch s.Type {
+			case elf.SHT_DYNAMIC, elf.SHT_STRTAB, elf.SHT_GNU_VERNEED, elf.SHT_NOTE, elf.SHT_GNU_VERSYM, elf.SHT_DYNSYM:
+			default:
+				if s.Name != ".interp" {
+					continue
 				}
 			}
-			if len(hot) > 0 {
-				s := hot[rng.IntN(len(hot))]
-				at = int(s.Offset) + rng.IntN(int(s.Size))
+			if s.Size > 0 && s.Offset+s.Size <= uint64(len(data)) {
+				hot = append(hot, s)
 			}
 		}
-		switch rng.IntN(3) {
-		case 0:
-			data[at] = byte(rng.IntN(256))
-		case 1:
-			data[at] = 0
-		case 2:
-			data[at] ^= 1 << rng.IntN(8)
+		if len(hot) > 0 {
+			s := hot[rng.IntN(len(hot))]
+			at = int(s.Offset) + rng.IntN(int(s.Size))
 		}
-		return fmt.Sprintf("0x%x", at)
-	})
+	}
+	switch rng.IntN(3) {
+	case 0:
+		data[at] = byte(rng.IntN(256))
+	case 1:
+		data[at] = 0
+	case 2:
+		data[at] ^= 1 << rng.IntN(8)
+	}
+	return fmt.Sprintf("0x%x", at)
 }
 
 // mutationSweep runs FuzzEdit's property over rounds mutations of each
