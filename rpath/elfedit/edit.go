@@ -56,10 +56,8 @@ type Edit struct {
 	EmptyEntries bool `json:"empty_entries,omitempty"`
 	// RemovePath removes DT_RUNPATH and DT_RPATH.
 	RemovePath bool `json:"remove_path,omitempty"`
-	// Tag chooses the tag of a path that is set, or, with Retag, converts
-	// the existing path to that tag without changing its value.
-	Tag   PathTag `json:"tag"`
-	Retag bool    `json:"retag,omitempty"`
+	// Tag chooses the tag of a path that is set.
+	Tag PathTag `json:"tag"`
 
 	Interpreter *string `json:"interpreter,omitempty"`
 	Soname      *string `json:"soname,omitempty"`
@@ -121,7 +119,7 @@ func (e *Edit) fieldEdit() bool {
 
 // IsZero reports whether the edit asks for nothing.
 func (e *Edit) IsZero() bool {
-	return e.SetPath == nil && !e.RemovePath && !e.Retag && e.Interpreter == nil &&
+	return e.SetPath == nil && !e.RemovePath && e.Interpreter == nil &&
 		e.Soname == nil && len(e.AddNeeded) == 0 && len(e.RemoveNeeded) == 0 && len(e.ReplaceNeeded) == 0 &&
 		e.SetNote == nil && len(e.RemoveNotes) == 0 && !e.AddDebug && !e.NoDefaultLib && len(e.RenameSymbols) == 0 && !e.fieldEdit()
 }

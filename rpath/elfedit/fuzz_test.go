@@ -100,7 +100,7 @@ var editSeeds = []struct {
 	{strings.Repeat("/long", 100), "/lib64/../lib64/ld-linux-x86-64.so.2", "libx.so.1", "libnew.so", 0, 0xff},
 	{"$ORIGIN", "", "libfoo.so", "libbar.so", 2, 1 | 4 | 32},
 	{"/a:/b", "/x", "", "libc.so.6", 1, 1 | 2 | 16},
-	{"", "", "", "", 1, 64 | 128},
+	{"", "", "", "", 1, 64},
 	// Note operations (the high bits of tag).
 	{"libfoo.so\x00=/nix/store/x-foo/lib/libfoo.so\x00\x00", "", "", "", 0x10 | 0x40, 0},
 	{strings.Repeat("/long", 100), "", "", "", 0x10 | 0x40, 1},
@@ -217,7 +217,6 @@ func fuzzEdit(in elfedit.Info, path, interp, soname, needed string, tag, flags u
 	if flags&64 != 0 && e.SetPath == nil {
 		e.RemovePath = true
 	}
-	e.Retag = flags&128 != 0
 	// The high bits of tag (tag%3 is the PathTag) pick note operations:
 	// write a resolution cache whose descriptor is the path, remove it,
 	// name it derived, remove the linker's build-id note.

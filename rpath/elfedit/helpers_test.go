@@ -183,20 +183,13 @@ func expect(orig elfedit.Info, e elfedit.Edit) want {
 				w.RunPath = e.SetPath
 			}
 		}
-	case e.SetPath != nil || e.Retag:
+	case e.SetPath != nil:
 		// The value moves to the requested tag; the other tag goes.
 		have, other := &w.RunPath, &w.RPath
 		if e.Tag == elfedit.TagRPath {
 			have, other = other, have
 		}
-		v := *have
-		if v == nil {
-			v = *other
-		}
-		if e.SetPath != nil {
-			v = e.SetPath
-		}
-		*have, *other = v, nil
+		*have, *other = e.SetPath, nil
 	}
 	return w
 }

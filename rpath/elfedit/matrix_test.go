@@ -172,21 +172,6 @@ func matrixCases() []matrixCase {
 			return ""
 		})},
 		{name: "tag-rpath", steps: setPath(originMain, originLib, elfedit.TagRPath, nil)},
-		{name: "retag", base: true, steps: func(_ *testing.T, fx fixtures.Fixture) []step {
-			// A one-word change of .dynamic each way.
-			var out []step
-			for _, tag := range []elfedit.PathTag{elfedit.TagRPath, elfedit.TagRunPath, elfedit.TagRPath} {
-				for _, file := range []string{"libfoo", "main"} {
-					out = append(out, step{file: file, edit: elfedit.Edit{Retag: true, Tag: tag}, strategy: func(in elfedit.Info) elfedit.Strategy {
-						if (tag == elfedit.TagRPath) == (in.RPath != nil) {
-							return elfedit.NoOp // already carries that tag
-						}
-						return elfedit.InPlace
-					}})
-				}
-			}
-			return out
-		}},
 	}
 }
 

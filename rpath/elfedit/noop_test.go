@@ -87,18 +87,15 @@ func noOpEdits(in elfedit.Info) map[string]elfedit.Edit {
 	if in.RunPath != nil {
 		es["runpath"] = elfedit.Edit{SetPath: in.RunPath}
 		es["runpath-keep"] = elfedit.Edit{SetPath: in.RunPath, Tag: elfedit.TagKeep}
-		es["retag-runpath"] = elfedit.Edit{Retag: true, Tag: elfedit.TagRunPath}
 		all.SetPath = in.RunPath
 	}
 	if in.RPath != nil {
 		es["rpath"] = elfedit.Edit{SetPath: in.RPath, Tag: elfedit.TagRPath}
 		es["rpath-keep"] = elfedit.Edit{SetPath: in.RPath, Tag: elfedit.TagKeep}
-		es["retag-rpath"] = elfedit.Edit{Retag: true, Tag: elfedit.TagRPath}
 		all.SetPath, all.Tag = in.RPath, elfedit.TagRPath
 	}
 	if in.RunPath == nil && in.RPath == nil {
 		es["remove-path"] = elfedit.Edit{RemovePath: true}
-		es["retag-nothing"] = elfedit.Edit{Retag: true, Tag: elfedit.TagRPath}
 	}
 	if in.Interpreter != "" {
 		es["interpreter"] = elfedit.Edit{Interpreter: &in.Interpreter}

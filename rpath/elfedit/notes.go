@@ -391,15 +391,6 @@ func (x noteSections) at(off uint64) int {
 	return -1
 }
 
-// noteSectionName is the name of the SHT_NOTE section holding the note at
-// [lo, hi), "" if none.
-func (f *File) noteSectionName(lo, hi uint64) string {
-	if i := f.noteSection(lo, hi); i >= 0 {
-		return f.Sections[i].Name
-	}
-	return ""
-}
-
 // noteSection is the index of the SHT_NOTE section holding the note at
 // [lo, hi), -1 if none.
 func (f *File) noteSection(lo, _ uint64) int {

@@ -164,22 +164,20 @@ func (f *File) desiredDyn(e *Edit) []dent {
 	case e.RemovePath:
 		drop(elf.DT_RUNPATH)
 		drop(elf.DT_RPATH)
-	case e.SetPath != nil || e.Retag:
+	case e.SetPath != nil:
 		want, other := elf.DT_RUNPATH, elf.DT_RPATH
 		if e.Tag == TagRPath {
 			want, other = elf.DT_RPATH, elf.DT_RUNPATH
 		}
 		iw, io := find(want), find(other)
 		if e.Tag == TagKeep {
-			if e.SetPath != nil {
-				for i := range ents {
-					if ents[i].tag == elf.DT_RUNPATH || ents[i].tag == elf.DT_RPATH {
-						set(&ents[i], *e.SetPath)
-					}
+			for i := range ents {
+				if ents[i].tag == elf.DT_RUNPATH || ents[i].tag == elf.DT_RPATH {
+					set(&ents[i], *e.SetPath)
 				}
-				if iw < 0 && io < 0 {
-					ents = append(ents, newStr(elf.DT_RUNPATH, *e.SetPath))
-				}
+			}
+			if iw < 0 && io < 0 {
+				ents = append(ents, newStr(elf.DT_RUNPATH, *e.SetPath))
 			}
 			break
 		}
@@ -192,13 +190,11 @@ func (f *File) desiredDyn(e *Edit) []dent {
 					ents[i].tag = want // a one-word retag, no string moves
 				}
 			}
-		case iw < 0 && e.SetPath != nil:
+		case iw < 0:
 			ents = append(ents, newStr(want, *e.SetPath))
 		}
-		if e.SetPath != nil {
-			set(&ents[find(want)], *e.SetPath)
-			ents = keepFirst(ents, want)
-		}
+		set(&ents[find(want)], *e.SetPath)
+		ents = keepFirst(ents, want)
 	}
 	return ents
 }
@@ -284,7 +280,7 @@ func (f *File) layout(e Edit) (*Plan, error) {
 	if e.fieldEdit() {
 		return f.planField(&e)
 	}
-	needDyn := e.SetPath != nil || e.RemovePath || e.Retag || e.Soname != nil || e.AddDebug || e.NoDefaultLib || len(e.RenameSymbols) > 0 ||
+	needDyn := e.SetPath != nil || e.RemovePath || e.Soname != nil || e.AddDebug || e.NoDefaultLib || len(e.RenameSymbols) > 0 ||
 		len(e.AddNeeded)+len(e.RemoveNeeded)+len(e.ReplaceNeeded) > 0
 	if needDyn && !f.IsDynamic() {
 		return nil, ErrNotDynamic

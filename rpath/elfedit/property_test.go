@@ -124,7 +124,7 @@ type propVariant struct {
 // and at the end that readelf prints no new warning and strip and objcopy
 // accept each file, as in TestMatrix. Edits: set RUNPATH (DT_RUNPATH,
 // DT_RPATH or the file's own tag) to 0 bytes up to 4 KiB, add an entry,
-// drop entries, remove it, retag it; set main's interpreter to longer and
+// drop entries, remove it; set main's interpreter to longer and
 // shorter names of the same loader; set a SONAME; add and remove DT_NEEDED
 // entries naming copies of libbar, and replace the NEEDED entry of libfoo
 // or libbar with a copy of that library under another name (the old file is
@@ -372,10 +372,6 @@ func ops() []op {
 		{name: "remove-path", path: true, gen: func(v *propVariant, f *propFile, e *elfedit.Edit) (string, func(), func()) {
 			e.RemovePath = true
 			return "remove-path", nil, nil
-		}},
-		{name: "retag", path: true, gen: func(v *propVariant, f *propFile, e *elfedit.Edit) (string, func(), func()) {
-			e.Retag, e.Tag = true, []elfedit.PathTag{elfedit.TagRunPath, elfedit.TagRPath}[v.rng.IntN(2)]
-			return "retag " + e.Tag.String(), nil, nil
 		}},
 		{name: "interp", gen: func(v *propVariant, f *propFile, e *elfedit.Edit) (string, func(), func()) {
 			if f.role != "main" || e.Interpreter != nil {
