@@ -60,33 +60,73 @@ type noteEdit struct {
 // (their PT_NOTE goes and area lists the kept ones); otherwise they are
 // treated as any other note.
 func (f *File) editNotes(c *noteChanges, region bool) (*noteEdit, error) {
-	live := f.region
-	// Sized up front: a plan makes these for every file it edits, twice
-	// in a tree's main job.
+	// Sized up front: a plan makes these for every file it edits.
 	ne := &noteEdit{shstrndx: f.Header.Shstrndx,
 		secs: make([]Section, 0, len(f.Sections)+1), orig: make([]int, 0, len(f.Sections)+1)}
-	gone := map[int64]bool{}
+	sc := newNoteScope(f, c, region)
+	ne.progs = sc.progs()
+	reuse, err := sc.sections(ne)
+	if err != nil {
+		return nil, err
+	}
+	if err := sc.area(ne, reuse); err != nil {
+		return nil, err
+	}
+	if ne.count {
+		if err := ne.renumber(f); err != nil {
+			return nil, err
+		}
+	}
 	for _, n := range c.remove {
-		gone[n.Off] = true
+		if !(n.Loaded && sc.inArea(uint64(n.Off))) {
+			ne.zero = append(ne.zero, rng{uint64(n.Off), n.end})
+		}
+	}
+	return ne, nil
+}
+
+// noteScope is what editNotes' steps share: the change, the notes that
+// go (by offset), and the live region's note area when it is rebuilt
+// (empty otherwise).
+type noteScope struct {
+	f              *File
+	c              *noteChanges
+	gone           map[int64]bool
+	areaLo, areaHi uint64
+}
+
+func newNoteScope(f *File, c *noteChanges, region bool) *noteScope {
+	sc := &noteScope{f: f, c: c, gone: map[int64]bool{}}
+	for _, n := range c.remove {
+		sc.gone[n.Off] = true
 	}
 	// The live region's note area: after its header and carried bytes.
-	var areaLo, areaHi uint64
-	if region && live != nil {
+	if live := f.region; region && live != nil {
 		lp := f.Progs[live.prog]
-		areaLo, areaHi = live.carryOff+live.carry, lp.Off+lp.Filesz
+		sc.areaLo, sc.areaHi = live.carryOff+live.carry, lp.Off+lp.Filesz
 	}
-	inArea := func(off uint64) bool { return off >= areaLo && off < areaHi }
-	loaded := func(lo, hi uint64) []parsedNote {
-		var out []parsedNote
-		for _, n := range c.all {
-			if n.Loaded && uint64(n.Off) >= lo && uint64(n.Off) < hi {
-				out = append(out, n)
-			}
-		}
-		return out
-	}
+	return sc
+}
 
-	// Program headers.
+func (sc *noteScope) inArea(off uint64) bool { return off >= sc.areaLo && off < sc.areaHi }
+
+// loaded are the loaded notes that start in [lo, hi).
+func (sc *noteScope) loaded(lo, hi uint64) []parsedNote {
+	var out []parsedNote
+	for _, n := range sc.c.all {
+		if n.Loaded && uint64(n.Off) >= lo && uint64(n.Off) < hi {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// progs are the program headers after the change: each PT_NOTE that
+// covers a note that goes shrinks or splits around it, or goes with a
+// PT_LOAD that maps nothing else; a PT_GNU_PROPERTY of a note that goes
+// goes; the PT_NOTE of the live area goes (the region rebuilds it).
+func (sc *noteScope) progs() []elf.ProgHeader {
+	f, live := sc.f, sc.f.region
 	dropLoad := map[int]bool{}
 	progs := make([]elf.ProgHeader, 0, len(f.Progs)+1)
 	for _, p := range f.Progs {
@@ -94,43 +134,22 @@ func (f *File) editNotes(c *noteChanges, region bool) (*noteEdit, error) {
 			progs = append(progs, p)
 			continue
 		}
-		if inArea(p.Off) {
-			continue // rebuilt below
+		if sc.inArea(p.Off) {
+			continue // rebuilt by the region
 		}
-		if p.Off < areaLo && p.Off+p.Filesz > areaLo && areaHi > areaLo {
+		if p.Off < sc.areaLo && p.Off+p.Filesz > sc.areaLo && sc.areaHi > sc.areaLo {
 			// A PT_NOTE extended over the area ends where the area
 			// begins; the region layout extends it again.
-			p.Filesz, p.Memsz = areaLo-p.Off, areaLo-p.Off
+			p.Filesz, p.Memsz = sc.areaLo-p.Off, sc.areaLo-p.Off
 		}
 		end := p.Off + p.Filesz
-		ns := loaded(p.Off, end)
-		if !slices.ContainsFunc(ns, func(n parsedNote) bool { return gone[n.Off] }) {
+		ns := sc.loaded(p.Off, end)
+		if !slices.ContainsFunc(ns, func(n parsedNote) bool { return sc.gone[n.Off] }) {
 			progs = append(progs, p)
 			continue
 		}
-		// Runs of kept notes, each a PT_NOTE of its own.
-		var runs []rng
-		for _, n := range ns {
-			if gone[n.Off] {
-				continue
-			}
-			lo, hi := uint64(n.Off), min(n.end, end)
-			if k := len(runs); k > 0 && runs[k-1].hi == lo {
-				runs[k-1].hi = hi
-				continue
-			}
-			runs = append(runs, rng{lo, hi})
-		}
-		for _, r := range runs {
-			q := p
-			d := r.lo - p.Off
-			q.Off, q.Vaddr, q.Paddr = r.lo, p.Vaddr+d, p.Paddr+d
-			q.Filesz, q.Memsz = r.hi-r.lo, r.hi-r.lo
-			if q.Align > 4 && q.Off%q.Align != 0 {
-				q.Align = 4
-			}
-			progs = append(progs, q)
-		}
+		runs := keptRuns(ns, sc.gone, end)
+		progs = append(progs, splitNote(p, runs)...)
 		if len(runs) == 0 {
 			// A PT_LOAD that maps nothing but this PT_NOTE's bytes goes
 			// with it (patchelf master's layout).
@@ -142,62 +161,100 @@ func (f *File) editNotes(c *noteChanges, region bool) (*noteEdit, error) {
 			}
 		}
 	}
-	// PT_GNU_PROPERTY describes a note too: it goes with it.
 	progs = slices.DeleteFunc(progs, func(p elf.ProgHeader) bool {
 		if p.Type != elf.PT_GNU_PROPERTY || p.Filesz == 0 {
 			return false
 		}
-		return slices.ContainsFunc(c.remove, func(n parsedNote) bool { return p.Off >= uint64(n.Off) && p.Off+p.Filesz <= n.end })
+		return slices.ContainsFunc(sc.c.remove, func(n parsedNote) bool { return p.Off >= uint64(n.Off) && p.Off+p.Filesz <= n.end })
 	})
-	if len(dropLoad) > 0 {
-		var keep []elf.ProgHeader
-		for _, p := range progs {
-			drop := false
-			for j := range dropLoad {
-				if p == f.Progs[j] {
-					drop = true
-				}
-			}
-			if !drop {
-				keep = append(keep, p)
+	if len(dropLoad) == 0 {
+		return progs
+	}
+	var keep []elf.ProgHeader
+	for _, p := range progs {
+		drop := false
+		for j := range dropLoad {
+			if p == f.Progs[j] {
+				drop = true
 			}
 		}
-		progs = keep
+		if !drop {
+			keep = append(keep, p)
+		}
 	}
-	ne.progs = progs
+	return keep
+}
 
-	// Section headers.
+// keptRuns are the runs of adjacent notes of ns that stay, each cut at
+// end.
+func keptRuns(ns []parsedNote, gone map[int64]bool, end uint64) []rng {
+	var runs []rng
+	for _, n := range ns {
+		if gone[n.Off] {
+			continue
+		}
+		lo, hi := uint64(n.Off), min(n.end, end)
+		if k := len(runs); k > 0 && runs[k-1].hi == lo {
+			runs[k-1].hi = hi
+			continue
+		}
+		runs = append(runs, rng{lo, hi})
+	}
+	return runs
+}
+
+// splitNote is PT_NOTE p cut to runs, one PT_NOTE each (4-aligned where
+// its own alignment no longer holds).
+func splitNote(p elf.ProgHeader, runs []rng) []elf.ProgHeader {
+	var out []elf.ProgHeader
+	for _, r := range runs {
+		q := p
+		d := r.lo - p.Off
+		q.Off, q.Vaddr, q.Paddr = r.lo, p.Vaddr+d, p.Paddr+d
+		q.Filesz, q.Memsz = r.hi-r.lo, r.hi-r.lo
+		if q.Align > 4 && q.Off%q.Align != 0 {
+			q.Align = 4
+		}
+		out = append(out, q)
+	}
+	return out
+}
+
+// sections fills ne's section headers: a SHT_NOTE whose notes all go
+// goes (or is reused for the note set, when it has its name), one that
+// keeps some shrinks to them. It returns the old index of the reused
+// header, -1 for none.
+func (sc *noteScope) sections(ne *noteEdit) (reuse int, err error) {
+	f, set := sc.f, sc.c.set
 	secNotes := map[int][]parsedNote{}
-	for _, n := range c.all {
+	for _, n := range sc.c.all {
 		if i := f.noteSection(uint64(n.Off), n.end); i >= 0 {
 			secNotes[i] = append(secNotes[i], n)
 		}
 	}
-	set := c.set
-	reuse := -1
+	reuse = -1
 	ne.secMap = make([]int, len(f.Sections))
-	var areaSecs []int // old section index of each kept area note, -1
+	keep := func(i int, s Section) {
+		ne.secMap[i] = len(ne.secs)
+		ne.secs = append(ne.secs, s)
+		ne.orig = append(ne.orig, i)
+	}
 	for i, s := range f.Sections {
 		ns := secNotes[i]
-		removed := slices.ContainsFunc(ns, func(n parsedNote) bool { return gone[n.Off] })
-		if s.Type != elf.SHT_NOTE || !removed {
-			ne.secMap[i] = len(ne.secs)
-			ne.secs = append(ne.secs, s)
-			ne.orig = append(ne.orig, i)
+		if s.Type != elf.SHT_NOTE || !slices.ContainsFunc(ns, func(n parsedNote) bool { return sc.gone[n.Off] }) {
+			keep(i, s)
 			continue
 		}
 		var kept []parsedNote
 		for _, n := range ns {
-			if !gone[n.Off] {
+			if !sc.gone[n.Off] {
 				kept = append(kept, n)
 			}
 		}
 		if len(kept) == 0 {
 			if set != nil && set.Section != "" && s.Name == set.Section && reuse < 0 {
 				reuse = i
-				ne.secMap[i] = len(ne.secs)
-				ne.secs = append(ne.secs, s)
-				ne.orig = append(ne.orig, i)
+				keep(i, s)
 				continue
 			}
 			ne.secMap[i] = -1
@@ -206,32 +263,36 @@ func (f *File) editNotes(c *noteChanges, region bool) (*noteEdit, error) {
 		}
 		lo, hi := uint64(kept[0].Off), min(kept[len(kept)-1].end, s.Offset+s.Size)
 		for _, n := range ns {
-			if gone[n.Off] && uint64(n.Off) > lo && uint64(n.Off) < hi {
-				return nil, formatErr(n.Off, "note %q type 0x%x lies between other notes of section %s: cannot remove it", n.Owner, n.Type, s.Name)
+			if sc.gone[n.Off] && uint64(n.Off) > lo && uint64(n.Off) < hi {
+				return -1, formatErr(n.Off, "note %q type 0x%x lies between other notes of section %s: cannot remove it", n.Owner, n.Type, s.Name)
 			}
 		}
 		if s.Flags&elf.SHF_ALLOC != 0 {
 			s.Addr += lo - s.Offset
 		}
 		s.Offset, s.Size = lo, hi-lo
-		ne.secMap[i] = len(ne.secs)
-		ne.secs = append(ne.secs, s)
-		ne.orig = append(ne.orig, i)
+		keep(i, s)
 	}
-	// The live area's kept notes move with their section headers.
-	if region && live != nil {
-		for _, n := range loaded(areaLo, areaHi) {
-			if gone[n.Off] {
-				continue
-			}
-			si := f.noteSection(uint64(n.Off), n.end)
-			if si >= 0 && ne.secMap[si] < 0 {
-				si = -1
-			}
-			nn := n.Note
-			ne.area = append(ne.area, areaNote{b: f.encodeNote(&nn), sec: -1})
-			areaSecs = append(areaSecs, si)
+	return reuse, nil
+}
+
+// area fills the region's note area: the live area's kept notes, with
+// their section headers, then the note set, in the reused header or one
+// added at the end (its name added to a copy of the name table).
+func (sc *noteScope) area(ne *noteEdit, reuse int) error {
+	f, set := sc.f, sc.c.set
+	var areaSecs []int // old section index of each area note, -1
+	for _, n := range sc.loaded(sc.areaLo, sc.areaHi) {
+		if sc.gone[n.Off] {
+			continue
 		}
+		si := f.noteSection(uint64(n.Off), n.end)
+		if si >= 0 && ne.secMap[si] < 0 {
+			si = -1
+		}
+		nn := n.Note
+		ne.area = append(ne.area, areaNote{b: f.encodeNote(&nn), sec: -1})
+		areaSecs = append(areaSecs, si)
 	}
 	if set != nil {
 		ne.area = append(ne.area, areaNote{b: f.encodeNote(set), sec: -1})
@@ -242,28 +303,19 @@ func (f *File) editNotes(c *noteChanges, region bool) (*noteEdit, error) {
 			ne.area[a].sec = ne.secMap[si]
 		}
 	}
-	if set != nil && set.Section != "" && len(f.Sections) > 0 && reuse < 0 {
-		off, grown, err := f.sectionName(set.Section)
-		if err != nil {
-			return nil, err
-		}
-		ne.shstr = grown
-		ne.area[len(ne.area)-1].sec = len(ne.secs)
-		ne.secs = append(ne.secs, Section{Name: set.Section, NameOff: off, Type: elf.SHT_NOTE, Flags: elf.SHF_ALLOC, Addralign: 4})
-		ne.orig = append(ne.orig, -1)
-		ne.count = true
+	if set == nil || set.Section == "" || len(f.Sections) == 0 || reuse >= 0 {
+		return nil
 	}
-	if ne.count {
-		if err := ne.renumber(f); err != nil {
-			return nil, err
-		}
+	off, grown, err := f.sectionName(set.Section)
+	if err != nil {
+		return err
 	}
-	for _, n := range c.remove {
-		if !(region && live != nil && n.Loaded && inArea(uint64(n.Off))) {
-			ne.zero = append(ne.zero, rng{uint64(n.Off), n.end})
-		}
-	}
-	return ne, nil
+	ne.shstr = grown
+	ne.area[len(ne.area)-1].sec = len(ne.secs)
+	ne.secs = append(ne.secs, Section{Name: set.Section, NameOff: off, Type: elf.SHT_NOTE, Flags: elf.SHF_ALLOC, Addralign: 4})
+	ne.orig = append(ne.orig, -1)
+	ne.count = true
+	return nil
 }
 
 // renumber points every section index the file holds at the new numbering:
