@@ -60,6 +60,22 @@ func (f *File) Verify() []Problem {
 	if f.debugOnly {
 		return nil
 	}
+	loads := f.verifyLoads(add)
+	containing := func(off, n uint64) (elf.ProgHeader, bool) { return inOneLoad(loads, off, n) }
+	f.verifyHeaderOverlap(add)
+	f.verifyProgs(add, loads, containing)
+	f.verifyNotes(add, containing)
+	f.verifyDynamic(add, loads)
+	f.verifySections(add)
+	return ps
+}
+
+// problemFunc records a problem Verify finds.
+type problemFunc = func(rule, format string, args ...any)
+
+// verifyLoads checks each PT_LOAD (alignment, sizes, bounds, W+X) and
+// their order, overlap and shared pages. It returns them.
+func (f *File) verifyLoads(add problemFunc) []elf.ProgHeader {
 	h := f.Header
 	page := maxPageSize(h.Machine)
 	loads := make([]elf.ProgHeader, 0, countLoads(f.Progs))
@@ -92,20 +108,20 @@ func (f *File) Verify() []Problem {
 		if a.Vaddr < b.Vaddr+b.Memsz && b.Vaddr < a.Vaddr+a.Memsz {
 			add("load-overlap", "PT_LOADs at 0x%x and 0x%x overlap in memory", a.Vaddr, b.Vaddr)
 		} else if b.Vaddr >= a.Vaddr && alignUp(a.Vaddr+a.Filesz, minPage) > b.Vaddr/minPage*minPage {
-			// glibc maps a segment's file bytes by whole pages: a page
-			// two segments share is mapped twice, the later mapping
-			// winning, and since 2.35 an object whose first and last
-			// segments share one is refused ("ELF load command
-			// address/offset not page-aligned"). Linkers start each
-			// segment on a page of its own; 4 KiB is the smallest page.
+			// glibc maps file bytes by whole pages: a shared page is
+			// mapped twice, and since 2.35 an object whose first and last
+			// segments share one is refused. 4 KiB is the smallest page.
 			add("load-page-share", "PT_LOADs at 0x%x (file bytes to 0x%x) and 0x%x share a page", a.Vaddr, a.Vaddr+a.Filesz, b.Vaddr)
 		}
 	}
-	containing := func(off, n uint64) (elf.ProgHeader, bool) { return inOneLoad(loads, off, n) }
-	phSize := uint64(h.Phnum) * uint64(h.Phentsize)
-	// The three tables are each their own: a program header table over
-	// the ELF header (an e_phoff of 20) reads header fields as a segment,
-	// and an edit that rewrites one table rewrites the other.
+	return loads
+}
+
+// verifyHeaderOverlap checks that the ELF header, the program and section
+// header tables, and the segments an edit rewrites in place (the
+// interpreter's string, .dynamic) do not overlap: an edit that rewrites
+// one would rewrite the other.
+func (f *File) verifyHeaderOverlap(add problemFunc) {
 	tables := f.headerRanges()
 	for a := range tables {
 		for b := a + 1; b < len(tables); b++ {
@@ -114,9 +130,6 @@ func (f *File) Verify() []Problem {
 			}
 		}
 	}
-	// Nor is a segment an edit rewrites in place (the interpreter's
-	// string, .dynamic) part of one: a PT_INTERP read out of the program
-	// headers (a PT_PHDR retyped) took the new interpreter over them.
 	for _, p := range f.Progs {
 		if p.Type != elf.PT_INTERP && p.Type != elf.PT_DYNAMIC || p.Filesz == 0 || p.Off+p.Filesz < p.Off {
 			continue
@@ -128,6 +141,14 @@ func (f *File) Verify() []Problem {
 			}
 		}
 	}
+}
+
+// verifyProgs checks the program header table's place (loaded, and for
+// an executable at the first PT_LOAD's vaddr-offset: the pre-5.18
+// AT_PHDR rule) and PT_PHDR, PT_INTERP and PT_DYNAMIC.
+func (f *File) verifyProgs(add problemFunc, loads []elf.ProgHeader, containing func(off, n uint64) (elf.ProgHeader, bool)) {
+	h := f.Header
+	phSize := uint64(h.Phnum) * uint64(h.Phentsize)
 	if len(loads) > 0 && (f.dynProg >= 0 || f.interpProg >= 0) {
 		pl, ok := containing(h.Phoff, phSize)
 		switch {
@@ -158,35 +179,43 @@ func (f *File) Verify() []Problem {
 				add("interp-size", "PT_INTERP p_filesz 0x%x differs from p_memsz 0x%x", p.Filesz, p.Memsz)
 			}
 		case elf.PT_DYNAMIC:
-			pl, ok := containing(p.Off, p.Filesz)
-			if !ok {
-				add("dynamic-load", "PT_DYNAMIC at 0x%x is in no PT_LOAD", p.Off)
-			} else if pl.Flags&elf.PF_W == 0 {
-				add("dynamic-writable", "PT_DYNAMIC at 0x%x is in a read-only segment (glibc before 2.35 writes DT_DEBUG there)", p.Off)
-			}
-			if v, ok := f.offToVaddr(p.Off, p.Filesz); ok && v != p.Vaddr {
-				add("dynamic-map", "PT_DYNAMIC p_vaddr 0x%x does not map to its p_offset 0x%x", p.Vaddr, p.Off)
-			}
-			// Its slots are rewritten in place up to p_filesz: they must
-			// be the segment's and no other section's.
-			if p.Filesz != p.Memsz {
-				add("dynamic-size", "PT_DYNAMIC p_filesz 0x%x differs from p_memsz 0x%x", p.Filesz, p.Memsz)
-			}
-			for j, s := range f.Sections {
-				if i != f.dynProg {
-					break // the one the loader and the layouts use
-				}
-				if j > 0 && s.Type != elf.SHT_DYNAMIC && s.Type != elf.SHT_NOBITS && s.Type != elf.SHT_NULL && s.Size > 0 &&
-					(rng{s.Offset, s.Offset + s.Size}).overlaps(rng{p.Off, p.Off + p.Filesz}) {
-					add("dynamic-overlap", "PT_DYNAMIC (0x%x+0x%x) overlaps section %d %s", p.Off, p.Filesz, j, s.Name)
-				}
-			}
+			f.verifyDynamicSegment(add, i, p, containing)
 		}
 	}
-	f.verifyNotes(add, containing)
-	// A tag the loaders keep one value of, given twice: glibc, musl and
-	// this reader use the last entry, readelf shows each, and a tool that
-	// takes the first sees another file.
+}
+
+// verifyDynamicSegment checks PT_DYNAMIC (index i): loaded, writable,
+// mapped at its offset, and its own (its slots are rewritten in place up
+// to p_filesz).
+func (f *File) verifyDynamicSegment(add problemFunc, i int, p elf.ProgHeader, containing func(off, n uint64) (elf.ProgHeader, bool)) {
+	pl, ok := containing(p.Off, p.Filesz)
+	if !ok {
+		add("dynamic-load", "PT_DYNAMIC at 0x%x is in no PT_LOAD", p.Off)
+	} else if pl.Flags&elf.PF_W == 0 {
+		add("dynamic-writable", "PT_DYNAMIC at 0x%x is in a read-only segment (glibc before 2.35 writes DT_DEBUG there)", p.Off)
+	}
+	if v, ok := f.offToVaddr(p.Off, p.Filesz); ok && v != p.Vaddr {
+		add("dynamic-map", "PT_DYNAMIC p_vaddr 0x%x does not map to its p_offset 0x%x", p.Vaddr, p.Off)
+	}
+	if p.Filesz != p.Memsz {
+		add("dynamic-size", "PT_DYNAMIC p_filesz 0x%x differs from p_memsz 0x%x", p.Filesz, p.Memsz)
+	}
+	if i != f.dynProg {
+		return // the one the loader and the layouts use
+	}
+	for j, s := range f.Sections {
+		if j > 0 && s.Type != elf.SHT_DYNAMIC && s.Type != elf.SHT_NOBITS && s.Type != elf.SHT_NULL && s.Size > 0 &&
+			(rng{s.Offset, s.Offset + s.Size}).overlaps(rng{p.Off, p.Off + p.Filesz}) {
+			add("dynamic-overlap", "PT_DYNAMIC (0x%x+0x%x) overlaps section %d %s", p.Off, p.Filesz, j, s.Name)
+		}
+	}
+}
+
+// verifyDynamic checks .dynamic's entries: no tag the loaders keep one
+// value of given twice (glibc, musl and this reader use the last, a tool
+// that takes the first sees another file), every table address in a
+// PT_LOAD, no empty search-path entry.
+func (f *File) verifyDynamic(add problemFunc, loads []elf.ProgHeader) {
 	var seen [len(singleTags)]int
 	for _, d := range f.Dynamic[:max(f.dynLen, 0)] {
 		if k := slices.Index(singleTags[:], d.Tag); k >= 0 {
@@ -195,8 +224,6 @@ func (f *File) Verify() []Problem {
 			}
 		}
 	}
-	// Every table the loader reads through an address in .dynamic lies in
-	// a PT_LOAD's memory.
 	if len(loads) > 0 {
 		for _, tag := range pointerTags {
 			v, ok := f.dynVal(tag)
@@ -213,8 +240,6 @@ func (f *File) Verify() []Problem {
 			add("path-empty-entry", "%v %q has an empty entry (the current directory)", tag, s)
 		}
 	}
-	f.verifySections(add)
-	return ps
 }
 
 // sectionRanges returns the indices and file ranges of the non-empty
@@ -313,7 +338,7 @@ func (f *File) noteHeadersDisagree() error {
 // PT_NOTE lies in one PT_LOAD's file image at the address that PT_LOAD
 // gives it, is aligned 4 or 8, and holds whole notes; each allocated
 // SHT_NOTE section lies in a PT_NOTE.
-func (f *File) verifyNotes(add func(rule, format string, args ...any), containing func(off, n uint64) (elf.ProgHeader, bool)) {
+func (f *File) verifyNotes(add problemFunc, containing func(off, n uint64) (elf.ProgHeader, bool)) {
 	var notes []elf.ProgHeader
 	for i, p := range f.Progs {
 		if p.Type != elf.PT_NOTE || p.Filesz == 0 {
@@ -363,7 +388,7 @@ func (f *File) verifyNotes(add func(rule, format string, args ...any), containin
 	}
 }
 
-func (f *File) verifySections(add func(rule, format string, args ...any)) {
+func (f *File) verifySections(add problemFunc) {
 	h := f.Header
 	// Sections hold bytes of their own: two over the same bytes (a
 	// header whose offset was changed) are rewritten, moved or cleared
