@@ -388,8 +388,9 @@ func (f *File) verifyNotes(add problemFunc, containing func(off, n uint64) (elf.
 	}
 }
 
+// verifySections checks the section headers: no two over the same bytes,
+// names, places, and the sections of the dynamic tables.
 func (f *File) verifySections(add problemFunc) {
-	h := f.Header
 	// Sections hold bytes of their own: two over the same bytes (a
 	// header whose offset was changed) are rewritten, moved or cleared
 	// as one and read as the other. In offset order, a section overlaps
@@ -399,12 +400,17 @@ func (f *File) verifySections(add problemFunc) {
 		add("section-overlap", "sections %d %s and %d %s overlap in the file", idx[a], f.Sections[idx[a]].Name, idx[b], f.Sections[idx[b]].Name)
 		return false // one finding names the file
 	})
-	// The headers belong to no section: a section over them (a name table
-	// read out of the program headers) changes whenever they do.
-	headers := f.headerRanges()
-	// A name outside the name table, or one without its NUL, reads as
-	// nothing today and as whatever a grown copy of the table puts there
-	// tomorrow.
+	f.verifySectionNames(add)
+	f.verifySectionPlaces(add)
+	f.verifySectionTables(add)
+}
+
+// verifySectionNames checks the section name table: a string table inside
+// the file, its own bytes, every name in it with its NUL. A name outside
+// it reads as nothing today and as whatever a grown copy of the table
+// puts there tomorrow.
+func (f *File) verifySectionNames(add problemFunc) {
+	h := f.Header
 	if si := int(h.Shstrndx); si >= len(f.Sections) && len(f.Sections) > 0 {
 		add("section-name", "e_shstrndx %d is past the section header table (%d sections)", si, len(f.Sections))
 	} else if si > 0 && si < len(f.Sections) {
@@ -428,6 +434,13 @@ func (f *File) verifySections(add problemFunc) {
 			}
 		}
 	}
+}
+
+// verifySectionPlaces checks each section: inside the file, off the
+// headers (a section over them changes whenever they do), and, when
+// allocated, at the offset its segment maps its address to.
+func (f *File) verifySectionPlaces(add problemFunc) {
+	headers := f.headerRanges()
 	for i, s := range f.Sections {
 		if i == 0 || s.Type == elf.SHT_NOBITS || s.Type == elf.SHT_NULL {
 			continue
@@ -448,6 +461,11 @@ func (f *File) verifySections(add problemFunc) {
 			add("section-segment", "section %d %s at 0x%x has offset 0x%x, but its segment maps that address to 0x%x", i, s.Name, s.Addr, s.Offset, off)
 		}
 	}
+}
+
+// verifySectionTables checks that the sections of .dynamic, .interp and
+// the tables .dynamic points to are where those are.
+func (f *File) verifySectionTables(add problemFunc) {
 	if f.dynProg >= 0 {
 		p := f.Progs[f.dynProg]
 		for i, s := range f.Sections {
