@@ -199,6 +199,80 @@ func (f *File) desiredDyn(e *Edit) []dent {
 	return ents
 }
 
+// planDynamic is the edited .dynamic's entries, and whether they differ
+// from the file's. It refuses what no loader could run: a path in a
+// self-relocating file, a new string without a string table.
+func (f *File) planDynamic(e *Edit) (ents []dent, dynChanged bool, err error) {
+	if !f.IsDynamic() {
+		return nil, false, nil
+	}
+	ents = f.desiredDyn(e)
+	// glibc's static-PIE startup (_dl_relocate_static_pie) asserts
+	// that its own .dynamic has neither tag: the program would die
+	// before main. Nothing would read the path anyway.
+	_, hadRun := f.dynVal(elf.DT_RUNPATH)
+	_, hadR := f.dynVal(elf.DT_RPATH)
+	// glibc's ld.so bootstraps itself with the same code and the same
+	// assertions.
+	if k := f.Kind(); (k == KindStaticPIE || k == KindLoader) && !hadRun && !hadR &&
+		slices.ContainsFunc(ents, func(d dent) bool { return d.tag == elf.DT_RUNPATH || d.tag == elf.DT_RPATH }) {
+		what := map[Kind]string{KindStaticPIE: "static PIE", KindLoader: "dynamic loader"}[k]
+		return nil, false, fmt.Errorf("%w: a %s cannot carry DT_RUNPATH or DT_RPATH (glibc's self-relocation asserts it has none)", ErrSelfRelocating, what)
+	}
+	// A new string needs a string table for its entry to point into.
+	if _, ok := f.dynVal(elf.DT_STRTAB); !ok && slices.ContainsFunc(ents, func(d dent) bool { return d.isStr && d.changed }) {
+		return nil, false, formatErr(int64(f.Progs[f.dynProg].Off), "dynamic section has no DT_STRTAB to add strings to")
+	}
+	dynChanged = len(ents) != f.dynLen
+	for i := 0; !dynChanged && i < len(ents); i++ {
+		d := ents[i]
+		dynChanged = d.changed || d.tag != f.Dynamic[i].Tag || d.val != f.Dynamic[i].Val
+	}
+	return ents, dynChanged, nil
+}
+
+// newBuilder lays out the strings of the edited entries and the tables
+// a rename or a version change rewrites.
+func (f *File) newBuilder(e *Edit, ents []dent, ren *symbolRename, interp string, interpChanged, dynChanged bool, notes *noteChanges) (*builder, error) {
+	var sl *strLayout
+	var renOffs []uint64
+	if dynChanged {
+		var err error
+		all := ents
+		if ren != nil {
+			// The new symbol names are placed with the entries' strings.
+			all = append(slices.Clone(ents), ren.pseudo()...)
+		}
+		if sl, err = f.layoutStrings(all); err != nil {
+			return nil, err
+		}
+		if (len(sl.patches) > 0 || len(sl.tail) > 0) && f.namesInDynstr() {
+			return nil, formatErr(-1, "the section names are in the dynamic string table: changing its strings would rename sections")
+		}
+		for _, d := range all[len(ents):] {
+			renOffs = append(renOffs, d.val)
+		}
+		ents = all[:len(ents)]
+	} else {
+		sl = &strLayout{old: f.strtab, limit: uint64(len(f.strtab))}
+	}
+	b := &builder{f: f, ents: ents, sl: sl, interp: interp, interpChanged: interpChanged, dynChanged: dynChanged, notes: notes,
+		steps: make([]Step, 0, 16)} // a region plan has about a dozen
+	if vn, err := f.renamedVerneed(e, ents); err != nil {
+		return nil, err
+	} else if vn != nil {
+		b.copies = append(b.copies, vn)
+	}
+	if ren != nil {
+		t, err := f.renameTables(ren, renOffs)
+		if err != nil {
+			return nil, err
+		}
+		b.copies = append(b.copies, t...)
+	}
+	return b, nil
+}
+
 // keepFirst removes every entry with the tag but the first. A file that
 // repeats a tag the loaders keep one value of (the last) reads the same
 // to every tool once an edit has set the first and dropped the others.
@@ -288,31 +362,9 @@ func (f *File) layout(e Edit) (*Plan, error) {
 	if e.Interpreter != nil && f.interpProg < 0 {
 		return nil, ErrNoInterpreter
 	}
-	var ents []dent
-	dynChanged := false
-	if f.IsDynamic() {
-		ents = f.desiredDyn(&e)
-		// glibc's static-PIE startup (_dl_relocate_static_pie) asserts
-		// that its own .dynamic has neither tag: the program would die
-		// before main. Nothing would read the path anyway.
-		_, hadRun := f.dynVal(elf.DT_RUNPATH)
-		_, hadR := f.dynVal(elf.DT_RPATH)
-		// glibc's ld.so bootstraps itself with the same code and the same
-		// assertions.
-		if k := f.Kind(); (k == KindStaticPIE || k == KindLoader) && !hadRun && !hadR &&
-			slices.ContainsFunc(ents, func(d dent) bool { return d.tag == elf.DT_RUNPATH || d.tag == elf.DT_RPATH }) {
-			what := map[Kind]string{KindStaticPIE: "static PIE", KindLoader: "dynamic loader"}[k]
-			return nil, fmt.Errorf("%w: a %s cannot carry DT_RUNPATH or DT_RPATH (glibc's self-relocation asserts it has none)", ErrSelfRelocating, what)
-		}
-		// A new string needs a string table for its entry to point into.
-		if _, ok := f.dynVal(elf.DT_STRTAB); !ok && slices.ContainsFunc(ents, func(d dent) bool { return d.isStr && d.changed }) {
-			return nil, formatErr(int64(f.Progs[f.dynProg].Off), "dynamic section has no DT_STRTAB to add strings to")
-		}
-		dynChanged = len(ents) != f.dynLen
-		for i := 0; !dynChanged && i < len(ents); i++ {
-			d := ents[i]
-			dynChanged = d.changed || d.tag != f.Dynamic[i].Tag || d.val != f.Dynamic[i].Val
-		}
+	ents, dynChanged, err := f.planDynamic(&e)
+	if err != nil {
+		return nil, err
 	}
 	interp := f.Interp
 	if e.Interpreter != nil {
@@ -339,42 +391,18 @@ func (f *File) layout(e Edit) (*Plan, error) {
 	if !slices.ContainsFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_LOAD }) {
 		return nil, formatErr(-1, "no PT_LOAD segment")
 	}
-	var sl *strLayout
-	var renOffs []uint64
-	if dynChanged {
-		var err error
-		all := ents
-		if ren != nil {
-			// The new symbol names are placed with the entries' strings.
-			all = append(slices.Clone(ents), ren.pseudo()...)
-		}
-		if sl, err = f.layoutStrings(all); err != nil {
-			return nil, err
-		}
-		if (len(sl.patches) > 0 || len(sl.tail) > 0) && f.namesInDynstr() {
-			return nil, formatErr(-1, "the section names are in the dynamic string table: changing its strings would rename sections")
-		}
-		for _, d := range all[len(ents):] {
-			renOffs = append(renOffs, d.val)
-		}
-		ents = all[:len(ents)]
-	} else {
-		sl = &strLayout{old: f.strtab, limit: uint64(len(f.strtab))}
-	}
-	b := &builder{f: f, ents: ents, sl: sl, interp: interp, interpChanged: interpChanged, dynChanged: dynChanged, notes: notes,
-		steps: make([]Step, 0, 16)} // a region plan has about a dozen
-	if vn, err := f.renamedVerneed(&e, ents); err != nil {
+	b, err := f.newBuilder(&e, ents, ren, interp, interpChanged, dynChanged, notes)
+	if err != nil {
 		return nil, err
-	} else if vn != nil {
-		b.copies = append(b.copies, vn)
 	}
-	if ren != nil {
-		t, err := f.renameTables(ren, renOffs)
-		if err != nil {
-			return nil, err
-		}
-		b.copies = append(b.copies, t...)
-	}
+	return b.choose()
+}
+
+// choose picks the layout: the program header table as commit when notes
+// change, the region for rewritten tables, else in place, then the slack
+// after .dynstr, then the region.
+func (b *builder) choose() (*Plan, error) {
+	f, notes := b.f, b.notes
 	if notes.any() {
 		// Notes change: the commit must be the program header table (it
 		// switches PT_NOTE), so the layouts whose commit is a write of
