@@ -282,8 +282,37 @@ func (f *File) gapBlobs(k int) ([]blob, bool, bool) {
 	if !inLoad {
 		return nil, false, false
 	}
-	// Movable ranges: PT_INTERP, PT_NOTE, PT_GNU_PROPERTY and the sections
-	// .interp and SHT_NOTE. Nothing that code or relocations refer to.
+	merged := union(overlapClosure(f.movableRanges(), gap))
+	covered := func(x rng) bool {
+		return slices.ContainsFunc(merged, func(m rng) bool { return x.lo >= m.lo && x.hi <= m.hi })
+	}
+	moveSht := false
+	if h.Shoff > 0 && (rng{h.Shoff, h.Shoff + uint64(h.Shnum)*uint64(h.Shentsize)}).overlaps(gap) {
+		moveSht = true
+	}
+	for i, s := range f.Sections {
+		if i == 0 || s.Type == elf.SHT_NOBITS || s.Size == 0 {
+			continue
+		}
+		r := rng{s.Offset, s.Offset + s.Size}
+		if r.overlaps(gap) && !covered(r) {
+			return nil, false, false
+		}
+	}
+	if !f.gapIsPadding(gap, merged, moveSht) {
+		return nil, false, false
+	}
+	var out []blob
+	for _, m := range merged {
+		out = append(out, blob{lo: m.lo, hi: m.hi})
+	}
+	return out, moveSht, true
+}
+
+// movableRanges are the file ranges gapBlobs may move: PT_INTERP,
+// PT_NOTE, PT_GNU_PROPERTY and the sections movableSection allows.
+// Nothing that code or relocations refer to.
+func (f *File) movableRanges() []rng {
 	var movable []rng
 	for _, p := range f.Progs {
 		switch p.Type {
@@ -298,7 +327,12 @@ func (f *File) gapBlobs(k int) ([]blob, bool, bool) {
 			movable = append(movable, rng{s.Offset, s.Offset + s.Size})
 		}
 	}
-	// Close over overlaps, starting from what touches the gap.
+	return movable
+}
+
+// overlapClosure is the ranges of movable that overlap gap, and those
+// that overlap them, transitively.
+func overlapClosure(movable []rng, gap rng) []rng {
 	var set []rng
 	for _, m := range movable {
 		if m.overlaps(gap) {
@@ -320,46 +354,88 @@ func (f *File) gapBlobs(k int) ([]blob, bool, bool) {
 			}
 		}
 	}
-	merged := union(set)
-	covered := func(x rng) bool {
-		return slices.ContainsFunc(merged, func(m rng) bool { return x.lo >= m.lo && x.hi <= m.hi })
-	}
-	moveSht := false
-	if h.Shoff > 0 && (rng{h.Shoff, h.Shoff + uint64(h.Shnum)*uint64(h.Shentsize)}).overlaps(gap) {
-		moveSht = true
-	}
-	for i, s := range f.Sections {
-		if i == 0 || s.Type == elf.SHT_NOBITS || s.Size == 0 {
-			continue
-		}
-		r := rng{s.Offset, s.Offset + s.Size}
-		if r.overlaps(gap) && !covered(r) {
-			return nil, false, false
-		}
-	}
-	// Bytes of the gap outside every moved range and every section must be
-	// zero padding (the only evidence there is in a file without sections).
+	return set
+}
+
+// gapIsPadding reports whether the bytes of gap outside the moved ranges
+// (and the section header table, when it moves) are zero padding: the
+// only evidence there is in a file without sections.
+func (f *File) gapIsPadding(gap rng, moved []rng, moveSht bool) bool {
+	h := f.Header
 	pad, err := readAt(f.r, f.size, gap.lo, gap.hi-gap.lo, "program header gap")
 	if err != nil {
-		return nil, false, false
+		return false
 	}
 	for i, c := range pad {
 		at := gap.lo + uint64(i)
 		inSht := moveSht && at >= h.Shoff && at < h.Shoff+uint64(h.Shnum)*uint64(h.Shentsize)
-		if c != 0 && !inSht && !slices.ContainsFunc(merged, func(m rng) bool { return at >= m.lo && at < m.hi }) {
-			return nil, false, false
+		if c != 0 && !inSht && !slices.ContainsFunc(moved, func(m rng) bool { return at >= m.lo && at < m.hi }) {
+			return false
 		}
 	}
-	var out []blob
-	for _, m := range merged {
-		out = append(out, blob{lo: m.lo, hi: m.hi})
-	}
-	return out, moveSht, true
+	return true
 }
 
 // sectionMove is where a plan moves an allocated section: its old address
 // and size, and its new address.
 type sectionMove struct{ addr, size, newAddr uint64 }
+
+// symFixer changes one symbol table entry at a time for fixSymbols.
+type symFixer struct {
+	f                      *File
+	moves                  map[int]sectionMove
+	secMap                 []int
+	valOff, valLen, ndxOff int
+	dynMove                sectionMove // .dynamic's move, when hasDyn
+	hasDyn                 bool
+}
+
+// move moves the value of .symtab entry e with its section (or with
+// .dynamic, for an absolute _DYNAMIC) and reports whether it did.
+func (sf *symFixer) move(e []byte, isDynamic func([]byte) bool) bool {
+	o := sf.f.order
+	ndx := elf.SectionIndex(o.Uint16(e[sf.ndxOff:]))
+	var v uint64
+	if sf.valLen == 8 {
+		v = o.Uint64(e[sf.valOff:])
+	} else {
+		v = uint64(o.Uint32(e[sf.valOff:]))
+	}
+	mv, ok := sf.moves[int(ndx)]
+	if ndx == elf.SHN_ABS && sf.hasDyn && v == sf.dynMove.addr && isDynamic(e) {
+		mv, ok = sf.dynMove, true
+	}
+	if !ok || !(ndx < elf.SHN_LORESERVE || ndx == elf.SHN_ABS) || v < mv.addr || v-mv.addr > mv.size {
+		return false
+	}
+	if sf.valLen == 8 {
+		o.PutUint64(e[sf.valOff:], mv.newAddr+(v-mv.addr))
+	} else {
+		o.PutUint32(e[sf.valOff:], uint32(mv.newAddr+(v-mv.addr)))
+	}
+	return true
+}
+
+// renumber points entry e's st_shndx at its section's new index and
+// reports whether it changed it. A .symtab symbol whose section went (a
+// removed note) becomes absolute: tools see that rather than a symbol in
+// a wrong section.
+func (sf *symFixer) renumber(e []byte, isDynsym bool) bool {
+	o, secMap := sf.f.order, sf.secMap
+	ndx := elf.SectionIndex(o.Uint16(e[sf.ndxOff:]))
+	if secMap == nil || ndx == 0 || ndx >= elf.SHN_LORESERVE || int(ndx) >= len(secMap) || secMap[ndx] == int(ndx) {
+		return false
+	}
+	switch to := secMap[ndx]; {
+	case to >= 0:
+		o.PutUint16(e[sf.ndxOff:], uint16(to))
+	case !isDynsym:
+		o.PutUint16(e[sf.ndxOff:], uint16(elf.SHN_ABS))
+	default:
+		return false
+	}
+	return true
+}
 
 // fixSymbols moves the .symtab symbols defined in moved sections along with
 // them: section symbols, _DYNAMIC, __abi_tag and the like. Only tools read
@@ -380,16 +456,16 @@ func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dyns
 	if len(moves) == 0 && secMap == nil {
 		return nil, nil
 	}
-	es, valOff, valLen, ndxOff := uint64(sym64Size), 8, 8, 6
+	sf := &symFixer{f: f, moves: moves, secMap: secMap, valOff: 8, valLen: 8, ndxOff: 6}
+	es := uint64(sym64Size)
 	if f.Header.Class == elf.ELFCLASS32 {
-		es, valOff, valLen, ndxOff = sym32Size, 4, 4, 14
+		es, sf.valOff, sf.valLen, sf.ndxOff = sym32Size, 4, 4, 14
 	}
 	// _DYNAMIC is absolute in some links (aarch64 GNU ld): it is found by
 	// its value and name, and moves with .dynamic.
-	dynMove, hasDyn := sectionMove{}, false
 	for i, mv := range moves {
 		if f.Sections[i].Type == elf.SHT_DYNAMIC {
-			dynMove, hasDyn = mv, true
+			sf.dynMove, sf.hasDyn = mv, true
 		}
 	}
 	for _, s := range f.Sections {
@@ -441,41 +517,8 @@ func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dyns
 			}
 			for j := uint64(0); j < m; j++ {
 				e := raw[j*es : (j+1)*es]
-				changed := false
-				ndx := elf.SectionIndex(f.order.Uint16(e[ndxOff:]))
-				if !isDynsym {
-					var v uint64
-					if valLen == 8 {
-						v = f.order.Uint64(e[valOff:])
-					} else {
-						v = uint64(f.order.Uint32(e[valOff:]))
-					}
-					mv, ok := moves[int(ndx)]
-					if ndx == elf.SHN_ABS && hasDyn && v == dynMove.addr && isDynamic(e) {
-						mv, ok = dynMove, true
-					}
-					if ok && (ndx < elf.SHN_LORESERVE || ndx == elf.SHN_ABS) && v >= mv.addr && v-mv.addr <= mv.size {
-						if valLen == 8 {
-							f.order.PutUint64(e[valOff:], mv.newAddr+(v-mv.addr))
-						} else {
-							f.order.PutUint32(e[valOff:], uint32(mv.newAddr+(v-mv.addr)))
-						}
-						changed = true
-					}
-				}
-				if secMap != nil && ndx > 0 && ndx < elf.SHN_LORESERVE && int(ndx) < len(secMap) && secMap[ndx] != int(ndx) {
-					switch to := secMap[ndx]; {
-					case to >= 0:
-						f.order.PutUint16(e[ndxOff:], uint16(to))
-						changed = true
-					case !isDynsym:
-						// Its section went (a removed note): tools see an
-						// absolute symbol rather than one in a wrong section.
-						f.order.PutUint16(e[ndxOff:], uint16(elf.SHN_ABS))
-						changed = true
-					}
-				}
-				if !changed {
+				moved := !isDynsym && sf.move(e, isDynamic)
+				if renumbered := sf.renumber(e, isDynsym); !moved && !renumbered {
 					continue
 				}
 				if runLo >= 0 && (j-uint64(runHi))*es >= mergeGap {
