@@ -64,41 +64,11 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 			return fmt.Errorf("finishing the interrupted edit the file's journal records: %w", err)
 		}
 	}
-	// The old bytes of every step up to the commit, to undo them here
-	// if a later step fails, and in the journal for a run after a crash.
-	var undos []undoRec
-	for i, st := range p.Steps[:p.undoTo(len(p.Steps))+1] {
-		if st.Kind == StepTruncate || st.Off >= p.OldSize {
-			continue
-		}
-		end := min(st.Off+st.Len, p.OldSize)
-		old, ok := []byte(nil), false
-		if v, isViewer := t.(oldViewer); isViewer && p.recover == nil {
-			old, ok = v.oldBytes(st.Off, end-st.Off)
-		}
-		if !ok {
-			old = make([]byte, end-st.Off)
-			if _, err := t.ReadAt(old, st.Off); err != nil {
-				return fmt.Errorf("step %d (%s): reading old bytes: %w", i, st.What, err)
-			}
-		}
-		undos = append(undos, undoRec{st.Off, old})
+	undos, err := p.undoRecords(t)
+	if err != nil {
+		return err
 	}
-	rollback := func(cause error) error {
-		var errs []error
-		for i := len(undos) - 1; i >= 0; i-- {
-			if _, err := t.WriteAt(undos[i].old, undos[i].off); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		if err := t.Truncate(p.OldSize); err != nil {
-			errs = append(errs, err)
-		}
-		if len(errs) > 0 {
-			return fmt.Errorf("%w; restoring the original also failed: %w", cause, errors.Join(errs...))
-		}
-		return fmt.Errorf("%w (file restored)", cause)
-	}
+	rollback := func(cause error) error { return rollback(t, undos, p.OldSize, cause) }
 	journaled := n > 0 && p.needsJournal(sync)
 	if journaled {
 		jb, at := p.encodeJournal(undos), p.journalAt()
@@ -169,6 +139,49 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 		}
 	}
 	return flush()
+}
+
+// undoRecords reads the old bytes of every step up to the commit, to
+// undo them if a later step fails, and for the journal a run after a
+// crash reads.
+func (p *Plan) undoRecords(t Target) ([]undoRec, error) {
+	var undos []undoRec
+	for i, st := range p.Steps[:p.undoTo(len(p.Steps))+1] {
+		if st.Kind == StepTruncate || st.Off >= p.OldSize {
+			continue
+		}
+		end := min(st.Off+st.Len, p.OldSize)
+		old, ok := []byte(nil), false
+		if v, isViewer := t.(oldViewer); isViewer && p.recover == nil {
+			old, ok = v.oldBytes(st.Off, end-st.Off)
+		}
+		if !ok {
+			old = make([]byte, end-st.Off)
+			if _, err := t.ReadAt(old, st.Off); err != nil {
+				return nil, fmt.Errorf("step %d (%s): reading old bytes: %w", i, st.What, err)
+			}
+		}
+		undos = append(undos, undoRec{st.Off, old})
+	}
+	return undos, nil
+}
+
+// rollback writes the old bytes back and cuts the file to its old size
+// after cause stopped an edit, and returns cause saying whether that worked.
+func rollback(t Target, undos []undoRec, oldSize int64, cause error) error {
+	var errs []error
+	for i := len(undos) - 1; i >= 0; i-- {
+		if _, err := t.WriteAt(undos[i].old, undos[i].off); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := t.Truncate(oldSize); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w; restoring the original also failed: %w", cause, errors.Join(errs...))
+	}
+	return fmt.Errorf("%w (file restored)", cause)
 }
 
 // Result reads the file as it will be after the plan, without writing

@@ -416,22 +416,7 @@ func (f *File) entangled(offs map[uint64]int) map[uint64]bool {
 // tail) already in the table, else append.
 func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 	sl := &strLayout{old: f.strtab, limit: uint64(len(f.strtab))}
-	// Strings of the original dynamic section that the result no longer
-	// points to in the same way.
-	keep := map[uint64]bool{}
-	for _, d := range ents {
-		if d.isStr && !d.changed && d.origOff >= 0 {
-			keep[uint64(d.origOff)] = true
-		}
-	}
-	var dropped []uint64
-	seen := map[uint64]bool{}
-	for _, d := range f.Dynamic[:f.dynLen] {
-		if isStringTag(d.Tag) && !keep[d.Val] && !seen[d.Val] {
-			seen[d.Val] = true
-			dropped = append(dropped, d.Val)
-		}
-	}
+	keep, dropped := f.droppedStrings(ents)
 	if len(dropped) == 0 && !slices.ContainsFunc(ents, func(d dent) bool { return d.changed }) {
 		return sl, nil // nothing changes: the result is the table itself
 	}
@@ -463,12 +448,7 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 		if !refsOK {
 			return true
 		}
-		last, any := uint64(0), false
-		for _, x := range refs {
-			if x <= r.hi && (!any || x > last) { // r.hi is the NUL, shared too
-				last, any = x, true
-			}
-		}
+		last, any := lastRef(refs, r.hi) // r.hi is the NUL, shared too
 		return any && strEnd(f.strtab, last) >= r.lo
 	}
 	// Entries that replace a dropped string may take its bytes.
@@ -510,30 +490,67 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 		}
 	}
 	touched := append(slices.Clone(sl.overwrites), sl.scrub...)
-	// A table that grows moves, and its copy ends with the last string
-	// anything still references: old values that earlier edits appended are
-	// left behind, or every edit would grow the table (and the file) again.
-	limit := uint64(len(f.strtab))
-	if refsOK {
-		limit = min(limit, 1) // offset 0, the empty string
-		// The last reference that has a NUL after it ends furthest (see
-		// shared). The strings it and the others point to are the old
-		// ones: nothing overwritten or scrubbed is shared.
-		if nul := bytes.LastIndexByte(f.strtab, 0); nul >= 0 {
-			last, any := uint64(0), false
-			for _, x := range refs {
-				if x <= uint64(nul) && (!any || x > last) {
-					last, any = x, true
-				}
-			}
-			if any {
-				limit = max(limit, strEnd(f.strtab, last)+1)
-			}
-		}
-		for _, r := range sl.overwrites {
-			limit = max(limit, r.hi+1)
+	f.appendStrings(sl, ents, f.keptLimit(refs, refsOK, sl.overwrites), touched)
+	return sl, nil
+}
+
+// droppedStrings are the offsets of the strings of the original dynamic
+// section that the result no longer points to in the same way, and the
+// offsets of those it keeps.
+func (f *File) droppedStrings(ents []dent) (keep map[uint64]bool, dropped []uint64) {
+	keep = map[uint64]bool{}
+	for _, d := range ents {
+		if d.isStr && !d.changed && d.origOff >= 0 {
+			keep[uint64(d.origOff)] = true
 		}
 	}
+	seen := map[uint64]bool{}
+	for _, d := range f.Dynamic[:f.dynLen] {
+		if isStringTag(d.Tag) && !keep[d.Val] && !seen[d.Val] {
+			seen[d.Val] = true
+			dropped = append(dropped, d.Val)
+		}
+	}
+	return keep, dropped
+}
+
+// lastRef is the last of refs at or before hi, if any.
+func lastRef(refs []uint64, hi uint64) (last uint64, any bool) {
+	for _, x := range refs {
+		if x <= hi && (!any || x > last) {
+			last, any = x, true
+		}
+	}
+	return last, any
+}
+
+// keptLimit is where a moved copy of the table ends: with the last string
+// anything still references, so that old values earlier edits appended
+// are left behind (or every edit would grow the table again). Without
+// the references (refsOK false) it is the whole table.
+func (f *File) keptLimit(refs []uint64, refsOK bool, overwrites []rng) uint64 {
+	limit := uint64(len(f.strtab))
+	if !refsOK {
+		return limit
+	}
+	limit = min(limit, 1) // offset 0, the empty string
+	// The last reference that has a NUL after it ends furthest (see
+	// shared); nothing overwritten or scrubbed is shared.
+	if nul := bytes.LastIndexByte(f.strtab, 0); nul >= 0 {
+		if last, any := lastRef(refs, uint64(nul)); any {
+			limit = max(limit, strEnd(f.strtab, last)+1)
+		}
+	}
+	for _, r := range overwrites {
+		limit = max(limit, r.hi+1)
+	}
+	return limit
+}
+
+// appendStrings gives each changed entry left an offset: a string
+// already appended, one in the table below limit outside touched, else
+// a new one at the end (the table then grows, cut at limit).
+func (f *File) appendStrings(sl *strLayout, ents []dent, limit uint64, touched []rng) {
 	appended := map[string]uint64{}
 	for i := range ents {
 		d := &ents[i]
@@ -556,7 +573,6 @@ func (f *File) layoutStrings(ents []dent) (*strLayout, error) {
 		sl.tail = append(append(sl.tail, d.str...), 0)
 		sl.grown = true
 	}
-	return sl, nil
 }
 
 // findString finds s followed by NUL in tab, outside the ranges that change.
