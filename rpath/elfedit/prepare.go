@@ -21,24 +21,11 @@ import (
 // the plan made again would be the same: reusing it skips the work, not
 // a check.
 
-// Checking every byte costs a second read of each of them and two
-// hashes: on this machine's /usr/lib and /usr/bin (1,225 files), the main
-// job read 288 MB where `cudapatch print` reads 127 MB, and the check took
-// about 15% of the run's CPU (pprof). The kernel already says whether a
-// file has changed. Every write to a file and every change of its
-// metadata sets its status change time (ctime), which no system call
-// sets back (a clock that jumps back can; a ctime ahead of the clock is
-// never settled), so a file that reads, at the write,
-// with the device, inode, size, mtime and ctime it had when it was read
-// holds the same bytes, provided that the ctime was older than the read
-// by more than the kernel's stamps are coarse: otherwise a write right
-// after the read may carry the same ctime (the case git calls "racily
-// clean"). For such a settled file a fingerprint keeps the file's
-// identity and a hash of only the bytes the write takes from the file
-// (its pieces' sources and the old bytes it keeps for undo), which
-// EditFile reads, the only bytes it reads, and compares. A file changed
-// too recently is fingerprinted by every byte, as before. On that tree:
-// 198 MB read, and 4% less CPU and wall time (bench/SMALL-FILES.md).
+// A settled file (its ctime older than the read by more than the
+// kernel's stamps are coarse) that still has the identity it had when it
+// was read holds the same bytes: every write sets ctime. Its fingerprint
+// hashes only the bytes the write takes from the file; any other file's
+// hashes every byte read. Why, and what it saves: bench/ENGINE.md.
 
 // Settling times (see fileIdent.settled): a ctime with nanoseconds is
 // stamped from the kernel's coarse clock (a tick behind, 10 ms at most)

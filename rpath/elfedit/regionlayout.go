@@ -300,7 +300,7 @@ func stackTables(rel, interpLen, dynLen, dynAlign, strLen uint64, interp, dyn, s
 // region. An ET_EXEC file takes the copy in any case, so that a section
 // follows the tables the region holds: patchelf's rewriter for
 // executables aborts when the last section it replaces is the last one
-// (docs/patchelf-suite.md).
+// (bench/ENGINE.md).
 func (b *builder) layoutTail(L *regionLayout) error {
 	f, h, live, ne := b.f, b.f.Header, b.f.region, b.ne
 	if ne != nil && ne.shstr != nil {

@@ -13,33 +13,11 @@ import (
 // e_shstrndx and the symbol tables with pos (pos[j] is the new index of
 // secs[j]).
 //
-// A region moves .interp and notes out of the program header table's way
-// to the end of the file, and their headers would keep their low indices.
-// patchelf up to 0.18 (nixpkgs' stdenv, Debian's 0.14.3) makes room for
-// its own program header by walking the section headers in index order
-// while they lie below the grown table, and stops at the first one that
-// does not: at the moved .interp, leaving .gnu.hash under the grown table,
-// which it overwrites ("_dl_setup_hash: Assertion ... failed" at the next
-// start). Sorted headers keep a later patchelf run safe.
-//
-// Sorting costs more than the headers, though: every symbol's st_shndx
-// after the first moved section changes, so the whole of .dynsym and
-// .symtab is read and written again (megabytes in LLVM). Headers whose
-// disorder lies wholly above that walk's end (walkStopsShort) keep their
-// order: a moved .dynstr or .dynamic when the table itself moved, or when
-// nothing before them moved. Those are the disorders patchelf's walk
-// cannot trip on, and patchelf sorts the headers itself when it writes.
-//
-// The walk is rewriteSectionsLibrary's, the way patchelf takes ET_DYN
-// files (libraries and position-independent executables). An ET_EXEC file
-// goes through rewriteSectionsExecutable, which in every release since 0.9
-// sorts the headers itself (by offset, renumbering sh_link, sh_info,
-// e_shstrndx and, when it writes, every st_shndx by section name) before
-// it looks at them, so its headers keep their order whatever moved: for a
-// non-PIE executable such as node, sorting rewrote 4.4 MB of symbol tables
-// for nothing. (patchelf --no-sort, from 0.15, skips that sort as it
-// would for a linker's unsorted output: tried by hand with 0.18.0 on the
-// fixtures' non-PIE executables, which run afterwards.)
+// Without the sort, a later patchelf run (up to 0.18) that walks the
+// headers in index order would overwrite a table left under its grown
+// program header table. Disorders that walk cannot trip on
+// (walkStopsShort), and ET_EXEC files, which patchelf sorts itself, keep
+// their order: sorting rewrites every st_shndx (history: bench/ENGINE.md).
 //
 // ok is false when nothing is out of order or the disorder is no danger
 // (an ET_EXEC file, or walkStopsShort finds neither, and a sort would then
