@@ -7,24 +7,14 @@ import (
 	"syscall"
 )
 
-// A tree is written only when every file of it can be, and a file is
-// written only over the bytes it was planned from. A Claim holds a file
-// for that from its planning to the end of its write: the file opened for
-// writing (so a file the user may not write fails while deciding, before
-// anything is written) and locked with flock(LOCK_EX|LOCK_NB), so a
-// second run, or any writer that takes the lock, fails on it instead of
-// interleaving; and the file's identity (device, inode, size, mtime,
-// ctime) when it was read, checked again on the descriptor before the
-// first byte is written. A writer that takes no lock (an O_APPEND logger)
-// is caught by that check, and by the size checks around every write that
-// extends the file (guarded): the region is appended with O_APPEND, so it
-// can never overwrite bytes another process appended.
-//
-// flock, not fcntl locks: an fcntl (POSIX) lock is dropped when the
-// process closes any descriptor of the file, which the index's own reads
-// do; OFD locks would do, but flock is what flock(1) and most tools take,
-// and on Linux both work on local file systems and NFS (flock emulated
-// with a byte-range lock there).
+// A tree is written only when every file of it can be, and a file only
+// over the bytes it was planned from. A Claim holds a file from its
+// planning to the end of its write: opened for writing (a file the user
+// may not write fails while deciding), locked with flock(LOCK_EX|LOCK_NB)
+// so a second run fails instead of interleaving, and its identity
+// (device, inode, size, mtime, ctime) checked again before the first
+// byte is written. A writer that takes no lock is caught by that check
+// and by the size checks around every appending write (guarded).
 
 // ErrLocked means another process holds the file's lock: another run of
 // cudapatch, or a tool that locks what it writes.

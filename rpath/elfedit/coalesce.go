@@ -91,21 +91,13 @@ func (f *File) near(dirty []rng, end, off int64) bool {
 }
 
 // joinCommit merges into the commit the hygiene writes that follow it in
-// the file, touching it or near it (as merge counts near), in one write
-// from the commit's first byte: on a tree of small files, most plans clear
-// the old interpreter or string table right after the program header
-// table the commit writes, a system call of its own.
-//
-// The order the steps keep is what makes a plan crash-safe, and the joined
-// write keeps it: a write is copied into the file in order, and a process
-// killed in the middle of one leaves a prefix of it (the kernel stops
-// between pages), so the commit's bytes, first, are in place before any
-// clearing they make safe. A write that fails rolls the file back, as a
-// failed commit did. Hygiene before the commit in the file stays a write
-// of its own: its prefix would clear bytes the old headers still use.
-// Against a power loss, which may write back the pages of one write in any
-// order, Apply with sync writes the two parts apart with a flush between
-// them (Step.head).
+// the file, touching it or near it, in one write from the commit's first
+// byte (most small files' plans clear the old interpreter or string table
+// right after the header table the commit writes). The order stays
+// crash-safe: a killed write leaves a prefix, so the commit's bytes land
+// before the clearing they make safe. Hygiene before the commit stays a
+// write of its own; against a power loss, Apply with sync writes the two
+// parts apart with a flush between them (Step.head).
 func (f *File) joinCommit(steps []Step, dirty []rng) []Step {
 	ci := slices.IndexFunc(steps, func(s Step) bool { return s.Kind == StepCommit })
 	if ci < 0 {

@@ -9,24 +9,15 @@ import (
 	"sort"
 )
 
-// A prepared plan (Prepare) waits for the write phase while every other
-// file of the tree is planned, so what it holds is live all that time.
-// Most of what a plan writes is bytes the file already has: the moved
-// tables of a region are the old tables (the string table with a few
-// names appended), a renumbered symbol table differs from the old one in
-// a byte or two of each symbol, a rewritten header table in a few fields,
-// and the rest is zeros. Holding copies of all that kept only a few
-// hundred small files' plans under the run's budget; the others were
-// read, planned and verified a second time when written. A detached plan
-// instead holds, for each step, pieces: the file's own bytes by offset
-// (with the few bytes that differ), zeros, and only what is new as bytes
-// of its own. EditFile rebuilds the steps from the bytes it reads again
-// to check the fingerprint, which are those the plan was made from.
-//
-// The pieces are found by comparison, not trusted: a candidate source
-// (the same offset, or one a layout names with a hint) is used only for
-// the bytes it is equal to, so a wrong hint costs memory, never a byte of
-// the result.
+// A prepared plan (Prepare) is held while the rest of the tree is
+// planned, and most of what it writes is bytes the file already has
+// (moved tables, symbols renumbered by a byte or two, zeros). A detached
+// plan holds each step as pieces: the file's own bytes by offset (with
+// the few that differ), zeros, and only what is new as bytes of its own;
+// EditFile rebuilds the steps from the bytes it reads again for the
+// fingerprint. A candidate source (the same offset, or a layout's hint)
+// is used only for the bytes it equals: a wrong hint costs memory, never
+// a byte of the result.
 
 // srcHint says that a plan writes, at file offset out, n bytes laid out
 // as a copy of the original file's bytes at src (a moved table): where a

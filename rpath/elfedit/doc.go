@@ -29,28 +29,13 @@
 //
 // [File.Notes] reads the ELF notes: those of the PT_NOTE segments (what the
 // loaders see) and those of SHT_NOTE sections no PT_NOTE covers. An [Edit]
-// may write one ([Edit.SetNote]), remove some ([Edit.RemoveNotes]), and name
-// the notes derived from DT_NEEDED, the search path and the interpreter
-// ([Edit.Derived], a loader's resolution cache), which every edit that
-// changes those removes unless it writes a fresh one. A written note goes
-// into the region, covered by a PT_NOTE: 12-byte header, name and
-// descriptor each padded to 4, n_descsz the exact descriptor length; with a
-// SHT_NOTE, SHF_ALLOC section header of the requested name when the file
-// has section headers (its name added to a copy of .shstrtab in the
-// region's unloaded tail, the grown section header table after it). The
-// program header table grows by the PT_LOAD and the PT_NOTE on a first
-// edit (moving .interp, notes and dynamic tables out of the way as for any
-// region; a 4-aligned linker PT_NOTE moved just before the note is
-// extended over it instead, one entry less), and a later edit rebuilds the
-// region's notes in the next region (no growth). A removed note leaves
-// every PT_NOTE (which shrinks, splits around it, or goes with a PT_LOAD
-// that mapped only it: patchelf master's layout) and its section header
-// (later sections renumbered in sh_link, sh_info, e_shstrndx and st_shndx),
-// and its bytes are zeroed after the commit. The switch is, as for any
-// edit, the one write of the ELF header and program header table, so a
-// note and the RUNPATH it was computed from change together: an edit that
-// would otherwise commit with a write of .dynamic or .dynstr takes the
-// region layout when notes change.
+// may write one ([Edit.SetNote]) into the region, under a PT_NOTE and a
+// SHT_NOTE section of the requested name; remove some ([Edit.RemoveNotes]),
+// their bytes zeroed; and name the notes derived from DT_NEEDED, the search
+// path and the interpreter ([Edit.Derived], a loader's resolution cache),
+// which every edit that changes those removes unless it writes a fresh one.
+// A note and the RUNPATH it was computed from change in the same commit
+// (notelayout.go).
 //
 // # Crash safety
 //

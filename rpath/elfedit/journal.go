@@ -9,26 +9,17 @@ import (
 	"io"
 )
 
-// A plan of more than one write leaves, if the process dies between two
-// of them, a file that loads as the original or the result but that the
-// file alone does not tell apart from either: section headers or a first
-// PT_LOAD already describing a layout not yet committed, a region nothing
-// maps yet, old strings (store paths) not yet cleared after the commit.
-// An edit run again on it would plan from those bytes: a second region,
-// symbols moved twice, or, after the commit, nothing at all, the old
-// store path left in the file for good.
-//
-// So before its first write such a plan appends a journal past the end
-// of both the old and the new file: the commit's own bytes, the old
-// bytes of every range it writes up to the commit (undo), and what it
-// writes after the commit (redo), ending in a trailer with a checksum.
-// Its last step cuts the file to its new size, and the journal with it.
-// A file that ends in a journal is read (NewFile) as it is once the
-// interrupted edit is finished or undone: forward when the commit's bytes
-// are in place, back otherwise. Any plan made from it first writes that
-// state (Plan.recover), then its own steps. The bytes of a finished run,
-// and of a run after an interrupted one, are those of one clean run: the
-// journal never outlives the write that made it.
+// A plan of more than one write, killed between two of them, leaves a
+// file that loads as the original or the result but that an edit run
+// again would plan from wrongly (a second region, symbols moved twice, an
+// old store path never cleared). So before its first write such a plan
+// appends a journal past the end of the old and the new file: the
+// commit's bytes, the old bytes of every range written up to the commit
+// (undo), what is written after it (redo), and a checksummed trailer. Its
+// last step cuts the journal away. NewFile reads a file that ends in one
+// as the interrupted edit leaves it, finished when the commit's bytes are
+// in place, else undone, and every plan made from it writes that state
+// first (Plan.recover).
 
 // journalMagic ends a journal: the last eight bytes of a file whose edit
 // was interrupted.

@@ -7,26 +7,15 @@ import (
 	"slices"
 )
 
-// A note edit changes headers only, plus at most one region:
-//
-//   - a note that goes is taken out of every PT_NOTE that covers it: the
-//     PT_NOTE shrinks, splits around it (one more program header), or goes
-//     when nothing else is left in it, together with a PT_LOAD that maps
-//     nothing but that note (patchelf's layout: one page-aligned PT_LOAD
-//     and one PT_NOTE per note). Its SHT_NOTE section header goes (the
-//     later ones are renumbered: sh_link, sh_info, e_shstrndx, st_shndx in
-//     .symtab and .dynsym) or shrinks when the section holds other notes
-//     too. Its bytes are zeroed after the commit: a dead "=/nix/store/..."
-//     would keep a store path in the closure.
-//   - a note that is written goes into the region's note area, after the
-//     moved tables, covered by one PT_NOTE (p_align 4). Notes an earlier
-//     edit put there are copied into the next region with it. Its section
-//     header is added at the end of the table (which then moves into the
-//     region's unloaded tail) with its name added to a copy of .shstrtab
-//     there, or an existing header of the same name is reused.
-//
-// Every loader-visible change is in the program header table, so the commit
-// is the same single write as for any other edit.
+// A note edit changes headers only, plus at most one region. A note that
+// goes leaves every PT_NOTE that covers it (which shrinks, splits around
+// it, or goes with a PT_LOAD that maps only it: patchelf's layout) and
+// its SHT_NOTE header (which goes, renumbering the later ones, or
+// shrinks), and its bytes are zeroed after the commit. A note that is
+// written goes into the region's note area, under one PT_NOTE, with a
+// section header added at the end of the table (its name in a copy of
+// .shstrtab) or reused. The commit is the program header table's write,
+// as for any other edit.
 
 // areaNote is one note of the region's note area.
 type areaNote struct {

@@ -76,20 +76,13 @@ type fingerprint struct {
 
 // Prepare plans e as Plan does and, when it can, detaches the plan from
 // the file for a later write: when the file was read through a read cache
-// (Open, Buffers.Open) that still holds every byte it read, the planned
-// result is verified as EditFile verifies it before writing, and, if keep
-// (nil keeps all) accepts the bytes the plan would hold (HeldBytes), the
-// plan keeps what it writes as pieces (the file's own bytes by offset,
-// zeros, and only what is new as bytes of its own: detach.go) and a
-// fingerprint of what it was made from. The file may then be closed, and
-// EditFile with Options.Prepared writes the plan without planning or
-// verifying again as long as the file still reads the same. Otherwise (a
-// table larger than the cache, a file not read through one, a plan keep
-// refuses) the plan is returned as Plan returns it, tied to the file, and
-// EditFile plans and verifies afresh; a refused plan is verified all the
-// same. keep is asked first with 0, before the plan is detached: a keep
-// that refuses that (nothing may be kept: a dry run, a spent budget) is
-// not asked again, and costs no detaching.
+// that still holds every byte it read, the result is verified as EditFile
+// verifies it, and, if keep (nil keeps all) accepts the bytes the plan
+// would hold (HeldBytes), the plan keeps its writes as pieces (detach.go)
+// and a fingerprint of what it was made from. EditFile with
+// Options.Prepared then writes it without planning again while the file
+// reads the same. Otherwise the plan is returned tied to the file. keep is
+// asked first with 0: a keep that refuses that is not asked again.
 func (f *File) Prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
 	p, err := f.Plan(e)
 	if err != nil || p.IsNoOp() {

@@ -77,21 +77,14 @@ func (r *symbolRename) pseudo() []dent {
 	return out
 }
 
-// tables returns the rewritten dynamic symbol table (st_name of the
+// renameTables returns the rewritten dynamic symbol table (st_name of the
 // renamed symbols at offs, their new names' offsets) and the hash tables
-// rebuilt for the new names: the loaders find a symbol through its name's
-// hash, so both tables change with the names. The symbols keep their
-// order, so nothing that refers to them by index (relocations,
-// .gnu.version) changes.
-//
-// DT_HASH keeps its bucket count. DT_GNU_HASH requires the symbols after
-// symoffset to be sorted by bucket, which new names would break; it is
-// rebuilt with one bucket (and its Bloom filter recomputed, so lookups of
-// names the object does not define still stop there), which any order
-// satisfies. Lookups of defined names then walk the chain, O(symbols)
-// integer compares each; keeping the buckets would mean reordering
-// .dynsym and rewriting every relocation and .gnu.version, as patchelf
-// does.
+// rebuilt for the new names. The symbols keep their order, so nothing that
+// refers to them by index changes. DT_HASH keeps its bucket count;
+// DT_GNU_HASH, whose buckets need the symbols sorted, is rebuilt with one
+// bucket (its Bloom filter recomputed): any order satisfies it, at the
+// price of a chain walk per lookup, where keeping the buckets would mean
+// reordering .dynsym and every relocation, as patchelf does.
 func (f *File) renameTables(r *symbolRename, offs []uint64) ([]*tableCopy, error) {
 	o := f.order
 	names := slices.Clone(r.names)

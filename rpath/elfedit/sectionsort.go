@@ -7,23 +7,14 @@ import (
 )
 
 // sortSections puts the section headers of a laid-out region edit in file
-// offset order, as linkers write them and as patchelf keeps them, when a
-// later patchelf run needs it, and renumbers what names a section by
-// index: sh_link, and sh_info where it names one. The caller renumbers
-// e_shstrndx and the symbol tables with pos (pos[j] is the new index of
-// secs[j]).
-//
-// Without the sort, a later patchelf run (up to 0.18) that walks the
-// headers in index order would overwrite a table left under its grown
-// program header table. Disorders that walk cannot trip on
-// (walkStopsShort), and ET_EXEC files, which patchelf sorts itself, keep
-// their order: sorting rewrites every st_shndx (history: bench/ENGINE.md).
-//
-// ok is false when nothing is out of order or the disorder is no danger
-// (an ET_EXEC file, or walkStopsShort finds neither, and a sort would then
-// be the identity), or when the file holds section indices elfedit does
-// not renumber (SHT_SYMTAB_SHNDX, SHT_GROUP, extended numbering): those
-// files keep their order.
+// offset order, as linkers write them, and renumbers sh_link and sh_info;
+// the caller renumbers e_shstrndx and the symbol tables with pos (pos[j]
+// is the new index of secs[j]). Unsorted, a later patchelf run (up to
+// 0.18) could overwrite a table left under its grown program header table
+// (bench/ENGINE.md). ok is false when the disorder is no danger (an
+// ET_EXEC file, which patchelf sorts itself, or one walkStopsShort finds
+// harmless), or when the file holds section indices elfedit does not
+// renumber (SHT_SYMTAB_SHNDX, SHT_GROUP, extended numbering).
 func (f *File) sortSections(secs []Section, phnum int) (sorted []Section, pos []int, ok bool) {
 	if f.Header.Type == elf.ET_EXEC || !walkStopsShort(secs, uint64(len(f.rawEhdr)), uint64(f.phdrSize()), phnum) {
 		return nil, nil, false
