@@ -24,9 +24,13 @@ const goldenPath = "testdata/fuzz-outputs.golden"
 
 // TestFuzzCorpusOutputs pins the bytes every edit writes: each committed
 // fuzz input (FuzzEdit's with its own arguments and with each of
-// editSeeds, FuzzRead's with each of editSeeds, and fixed mutations of
-// FuzzRead's) is planned and applied as FuzzEdit does, and the SHA-256 of
-// the result, or the error, must match testdata/fuzz-outputs.golden.
+// editSeeds, FuzzRead's with each of editSeeds, every field combination
+// and fixed mutations) is planned and applied as FuzzEdit does, and the
+// SHA-256 of the result, or the error, must match
+// testdata/fuzz-outputs.golden. FuzzRead's inputs include real fixtures
+// (fx-*: non-PIE executables of bfd, lld and mold, gold, DT_RPATH, armhf,
+// riscv64), committed so that the golden does not depend on the fixture
+// cache's toolchains.
 // A refactoring of the engine must leave this file unchanged; -update
 // rewrites it when a change of output is meant.
 func TestFuzzCorpusOutputs(t *testing.T) {
