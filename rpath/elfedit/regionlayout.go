@@ -42,6 +42,8 @@ type regionLayout struct {
 
 	off, vaddr uint64 // where the region goes
 	atEnd      bool   // the live region ends the file
+
+	strAddr, strSize uint64 // the string table .dynamic gives
 }
 
 // reloc is where file offset o lands in the region, if a blob moves it.
@@ -96,6 +98,7 @@ func (b *builder) decideRegion(phdrIn bool) (L *regionLayout, ok bool, err error
 		return nil, false, err
 	}
 	b.relocateProgs(L)
+	b.repointDynamic(L)
 	return L, true, nil
 }
 

@@ -172,6 +172,35 @@ func (b *builder) relocateProgs(L *regionLayout) {
 	L.progs[L.loadAt] = elf.ProgHeader{Type: elf.PT_LOAD, Flags: flags, Off: off, Vaddr: vaddr, Paddr: vaddr, Filesz: L.segSize, Memsz: L.segSize, Align: maxPageSize(b.f.Header.Machine)}
 }
 
+// repointDynamic points the entries of a .dynamic that moves at the
+// tables that moved with the blobs and at the rewritten tables, and
+// decides the string table's address and size .dynamic gives.
+func (b *builder) repointDynamic(L *regionLayout) {
+	f := b.f
+	L.strAddr, L.strSize = f.strAddr, uint64(len(f.strtab))
+	if L.moveStr {
+		L.strAddr, L.strSize = L.vaddr+L.strRel, b.sl.size()
+	}
+	if !L.moveDyn {
+		return
+	}
+	for i, d := range b.ents {
+		if r, ok := L.blobAddr(f, d.val); ok && addrTags[d.tag] && d.tag != elf.DT_STRTAB {
+			b.ents[i].val = L.vaddr + r
+		}
+	}
+	if r, ok := L.blobAddr(f, f.strAddr); ok && !L.moveStr {
+		L.strAddr = L.vaddr + r
+	}
+	for k, c := range b.copies {
+		for i, d := range b.ents {
+			if d.tag == c.tag {
+				b.ents[i].val = L.vaddr + L.copyRel[k]
+			}
+		}
+	}
+}
+
 // sectionLayout is where the section headers go: the final table, the
 // file's index of each of its headers (-1 for a new one), the old index
 // to new map when they were renumbered, and the allocated sections whose

@@ -1,7 +1,6 @@
 package elfedit
 
 import (
-	"debug/elf"
 	"slices"
 )
 
@@ -61,8 +60,8 @@ func (b *builder) readCarried(L *regionLayout) ([]byte, error) {
 	return buf, nil
 }
 
-// fillRegion writes what the region holds into buf, repointing .dynamic
-// at the moved tables, and clears the dead copies that came with the
+// fillRegion writes what the region holds into buf and clears the dead
+// copies that came with the
 // blobs: of a replaced interpreter or string table (a replaced loader's
 // store path would stay in the file and its closure), of removed notes.
 // It returns the removed notes outside the blobs, to be zeroed in place.
@@ -99,29 +98,14 @@ func (b *builder) fillRegion(L *regionLayout, buf []byte) (zero []rng) {
 	if L.moveInterp {
 		copy(buf[L.interpRel:], b.interp)
 	}
-	strAddr, strSize := f.strAddr, uint64(len(f.strtab))
 	if L.moveStr {
 		b.sl.copyTo(buf[L.strRel : L.strRel+b.sl.size()])
-		strAddr, strSize = L.vaddr+L.strRel, b.sl.size()
 	}
 	if L.moveDyn {
-		for i, d := range b.ents {
-			if r, ok := L.blobAddr(f, d.val); ok && addrTags[d.tag] && d.tag != elf.DT_STRTAB {
-				b.ents[i].val = L.vaddr + r
-			}
-		}
-		if r, ok := L.blobAddr(f, f.strAddr); ok && !L.moveStr {
-			strAddr = L.vaddr + r
-		}
 		for k, c := range b.copies {
 			copy(buf[L.copyRel[k]:], c.data)
-			for i, d := range b.ents {
-				if d.tag == c.tag {
-					b.ents[i].val = L.vaddr + L.copyRel[k]
-				}
-			}
 		}
-		copy(buf[L.dynRel:], b.dynBytes(strAddr, strSize, L.dynSlots))
+		copy(buf[L.dynRel:], b.dynBytes(L.strAddr, L.strSize, L.dynSlots))
 	}
 	if L.noteAt >= 0 {
 		for a, n := range b.ne.area {
