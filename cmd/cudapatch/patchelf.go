@@ -7,11 +7,11 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/cudapatch/cudapatch/rpath/patchelf"
+	"github.com/cudapatch/cudapatch/internal/patchelf"
 )
 
 // This file is the drop-in patchelf: `cudapatch patchelf ARGS…`, or the
-// binary installed under the name "patchelf" (rpath/patchelf does the
+// binary installed under the name "patchelf" (internal/patchelf does the
 // work). It takes patchelf master's command line and copies its observable
 // behaviour: what is printed, in which order, the error messages and the
 // exit codes, so that build scripts written against patchelf (nixpkgs'
@@ -94,7 +94,7 @@ func patchelfHelp() string {
 	return out.String()
 }
 
-// patchelfMain runs the drop-in patchelf (rpath/patchelf) with the
+// patchelfMain runs the drop-in patchelf (internal/patchelf) with the
 // arguments after the program name and returns its exit code.
 func patchelfMain(args []string, stdout, stderr io.Writer) int {
 	return patchelf.Main(args, stdout, stderr)

@@ -48,7 +48,7 @@ func TestLayers(t *testing.T) {
 		// The drop-in patchelf: its command line and messages, edits through
 		// elfedit, and what it shares with the main job (shrink-rpath, the
 		// resolution-cache rules) through rpath.
-		{"rpath/patchelf", []string{module + "/rpath"}},
+		{"internal/patchelf", []string{module + "/rpath"}},
 		// Lint builds on the policy and the loader simulation.
 		{"rpath/lint", []string{module + "/rpath", "github.com/bmatcuk/doublestar/v4"}},
 	}
