@@ -303,11 +303,6 @@ func WithIgnoreMissing(patterns ...string) Option {
 	}
 }
 
-// WithDriverLibraries replaces the fnmatch patterns of driver libraries.
-func WithDriverLibraries(patterns ...string) Option {
-	return func(c *config) error { c.driverLibs = newDriverMatcher(patterns); return nil }
-}
-
 // WithBuildDirs sets the directories no RUNPATH entry may point into (the
 // default is /build, the Nix sandbox's build directory; the CLI adds
 // $NIX_BUILD_TOP and $TMPDIR inside a Nix build).

@@ -58,11 +58,6 @@ type System struct {
 	Machine elf.Machine `json:"-"`
 }
 
-// Host returns the System of this machine, with the given LD_LIBRARY_PATH.
-func Host(ldLibraryPath string) System {
-	return System{Proc: "/proc", Sys: "/sys", DriverLink: rpath.DefaultDriverLink, LDLibraryPath: ldLibraryPath}
-}
-
 // Status grades a check.
 type Status string
 
