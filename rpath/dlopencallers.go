@@ -176,7 +176,7 @@ func (c *config) readHolder(out *File, ix resolver) error {
 			dep, err = c.resolveVersioned(dep, ix, class, machine, osabi)
 		}
 		if err != nil {
-			return fileError(out.Path, err.Error())
+			return fileError(out.Path, err)
 		}
 		switch dep.How {
 		case HowMissing:

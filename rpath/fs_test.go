@@ -19,6 +19,7 @@ import (
 
 	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
 )
 
 // Filesystem edges of the main job, on real runnable fixtures
@@ -328,6 +329,12 @@ func TestHardLinkRefused(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), fx.Exe+": ") || !strings.Contains(err.Error(), "hard link") {
 		t.Errorf("error %q does not name %s and its hard links", err, fx.Exe)
+	}
+	if !errors.Is(err, elfedit.ErrHardLinks) {
+		t.Errorf("error %q does not wrap elfedit.ErrHardLinks", err)
+	}
+	if f := fileOf(rep, fx.Exe); f == nil || len(f.Errors) != 1 || f.Errors[0].Kind != rpath.ErrorHardLinks {
+		t.Errorf("%s: errors %v, want one of kind %v", fx.Exe, f, rpath.ErrorHardLinks)
 	}
 	if rep == nil || rep.Written {
 		t.Errorf("report says the tree was written")

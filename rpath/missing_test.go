@@ -212,7 +212,7 @@ func TestAuditErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), tr.p(c.file)) || !strings.Contains(err.Error(), `"`+tr.x(c.entry)+`"`) {
 				t.Errorf("error %q does not name %s and %q", err, c.file, tr.x(c.entry))
 			}
-			if errs := tr.file(rep, c.file).Errors; len(errs) == 0 || !strings.Contains(errs[0], tr.x(c.entry)) {
+			if errs := tr.file(rep, c.file).Errors; len(errs) == 0 || !strings.Contains(errs[0].Error(), tr.x(c.entry)) || errs[0].Kind != rpath.ErrorAudit {
 				t.Errorf("%s: errors %q", c.file, errs)
 			}
 			if rep.Written {

@@ -6,7 +6,6 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -109,7 +108,7 @@ type File struct {
 	Changed         bool             `json:"changed"`
 	Strategy        elfedit.Strategy `json:"strategy,omitempty"`
 	Written         int64            `json:"bytes_written,omitempty"`
-	Errors          []string         `json:"errors,omitempty"`
+	Errors          []FileError      `json:"errors,omitempty"`
 	// DlopenError says why the names of dlopen discovery could not all be
 	// read; the file is patched with those read before it.
 	DlopenError string `json:"dlopen_error,omitempty"`
@@ -305,7 +304,7 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 		reused := res != nil && f.plan != nil && res.Plan == f.plan
 		f.plan = nil
 		if err != nil {
-			f.Errors = append(f.Errors, errMsg(f.Path, err))
+			f.addError(ErrorWrite, withoutPath(f.Path, err))
 			wmu.Lock()
 			werrs = append(werrs, err)
 			rep.Changed--
@@ -569,7 +568,8 @@ func (c *config) interpreterTarget() *Target {
 func (c *config) decideSafe(fd found, ix resolver, t *Target, held bool, inherit []Dep) (out *File) {
 	defer func() {
 		if r := recover(); r != nil {
-			out = &File{Path: fd.path, Root: fd.root, Errors: []string{fmt.Sprintf("internal error (please report): %v", r)}}
+			out = &File{Path: fd.path, Root: fd.root}
+			out.addError(ErrorInternal, fmt.Errorf("internal error (please report): %v", r))
 		}
 	}()
 	return c.decide(fd, ix, t, held, inherit)
@@ -599,7 +599,7 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool, inherit []D
 			out.Skipped = elfedit.ErrNotRegular.Error()
 			out.skip = skipNotRegular
 		default:
-			out.Errors = append(out.Errors, errMsg(path, err))
+			out.addError(ErrorRead, withoutPath(path, err))
 		}
 		return out
 	}
@@ -658,7 +658,7 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool, inherit []D
 	}
 	out.ResolutionCache, out.Note, err = c.resolutionNote(f, noteNames, finalPath(info, &e), &e)
 	if err != nil {
-		out.Errors = append(out.Errors, err.Error())
+		out.addError(ErrorNote, err)
 		return out
 	}
 	// Prepare verifies the planned result now wherever the read cache
@@ -667,13 +667,13 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool, inherit []D
 	// keeps; it plans and verifies the others again.
 	plan, err := f.Prepare(e, c.kept.take)
 	if err != nil {
-		out.Errors = append(out.Errors, err.Error())
+		out.addError(ErrorPlan, err)
 		return out
 	}
 	out.Changed = !plan.IsNoOp()
 	out.Strategy = plan.Strategy
 	if msg := c.pageSizeProblem(machine); out.Changed && msg != "" {
-		out.Errors = append(out.Errors, msg)
+		out.addError(ErrorPageSize, errors.New(msg))
 		return out
 	}
 	out.edit = e
@@ -684,7 +684,7 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool, inherit []D
 	// change them too); finding out now, before anything is written,
 	// keeps the rule that a tree is written only when every file can be.
 	if n := linkCount(path); out.Changed && n > 1 {
-		out.Errors = append(out.Errors, fmt.Sprintf("%v (%d links): refusing to change the other paths too", elfedit.ErrHardLinks, n))
+		out.addError(ErrorHardLinks, fmt.Errorf("%w (%d links): refusing to change the other paths too", elfedit.ErrHardLinks, n))
 		return out
 	}
 	// So does opening it for writing now, and locking it until it is
@@ -735,13 +735,13 @@ func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, ke
 	for _, w := range wants {
 		dep, err := c.resolve(w.alts, ix, class, machine, osabi, keepLibc, w.source != SourceStrings)
 		if err != nil {
-			out.Errors = append(out.Errors, err.Error())
+			out.addError(ErrorResolve, err)
 			return nil, false, false
 		}
 		dep.Source = w.source
 		if w.source == SourceStrings {
 			if dep, err = c.resolveVersioned(dep, ix, class, machine, osabi); err != nil {
-				out.Errors = append(out.Errors, err.Error())
+				out.addError(ErrorResolve, err)
 				return nil, false, false
 			}
 			switch {
@@ -844,7 +844,7 @@ func (c *config) planRunpath(fd found, info elfedit.Info, needsDriver bool, out 
 	out.RunPath = strings.Join(entries, ":")
 	for _, e := range entries {
 		if msg := c.audit(e); msg != "" {
-			out.Errors = append(out.Errors, fmt.Sprintf("%v: RUNPATH entry %q %s", ErrAudit, e, msg))
+			out.addError(ErrorAudit, fmt.Errorf("%w: RUNPATH entry %q %s", ErrAudit, e, msg))
 		}
 	}
 }
@@ -857,7 +857,7 @@ func (c *config) claim(f *elfedit.File, out *File) {
 	cl, err := f.Claim()
 	switch {
 	case err != nil:
-		out.Errors = append(out.Errors, err.Error())
+		out.addError(ErrorClaim, err)
 	case c.dryRun:
 		cl.Close()
 	default:
@@ -973,25 +973,6 @@ func (c *config) ignorePattern(name string, alts []string) string {
 // (ELFOSABI_NONE, "unspecified") — GNU/Linux files load with SYSV ones.
 func osabiCompatible(a, b elf.OSABI) bool {
 	return a == b || a == elf.ELFOSABI_NONE || b == elf.ELFOSABI_NONE || a == elf.ELFOSABI_LINUX && b == elf.ELFOSABI_LINUX
-}
-
-// fileError is one error of a file's report as an error; an audit failure
-// wraps ErrAudit, so that callers can tell it from an I/O or format error.
-func fileError(path, msg string) error {
-	if rest, ok := strings.CutPrefix(msg, ErrAudit.Error()); ok {
-		return fmt.Errorf("%s: %w%s", path, ErrAudit, rest)
-	}
-	return fmt.Errorf("%s: %s", path, msg)
-}
-
-// errMsg is err's text without the file's path, which the report carries
-// once.
-func errMsg(path string, err error) string {
-	var pe *fs.PathError
-	if errors.As(err, &pe) && pe.Path == path {
-		return pe.Op + ": " + pe.Err.Error()
-	}
-	return strings.TrimPrefix(err.Error(), path+": ")
 }
 
 // inLibc says whether the libc directory has name. Every file asks for

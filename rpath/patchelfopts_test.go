@@ -99,7 +99,7 @@ func TestPageSize(t *testing.T) {
 				t.Fatalf("error %v, %d failed, written %v; want 2 failed, nothing written", err, rep.Failed, rep.Written)
 			}
 			for _, f := range rep.Files {
-				if len(f.Errors) != 1 || f.Errors[0] != tc.fileErr {
+				if len(f.Errors) != 1 || f.Errors[0].Error() != tc.fileErr || f.Errors[0].Kind != rpath.ErrorPageSize {
 					t.Errorf("%s: errors %q, want %q", f.Path, f.Errors, tc.fileErr)
 				}
 				if !strings.Contains(err.Error(), f.Path+": "+tc.fileErr) {

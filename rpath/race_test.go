@@ -72,7 +72,7 @@ func dirSwapped(t *testing.T, held rpath.Option) {
 		if f != nil && !f.Changed && len(f.Errors) == 0 {
 			continue // nothing to write: it never gets there
 		}
-		if f == nil || len(f.Errors) == 0 || !strings.Contains(f.Errors[0], "no longer found where it was") || !strings.Contains(f.Errors[0], "symbolic link") {
+		if f == nil || len(f.Errors) == 0 || !strings.Contains(f.Errors[0].Error(), "no longer found where it was") || !strings.Contains(f.Errors[0].Error(), "symbolic link") {
 			t.Errorf("%s: %+v, want an error saying a link on the way was not followed", l, f)
 		}
 		if !strings.Contains(err.Error(), l+": ") {

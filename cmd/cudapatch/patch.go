@@ -374,7 +374,7 @@ func summary(rep *rpath.Report, dryRun bool) string {
 func onlyFindings(rep *rpath.Report) bool {
 	for _, f := range rep.Files {
 		for _, e := range f.Errors {
-			if !strings.HasPrefix(e, rpath.ErrAudit.Error()) {
+			if e.Kind != rpath.ErrorAudit {
 				return false
 			}
 		}
