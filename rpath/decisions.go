@@ -36,9 +36,9 @@ func (c *config) logDecisions(ctx context.Context, files []*File) {
 			case HowAbsolute:
 				attrs = append(attrs, slog.String("path", d.Path), slog.String("why", "DT_NEEDED is an absolute path"))
 			case HowDriver:
-				link := c.driverLink
+				link := c.DriverLink
 				if f.machine == elf.EM_386 {
-					link = c.driverLink32
+					link = c.DriverLink32
 				}
 				attrs = append(attrs, slog.String("why", "an NVIDIA driver library: found at run time through "+link))
 			case HowIgnored:
@@ -47,7 +47,7 @@ func (c *config) logDecisions(ctx context.Context, files []*File) {
 				attrs = append(attrs, slog.String("path", d.Path), slog.String("why", "dlopen name found with a version only: its directory added, no note entry"))
 			case HowFound:
 				why := "dlopen name found, not added (dlopen mode report)"
-				if c.dlopen == DlopenResolve {
+				if c.Dlopen == DlopenResolve {
 					why = "dlopen name found, added to the files that may call dlopen for it (this one does not import dlopen)"
 				}
 				attrs = append(attrs, slog.String("path", d.Path), slog.String("why", why))

@@ -29,7 +29,7 @@ import (
 // its RUNPATH, with no note entry. A file no rule touches is decided once
 // and comes out as before.
 func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, ix resolver, t *Target) error {
-	if c.dlopen == DlopenOff {
+	if c.Dlopen == DlopenOff {
 		return nil
 	}
 	fs := rep.Files
@@ -102,7 +102,7 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 		holders = append(holders, h)
 		callersOf[h], names[h] = cs, own
 	}
-	if c.dlopen != DlopenResolve || len(holders) == 0 {
+	if c.Dlopen != DlopenResolve || len(holders) == 0 {
 		return nil
 	}
 	inherit := map[int][]Dep{}

@@ -16,7 +16,7 @@ const (
 
 // resolutionRules are the rules of this run's notes: its driver links.
 func (c *config) resolutionRules() ldcache.Rules {
-	return c.driverLibs.rules([]string{c.driverLink, c.driverLink32})
+	return c.driverLibs.rules([]string{c.DriverLink, c.DriverLink32})
 }
 
 // resolutionNote decides the resolution note of a file whose search path
@@ -43,7 +43,7 @@ func (c *config) resolutionNote(f *elfedit.File, needed []string, final string, 
 		cache = nil
 	}
 	for _, d := range ldcache.SplitPath(final) {
-		if c.audit(d) != "" {
+		if c.Audit(d) != "" {
 			cache = nil
 			break
 		}

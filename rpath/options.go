@@ -41,29 +41,17 @@ const (
 
 // config is what the options fill.
 type config struct {
+	Config          // the RUNPATH policy's
 	recurse         bool
 	search          []string
 	searchRecursive []string
-	interpreter     string
 	libcDir         string
 	keepLibc        bool
-	cudaCompat      string
-	driverLink      string
-	driverLink32    string
-	driverLinkFor   DriverLinkPolicy
-	runtimeDeps     []string
-	appendRunpaths  []string
-	preserveOrigin  bool
-	relativeStore   string
-	relativizeRoot  bool
 	ignoreExisting  bool
 	ignoreMissing   []*fnmatch.Pattern
 	driverLibs      driverMatcher
-	buildDirs       []string
 	noteCache       bool
-	dlopen          DlopenMode
 	shrinkKept      bool
-	forceRPath      bool
 	keepOld         bool
 	pageSize        uint64
 	dryRun          bool
@@ -98,18 +86,20 @@ type Option func(*config) error
 
 func newConfig(opts []Option) (*config, error) {
 	c := &config{
-		recurse:       true,
-		driverLink:    DefaultDriverLink,
-		driverLinkFor: DriverLinkAll,
-		driverLibs:    newDriverMatcher(DriverLibraries),
-		buildDirs:     []string{"/build"},
-		noteCache:     true,
-		dlopen:        DlopenResolve,
-		jobs:          runtime.NumCPU(),
-		bigTable:      defaultBigTable,
-		log:           slog.New(slog.NewTextHandler(io.Discard, nil)),
-		bufs:          &elfedit.Buffers{},
-		libcHas:       &sync.Map{},
+		recurse: true,
+		Config: Config{
+			DriverLink:    DefaultDriverLink,
+			DriverLinkFor: DriverLinkAll,
+			BuildDirs:     []string{"/build"},
+			Dlopen:        DlopenResolve,
+		},
+		driverLibs: newDriverMatcher(DriverLibraries),
+		noteCache:  true,
+		jobs:       runtime.NumCPU(),
+		bigTable:   defaultBigTable,
+		log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		bufs:       &elfedit.Buffers{},
+		libcHas:    &sync.Map{},
 		newIndex: func(ctx context.Context, c *config, roots []string, below map[string][]string) (resolver, error) {
 			return buildIndex(ctx, c, roots, below)
 		},
@@ -131,8 +121,8 @@ func newConfig(opts []Option) (*config, error) {
 			return nil, err
 		}
 	}
-	if c.driverLink32 == "" {
-		c.driverLink32 = strings.Replace(c.driverLink, "/opengl-driver/", "/opengl-driver-32/", 1)
+	if c.DriverLink32 == "" {
+		c.DriverLink32 = strings.Replace(c.DriverLink, "/opengl-driver/", "/opengl-driver-32/", 1)
 	}
 	return c, nil
 }
@@ -177,7 +167,7 @@ func WithSearchRecursive(dirs ...string) Option {
 
 // WithInterpreter sets the interpreter of every dynamic executable.
 func WithInterpreter(path string) Option {
-	return func(c *config) error { c.interpreter = path; return nil }
+	return func(c *config) error { c.Interpreter = path; return nil }
 }
 
 // WithLibc names the directory of the libc the interpreter belongs to:
@@ -195,7 +185,7 @@ func WithCudaCompat(dir string) Option {
 		if dir != "" && !filepath.IsAbs(dir) {
 			return fmt.Errorf("cuda_compat directory %q is not absolute", dir)
 		}
-		c.cudaCompat = dir
+		c.CudaCompat = dir
 		return nil
 	}
 }
@@ -207,14 +197,14 @@ func WithDriverLink(dir string) Option {
 		if !filepath.IsAbs(dir) {
 			return fmt.Errorf("driver link %q is not absolute", dir)
 		}
-		c.driverLink = dir
+		c.DriverLink = dir
 		return nil
 	}
 }
 
 // WithDriverLink32 sets the driver link of 32-bit x86 files.
 func WithDriverLink32(dir string) Option {
-	return func(c *config) error { c.driverLink32 = dir; return nil }
+	return func(c *config) error { c.DriverLink32 = dir; return nil }
 }
 
 // WithDriverLinkFor chooses which files get the driver link.
@@ -222,7 +212,7 @@ func WithDriverLinkFor(p DriverLinkPolicy) Option {
 	return func(c *config) error {
 		switch p {
 		case DriverLinkAll, DriverLinkNeeded, DriverLinkNone:
-			c.driverLinkFor = p
+			c.DriverLinkFor = p
 			return nil
 		}
 		return fmt.Errorf("driver link policy %q: want all, needed or none", p)
@@ -233,7 +223,7 @@ func WithDriverLinkFor(p DriverLinkPolicy) Option {
 // executables (not libraries), as nixpkgs' runtimeDependencies do. They are
 // used as given: the hook appends /lib.
 func WithRuntimeDependencies(dirs ...string) Option {
-	return func(c *config) error { c.runtimeDeps = append(c.runtimeDeps, dirs...); return nil }
+	return func(c *config) error { c.RuntimeDeps = append(c.RuntimeDeps, dirs...); return nil }
 }
 
 // WithAppendRunpaths appends entries verbatim to every RUNPATH ($ORIGIN
@@ -245,14 +235,14 @@ func WithAppendRunpaths(entries ...string) Option {
 				return fmt.Errorf("empty RUNPATH entry to append")
 			}
 		}
-		c.appendRunpaths = append(c.appendRunpaths, entries...)
+		c.AppendRunpaths = append(c.AppendRunpaths, entries...)
 		return nil
 	}
 }
 
 // WithPreserveOrigin keeps the $ORIGIN entries of the old RUNPATH.
 func WithPreserveOrigin(on bool) Option {
-	return func(c *config) error { c.preserveOrigin = on; return nil }
+	return func(c *config) error { c.PreserveOrigin = on; return nil }
 }
 
 // WithRelativeRpaths makes RUNPATH entries under storeDir relative to the
@@ -266,9 +256,9 @@ func WithRelativeRpaths(storeDir string) Option {
 		if storeDir != "" && !filepath.IsAbs(storeDir) {
 			return fmt.Errorf("store directory %q is not absolute", storeDir)
 		}
-		c.relativeStore = filepath.Clean(storeDir)
+		c.RelativeStore = filepath.Clean(storeDir)
 		if storeDir == "" {
-			c.relativeStore = ""
+			c.RelativeStore = ""
 		}
 		return nil
 	}
@@ -279,7 +269,7 @@ func WithRelativeRpaths(storeDir string) Option {
 // tree can be moved as a whole: auto-patchelf's --relativize-rpath. The
 // cuda_compat directory and the driver link stay absolute.
 func WithRelativizeRpath(on bool) Option {
-	return func(c *config) error { c.relativizeRoot = on; return nil }
+	return func(c *config) error { c.RelativizeRoot = on; return nil }
 }
 
 // WithIgnoreExisting does not index the libraries of the paths being
@@ -307,7 +297,7 @@ func WithIgnoreMissing(patterns ...string) Option {
 // default is /build, the Nix sandbox's build directory; the CLI adds
 // $NIX_BUILD_TOP and $TMPDIR inside a Nix build).
 func WithBuildDirs(dirs ...string) Option {
-	return func(c *config) error { c.buildDirs = dirs; return nil }
+	return func(c *config) error { c.BuildDirs = dirs; return nil }
 }
 
 // WithResolutionCache writes, in the same edit as the RUNPATH, the
@@ -326,7 +316,7 @@ func WithDlopen(m DlopenMode) Option {
 		if !slices.Contains(DlopenModes, m) {
 			return fmt.Errorf("dlopen mode %q: want off, report or resolve", m)
 		}
-		c.dlopen = m
+		c.Dlopen = m
 		return nil
 	}
 }
@@ -350,7 +340,7 @@ func WithShrinkKept(on bool) Option {
 // DT_RPATH walk, and patchelf refuses --build-resolution-cache with
 // --force-rpath.
 func WithForceRPath(on bool) Option {
-	return func(c *config) error { c.forceRPath = on; return nil }
+	return func(c *config) error { c.ForceRPath = on; return nil }
 }
 
 // WithKeepOldSections leaves the bytes of tables an edit moves or

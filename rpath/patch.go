@@ -552,10 +552,10 @@ func (b *claimBudget) take() bool {
 // no interpreter or it cannot be read (then no file is skipped for its
 // architecture).
 func (c *config) interpreterTarget() *Target {
-	if c.interpreter == "" {
+	if c.Interpreter == "" {
 		return nil
 	}
-	f, err := c.bufs.Open(c.interpreter)
+	f, err := c.bufs.Open(c.Interpreter)
 	if err != nil {
 		return nil
 	}
@@ -632,18 +632,26 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool, inherit []D
 	// get its RUNPATH entry there (auto-patchelf forces keep-libc too).
 	keepLibc := c.keepLibc || osabi == elf.ELFOSABI_FREEBSD || osabi == elf.ELFOSABI_OPENBSD
 
-	noteNames, needsDriver, ok := c.resolveDeps(f, info, ix, keepLibc, inherit, out)
-	if !ok {
+	deps, err := c.resolveDeps(f, info, ix, keepLibc, out)
+	if err != nil {
+		// Reported as far as they were resolved.
+		out.Deps = Classify(deps, c.Dlopen)
+		out.addError(ErrorResolve, err)
 		return out
 	}
-	c.planRunpath(fd, info, needsDriver, out)
+	facts := Facts{Path: path, Root: fd.root, Machine: machine, Interpreter: info.Interpreter, OldPath: runpathDirs(info)}
+	d := Decide(facts, deps, inherit, &c.Config)
+	out.Deps, out.RunPath, out.AsRPath, out.Interpreter = d.Deps, d.RunPath, d.AsRPath, d.Interpreter
+	for _, p := range d.Problems {
+		out.addError(ErrorAudit, p)
+	}
 
 	var e elfedit.Edit
 	if out.RunPath != "" {
 		rp := out.RunPath
 		e.SetPath = &rp
-		if c.forceRPath {
-			e.Tag, out.AsRPath = elfedit.TagRPath, true
+		if out.AsRPath {
+			e.Tag = elfedit.TagRPath
 		}
 	} else if c.shrinkKept {
 		shrinkKept(info, &e)
@@ -651,12 +659,11 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool, inherit []D
 			out.RunPath = *e.SetPath
 		}
 	}
-	if info.Interpreter != "" && c.interpreter != "" {
-		ip := c.interpreter
+	if out.Interpreter != "" {
+		ip := out.Interpreter
 		e.Interpreter = &ip
-		out.Interpreter = ip
 	}
-	out.ResolutionCache, out.Note, err = c.resolutionNote(f, noteNames, finalPath(info, &e), &e)
+	out.ResolutionCache, out.Note, err = c.resolutionNote(f, d.NoteNames, finalPath(info, &e), &e)
 	if err != nil {
 		out.addError(ErrorNote, err)
 		return out
@@ -695,12 +702,11 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool, inherit []D
 	return out
 }
 
-// resolveDeps resolves what f needs, into out.Deps: DT_NEEDED in order,
-// then .note.dlopen entries, then (with --dlopen) the names its read-only
-// data spells. It returns the names the resolution note answers and
-// whether a driver library is among them; ok is false when a name could
-// not be resolved at all (the error is in out.Errors).
-func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, keepLibc bool, inherit []Dep, out *File) (noteNames []string, needsDriver, ok bool) {
+// resolveDeps resolves what f needs: DT_NEEDED in order, then
+// .note.dlopen entries, then (with --dlopen) the names its read-only data
+// spells, each with its Source. The error says a name could not be
+// resolved at all; the deps are then those resolved before it.
+func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, keepLibc bool, out *File) ([]Dep, error) {
 	class, machine, osabi := info.ELFClass(), info.ELFMachine(), info.ELFOSABI()
 	type want struct {
 		alts   []string
@@ -717,7 +723,7 @@ func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, ke
 	}
 	// Then the names a dlopen caller's read-only data spells (none when
 	// a .note.dlopen says what it dlopens: the note is authoritative).
-	if c.dlopen != DlopenOff {
+	if c.Dlopen != DlopenOff {
 		// The names are a hint: a file whose read-only data cannot be
 		// read (a section header past its end) is patched without them,
 		// and says why.
@@ -730,123 +736,21 @@ func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, ke
 			wants = append(wants, want{[]string{n}, SourceStrings})
 		}
 	}
-	needsDriver = false
-	noteNames = slices.Clone(info.Needed) // what the resolution note answers
+	var deps []Dep
 	for _, w := range wants {
 		dep, err := c.resolve(w.alts, ix, class, machine, osabi, keepLibc, w.source != SourceStrings)
 		if err != nil {
-			out.addError(ErrorResolve, err)
-			return nil, false, false
+			return deps, err
 		}
 		dep.Source = w.source
 		if w.source == SourceStrings {
 			if dep, err = c.resolveVersioned(dep, ix, class, machine, osabi); err != nil {
-				out.addError(ErrorResolve, err)
-				return nil, false, false
-			}
-			switch {
-			case dep.How == HowMissing:
-				dep.How = HowUnresolved
-			case c.dlopen == DlopenReport && dep.How == HowStore:
-				dep.How = HowFound
-			case c.dlopen == DlopenResolve && (dep.How == HowStore || dep.How == HowDriver):
-				noteNames = append(noteNames, dep.Name)
+				return deps, err
 			}
 		}
-		// A .note.dlopen name gets its note entry as a DT_NEEDED does.
-		if w.source == SourceDlopen && (dep.How == HowStore || dep.How == HowDriver) && !slices.Contains(noteNames, dep.Name) {
-			noteNames = append(noteNames, dep.Name)
-		}
-		if dep.How == HowDriver && (w.source != SourceStrings || c.dlopen == DlopenResolve) {
-			needsDriver = true
-		}
-		out.Deps = append(out.Deps, dep)
+		deps = append(deps, dep)
 	}
-	// Then the names this file may dlopen for others: their directories,
-	// after its own; no note entry (lint reads a file's note against its
-	// own names).
-	for _, d := range inherit {
-		if slices.ContainsFunc(out.Deps, func(o Dep) bool { return o.Name == d.Name }) {
-			continue
-		}
-		d.Entry = ""
-		out.Deps = append(out.Deps, d)
-		if d.How == HowDriver {
-			needsDriver = true
-		}
-	}
-	return noteNames, needsDriver, true
-}
-
-// planRunpath sets out.RunPath in policy order: cuda_compat and the driver
-// link, the runtime dependencies, the resolved directories, the appended
-// entries, the old $ORIGIN ones kept; and audits every entry.
-func (c *config) planRunpath(fd found, info elfedit.Info, needsDriver bool, out *File) {
-	path, machine := fd.path, info.ELFMachine()
-	// The RUNPATH, in policy order. The cuda_compat directory and the
-	// driver link come first and are never made relative: they are not in
-	// the package's closure.
-	var fixed, entries []string
-	driver := c.driverLinkFor == DriverLinkAll || c.driverLinkFor == DriverLinkNeeded && needsDriver
-	if driver {
-		if c.cudaCompat != "" && machine != elf.EM_386 {
-			fixed = append(fixed, c.cudaCompat)
-		}
-		if machine == elf.EM_386 {
-			fixed = append(fixed, c.driverLink32)
-		} else {
-			fixed = append(fixed, c.driverLink)
-		}
-	}
-	if info.Interpreter != "" {
-		entries = append(entries, c.runtimeDeps...)
-	}
-	old := runpathDirs(info)
-	for i, d := range out.Deps {
-		if d.How != HowStore && d.How != HowVersioned {
-			continue
-		}
-		e := d.Dir
-		if c.preserveOrigin {
-			if o := sameDirOrigin(path, d.Dir, old); o != "" {
-				e = o
-			}
-		}
-		entries = append(entries, e)
-		out.Deps[i].Entry = e
-	}
-	entries = append(entries, c.appendRunpaths...)
-	if c.preserveOrigin {
-		// Every old $ORIGIN entry, also those no dependency needed (a
-		// dlopen target), after the appended ones, as auto-patchelf does.
-		for _, e := range old {
-			if isOrigin(e) {
-				entries = append(entries, e)
-			}
-		}
-	}
-	if within := c.relativeWithin(fd); within != "" {
-		for i, e := range entries {
-			entries[i] = relativeEntry(path, e, within)
-		}
-		for i, d := range out.Deps {
-			if d.Entry != "" {
-				out.Deps[i].Entry = relativeEntry(path, d.Entry, within)
-			}
-		}
-	}
-	for i, d := range out.Deps {
-		if d.Entry == d.Dir {
-			out.Deps[i].Entry = ""
-		}
-	}
-	entries = dedupe(append(fixed, entries...))
-	out.RunPath = strings.Join(entries, ":")
-	for _, e := range entries {
-		if msg := c.audit(e); msg != "" {
-			out.addError(ErrorAudit, fmt.Errorf("%w: RUNPATH entry %q %s", ErrAudit, e, msg))
-		}
-	}
+	return deps, nil
 }
 
 // claim opens f for writing and locks it until it is written: a file this
@@ -947,7 +851,7 @@ func (c *config) resolveVersioned(dep Dep, ix resolver, class elf.Class, machine
 		return dep, nil
 	}
 	how := HowVersioned
-	if c.dlopen == DlopenReport {
+	if c.Dlopen == DlopenReport {
 		how = HowFound
 	}
 	return Dep{Name: dep.Name, Source: dep.Source, How: how, Path: cand.path, Dir: cand.dir}, nil
@@ -989,35 +893,4 @@ func (c *config) inLibc(name string) bool {
 func exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
-}
-
-// dedupe drops empty and repeated entries; the first of each wins.
-func dedupe(entries []string) []string {
-	seen := map[string]bool{}
-	return slices.DeleteFunc(slices.Clone(entries), func(e string) bool {
-		if e == "" || seen[e] {
-			return true
-		}
-		seen[e] = true
-		return false
-	})
-}
-
-// audit says what is wrong with a RUNPATH entry, or "".
-func (c *config) audit(e string) string {
-	if strings.HasPrefix(e, "$ORIGIN") || strings.HasPrefix(e, "${ORIGIN}") {
-		return ""
-	}
-	if !filepath.IsAbs(e) {
-		return "is relative: the loader resolves it against the current directory"
-	}
-	for _, b := range c.buildDirs {
-		if b != "" && (e == b || strings.HasPrefix(e, strings.TrimSuffix(b, "/")+"/")) {
-			return "points into the build directory " + b
-		}
-	}
-	if IsStubDir(e) {
-		return "is a stub directory: its libcuda would be loaded instead of the driver's"
-	}
-	return ""
 }

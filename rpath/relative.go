@@ -1,7 +1,6 @@
 package rpath
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 )
@@ -21,16 +20,16 @@ func under(p, dir string) bool {
 
 // realPath is Python's Path.resolve() (strict=False): symbolic links
 // resolved where the path exists, the rest taken as written.
-func realPath(p string) string {
+func realPath(links Links, p string) string {
 	p = filepath.Clean(p)
-	if r, err := filepath.EvalSymlinks(p); err == nil {
+	if r, err := links.EvalSymlinks(p); err == nil {
 		return r
 	}
 	parent, base := filepath.Dir(p), filepath.Base(p)
 	if parent == p {
 		return p
 	}
-	return filepath.Join(realPath(parent), base)
+	return filepath.Join(realPath(links, parent), base)
 }
 
 // expandOrigin replaces $ORIGIN and ${ORIGIN} with the directory of file.
@@ -45,10 +44,10 @@ func expandOrigin(file, e string) string {
 // WithPreserveOrigin a dependency found through its old relative entry
 // keeps that entry instead of an absolute path (auto-patchelf's
 // find_first_matching_rpath_with_origin).
-func sameDirOrigin(file, dir string, old []string) string {
-	want := realPath(dir)
+func sameDirOrigin(links Links, file, dir string, old []string) string {
+	want := realPath(links, dir)
 	for _, e := range old {
-		if isOrigin(e) && realPath(expandOrigin(file, e)) == want {
+		if isOrigin(e) && realPath(links, expandOrigin(file, e)) == want {
 			return e
 		}
 	}
@@ -58,12 +57,12 @@ func sameDirOrigin(file, dir string, old []string) string {
 // relativeWithin returns the directory whose entries become relative for
 // one file, or "" when none do: the store with WithRelativeRpaths (when the
 // file is in it), else the file's root with WithRelativizeRpath.
-func (c *config) relativeWithin(fd found) string {
-	if c.relativeStore != "" && under(filepath.Clean(fd.path), c.relativeStore) {
-		return c.relativeStore
+func (c *Config) relativeWithin(path, root string) string {
+	if c.RelativeStore != "" && under(filepath.Clean(path), c.RelativeStore) {
+		return c.RelativeStore
 	}
-	if c.relativizeRoot {
-		return filepath.Clean(fd.root)
+	if c.RelativizeRoot {
+		return filepath.Clean(root)
 	}
 	return ""
 }
@@ -79,7 +78,7 @@ func (c *config) relativeWithin(fd found) string {
 // file's directory is reached through a symbolic link and the lexical
 // result does not lead from the real directory to the entry, the entry is
 // made relative to the real directory instead.
-func relativeEntry(file, entry, within string) string {
+func relativeEntry(links Links, file, entry, within string) string {
 	if isOrigin(entry) || !filepath.IsAbs(entry) {
 		return entry
 	}
@@ -92,8 +91,8 @@ func relativeEntry(file, entry, within string) string {
 	if err != nil {
 		return entry
 	}
-	if real, err := filepath.EvalSymlinks(dir); err == nil && real != dir && !sameDir(filepath.Join(real, rel), clean) {
-		if target, err := filepath.EvalSymlinks(clean); err == nil {
+	if real, err := links.EvalSymlinks(dir); err == nil && real != dir && !links.SameDir(filepath.Join(real, rel), clean) {
+		if target, err := links.EvalSymlinks(clean); err == nil {
 			if r, err := filepath.Rel(real, target); err == nil {
 				rel = r
 			}
@@ -103,18 +102,4 @@ func relativeEntry(file, entry, within string) string {
 		return "$ORIGIN"
 	}
 	return "$ORIGIN/" + rel
-}
-
-// sameDir says whether a and b name the same existing directory; true
-// when either does not exist, as nothing better can be known.
-func sameDir(a, b string) bool {
-	sa, err := os.Stat(a)
-	if err != nil {
-		return true
-	}
-	sb, err := os.Stat(b)
-	if err != nil {
-		return true
-	}
-	return os.SameFile(sa, sb)
 }
