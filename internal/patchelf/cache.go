@@ -6,9 +6,9 @@ import (
 	"io"
 	"slices"
 
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 )
 
 // resolutionCache does what patchelf does to the resolution note
@@ -49,7 +49,7 @@ func resolutionCache(f *elfedit.File, o *patchelfOpts, e *elfedit.Edit, stderr i
 		return nil
 	}
 	cache, outcome := ldcache.Build(e.NeededAfter(f.Needed()), searchPathAfter(f, e), ldcache.OS{},
-		rpath.ResolutionRules(rpath.DefaultDriverLink, rpath.DefaultDriverLink32))
+		policy.ResolutionRules(policy.DefaultDriverLink, policy.DefaultDriverLink32))
 	switch outcome {
 	case ldcache.NothingToResolve:
 		if present {

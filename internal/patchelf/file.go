@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 )
 
 // patchelfFile does everything the options ask of one file, in patchelf's
@@ -193,7 +193,7 @@ func rpathEdit(f *elfedit.File, o *patchelfOpts, e *elfedit.Edit, rpathOp bool, 
 	var newPath string
 	switch {
 	case o.shrinkRPath:
-		kept, removed := rpath.ShrinkPath(old, f.Needed(), o.allowedPrefixes, f.Header.Machine, rpath.ProbeMachine)
+		kept, removed := policy.ShrinkPath(old, f.Needed(), o.allowedPrefixes, f.Header.Machine, policy.ProbeMachine)
 		for _, r := range removed {
 			debugf("%s", r)
 		}

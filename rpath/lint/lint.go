@@ -16,29 +16,13 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 	"github.com/cudapatch/cudapatch/rpath/symcheck"
 )
-
-// KnownDlopeners are fnmatch patterns of libraries that dlopen libcuda.so.1
-// without naming it in DT_NEEDED or a .note.dlopen note: the CUDA runtime
-// (libcudart), which every runtime API call goes through; libcublasLt,
-// which opens the driver itself; libnvrtc, which asks the driver for the
-// GPU architecture; and NCCL, which links the runtime statically. The
-// loader searches the RUNPATH of the object calling dlopen, so these need
-// the driver link in their own RUNPATH. Programs that link the CUDA
-// runtime statically (nvcc's default) dlopen the driver too, and cannot be
-// told apart from the outside.
-var KnownDlopeners = []string{
-	"libcudart.so*",
-	"libcublasLt.so*",
-	"libnvrtc.so*",
-	"libnccl.so*",
-}
 
 // Finding is one fault in one file.
 type Finding struct {
@@ -64,7 +48,7 @@ type Report struct {
 	// Findings are sorted by file, then rule.
 	Findings []Finding `json:"findings"`
 	// Skipped are the ELF files not checked because the main job does not
-	// patch them, sorted, with its reason (rpath.SkipReason).
+	// patch them, sorted, with its reason (policy.SkipReason).
 	Skipped []Skip `json:"skipped,omitempty"`
 }
 
@@ -113,8 +97,8 @@ func Lint(ctx context.Context, paths []string, opts ...Option) (*Report, error) 
 	l := &linter{
 		config:   c,
 		read:     ldso.ElfReader(),
-		driver:   compile(rpath.DriverLibraries),
-		dlopener: compile(KnownDlopeners),
+		driver:   compile(policy.DriverLibraries),
+		dlopener: compile(policy.KnownDlopeners),
 		dirs:     map[string][]string{},
 		ldcfg:    map[[2]int]ldcfgResult{},
 		versions: map[string]string{},
@@ -396,7 +380,7 @@ func (l *linter) check(j job) (checked, error) {
 	ok, err := isELF(j.path)
 	if err != nil || !ok {
 		if err == nil {
-			l.log.Debug("skipped", "file", j.path, "reason", rpath.SkippedNotELF)
+			l.log.Debug("skipped", "file", j.path, "reason", policy.SkippedNotELF)
 		}
 		return checked{}, err
 	}
@@ -414,7 +398,7 @@ func (l *linter) check(j job) (checked, error) {
 		return checked{elf: true, findings: out}, nil
 	}
 	in := f.Info()
-	if why := rpath.SkipReason(in, l.target); why != "" {
+	if why := policy.SkipReason(in, l.target); why != "" {
 		f.Close()
 		l.log.Debug("skipped", "file", j.path, "reason", why)
 		return checked{elf: true, skipped: why}, nil
@@ -429,7 +413,7 @@ func (l *linter) check(j job) (checked, error) {
 		for _, d := range in.Dlopen {
 			dlopened = append(dlopened, d.Soname...)
 		}
-		discovered, _ := rpath.DiscoverDlopen(f) // none with a .note.dlopen
+		discovered, _ := policy.DiscoverDlopen(f) // none with a .note.dlopen
 		dlopened = append(dlopened, discovered...)
 	}
 	f.Close()
@@ -459,13 +443,6 @@ func (l *linter) checkInterp(j job, in elfedit.Info, add addFunc) {
 
 func (l *linter) isDriverLink(e string) bool {
 	return path.IsAbs(e) && slices.Contains(l.driverLinks, path.Clean(e))
-}
-
-// IsCompatDir reports cuda_compat directories: a directory named compat
-// (the package's layout, <cuda_compat>/compat) or any path naming
-// cuda_compat.
-func IsCompatDir(e string) bool {
-	return path.Base(e) == "compat" || strings.Contains(e, "cuda_compat") || strings.Contains(e, "cuda-compat")
 }
 
 // expandOrigin replaces $ORIGIN; ok is false for entries with other
@@ -593,10 +570,10 @@ func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
 			add(BuildDirLeak, e, "%s entry %s names $NIX_BUILD_TOP, unexpanded", tag, e)
 			leak = true
 		}
-		if rpath.IsStubDir(e) {
+		if policy.IsStubDir(e) {
 			add(StubDir, e, "%s entry %s holds link-time stubs; a stub libcuda reached at run time fails with \"CUDA driver is a stub library\"", tag, e)
 		}
-		compat := IsCompatDir(e)
+		compat := policy.IsCompatDir(e)
 		if compat && driverIdx >= 0 && i > driverIdx {
 			add(CompatAfterDriver, e, "cuda_compat directory %s comes after the driver link %s, so the driver's libcuda wins: put compat first", e, l.driverLink)
 		}

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 )
 
 // rootProber answers ldcache.Build's questions inside the linter's root.
@@ -21,7 +21,7 @@ func (p rootProber) Exists(f string) bool   { return syscall.Access(p.l.host(f),
 
 // noteRules are the rules cudapatch writes notes with, for this linter's
 // driver links: what a note should say is what ldcache.Build says with them.
-func (l *linter) noteRules() ldcache.Rules { return rpath.ResolutionRules(l.driverLinks...) }
+func (l *linter) noteRules() ldcache.Rules { return policy.ResolutionRules(l.driverLinks...) }
 
 var noteRuleIDs = []string{NoteStale, NoteNeeded, NoteStub, NoteOutsideStore, NoteMalformed, NoteUnloaded, NoteMissing}
 
@@ -36,7 +36,7 @@ func noteBeyondNeeded(nt *ldso.Note, needed []string) bool {
 // rules cudapatch uses. nixpkgs' loader reads the note before DT_RUNPATH,
 // so a note that disagrees with the search path wins over it. dlopened
 // are the names the file dlopens (its .note.dlopen's, else those
-// rpath.DiscoverDlopen finds): an entry for one of them is no leftover, and
+// policy.DiscoverDlopen finds): an entry for one of them is no leftover, and
 // is checked like a DT_NEEDED name's; one without an entry is no finding
 // (cudapatch --dlopen off|report writes none).
 func (l *linter) checkNote(j job, in elfedit.Info, nt *ldso.Note, dlopened []string, add addFunc) {
@@ -111,7 +111,7 @@ func (l *linter) checkNote(j job, in elfedit.Info, nt *ldso.Note, dlopened []str
 				dir = path.Dir(el.Path)
 			}
 			switch {
-			case rpath.IsStubDir(dir) && on(NoteStub):
+			case policy.IsStubDir(dir) && on(NoteStub):
 				if report {
 					add(NoteStub, name, "%s: note element %s is in the stub directory %s; a stub libcuda reached at run time fails with \"CUDA driver is a stub library\", and the stubs stay in the closure", name, el, dir)
 				}
