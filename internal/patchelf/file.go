@@ -49,56 +49,99 @@ func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error 
 	if o.pageSize > 0 {
 		debugf("cudapatch: --page-size %d ignored: added segments are aligned to the largest page size of %v", o.pageSize, f.Header.Machine)
 	}
-	hasInterp := slices.ContainsFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_INTERP })
-	errNoInterp := pfErr("cannot find section '.interp'. The input file is most likely statically linked")
-	errNoDyn := pfErr("cannot find section '.dynamic'. The input file is most likely statically linked")
+	j := newFileJob(f, sh, o, stdout, stderr, debugf)
+	for _, step := range []func() error{j.headerOps, j.dynamicOps, j.stackOps, j.neededOps, j.symbolOps} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	if err := resolutionCache(f, o, &j.e, stderr, debugf); err != nil {
+		return err
+	}
+	fd.Close()
+	return writePatchelf(path, o, append([]elfedit.Edit{j.e}, j.fields...), debugf)
+}
+
+// fileJob is the work on one file, step by step in patchelf's order: what
+// it prints, and the edits planned so far (e, and the fields changed in
+// place, one edit each).
+type fileJob struct {
+	f              *elfedit.File
+	o              *patchelfOpts
+	stdout, stderr io.Writer
+	debugf         func(string, ...any)
+	e              elfedit.Edit
+	fields         []elfedit.Edit
+
+	hasInterp   bool
+	isLib       bool
+	errNoInterp error
+	errNoDyn    error
+}
+
+func newFileJob(f *elfedit.File, sh *elfShape, o *patchelfOpts, stdout, stderr io.Writer, debugf func(string, ...any)) *fileJob {
+	j := &fileJob{f: f, o: o, stdout: stdout, stderr: stderr, debugf: debugf,
+		hasInterp:   slices.ContainsFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_INTERP }),
+		isLib:       f.Header.Type == elf.ET_DYN,
+		errNoInterp: pfErr("cannot find section '.interp'. The input file is most likely statically linked"),
+		errNoDyn:    pfErr("cannot find section '.dynamic'. The input file is most likely statically linked"),
+	}
 	if d := sh.section(".dynamic"); d != nil && d.typ == elf.SHT_DYNAMIC && d.size > 0 && !slices.ContainsFunc(f.Progs, func(p elf.ProgHeader) bool { return p.Type == elf.PT_DYNAMIC && p.Filesz > 0 }) {
 		// patchelf edits such a section and succeeds, but no loader reads
 		// it: readelf -d on its output says "There is no dynamic section
 		// in this file" (its tests/phdr-corruption.sh, docs/patchelf-suite.md).
-		errNoDyn = pfErr("section '.dynamic' is not loaded (no PT_DYNAMIC describes it), so no loader reads it")
+		j.errNoDyn = pfErr("section '.dynamic' is not loaded (no PT_DYNAMIC describes it), so no loader reads it")
 	}
-	isLib := f.Header.Type == elf.ET_DYN
+	return j
+}
 
-	var e elfedit.Edit
-	var fields []elfedit.Edit
+// headerOps: the interpreter, the OS ABI and the soname, printed and set.
+func (j *fileJob) headerOps() error {
+	f, o := j.f, j.o
 	if o.printInterp {
-		if !hasInterp {
-			return errNoInterp
+		if !j.hasInterp {
+			return j.errNoInterp
 		}
-		fmt.Fprintln(stdout, f.Interp)
+		fmt.Fprintln(j.stdout, f.Interp)
 	}
 	if o.printOSABI {
-		fmt.Fprintln(stdout, osabiName(f.Header.OSABI))
+		fmt.Fprintln(j.stdout, osabiName(f.Header.OSABI))
 	}
 	if o.setOSABI != nil {
 		abi, ok := parseOSABI(*o.setOSABI)
 		if !ok {
 			return pfErr("unrecognized OS ABI")
 		}
-		fields = append(fields, elfedit.Edit{OSABI: &abi})
+		j.fields = append(j.fields, elfedit.Edit{OSABI: &abi})
 	}
 	if o.printSoname || o.setSoname != nil {
-		if !isLib {
-			debugf("this is not a dynamic library")
+		if !j.isLib {
+			j.debugf("this is not a dynamic library")
 		} else if !f.IsDynamic() {
-			return errNoDyn
+			return j.errNoDyn
 		}
 	}
-	if o.printSoname && isLib {
+	if o.printSoname && j.isLib {
 		if s := f.Soname(); s != "" {
-			fmt.Fprintln(stdout, s)
+			fmt.Fprintln(j.stdout, s)
 		}
 	}
-	if o.setSoname != nil && isLib {
-		e.Soname = o.setSoname
+	if o.setSoname != nil && j.isLib {
+		j.e.Soname = o.setSoname
 	}
 	if o.setInterp != "" {
-		if !hasInterp {
-			return errNoInterp
+		if !j.hasInterp {
+			return j.errNoInterp
 		}
-		e.Interpreter = &o.setInterp
+		j.e.Interpreter = &o.setInterp
 	}
+	return nil
+}
+
+// dynamicOps: the search path printed and changed, once the file is known
+// to have a dynamic section for what asks one.
+func (j *fileJob) dynamicOps() error {
+	f, o := j.f, j.o
 	// A separate debug object (objcopy --only-keep-debug) keeps the section
 	// headers of .dynamic with no contents: patchelf prints an empty
 	// search path for it and changes nothing.
@@ -108,19 +151,23 @@ func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error 
 		len(o.addNeeded)+len(o.removeNeeded)+len(o.replaceNeeded) > 0
 	switch {
 	case debugOnly && (o.printRPath || rpathOp):
-		debugf("no dynamic section")
+		j.debugf("no dynamic section")
 		if o.printRPath {
-			fmt.Fprintln(stdout)
+			fmt.Fprintln(j.stdout)
 		}
 		rpathOp = false
 	case (o.printRPath || dynOp) && !f.IsDynamic():
-		return errNoDyn
+		return j.errNoDyn
 	}
 	if f.IsDynamic() {
-		if err := rpathEdit(f, o, &e, rpathOp, stdout, stderr, debugf); err != nil {
-			return err
-		}
+		return rpathEdit(f, o, &j.e, rpathOp, j.stdout, j.stderr, j.debugf)
 	}
+	return nil
+}
+
+// stackOps: the stack flag, printed or changed.
+func (j *fileJob) stackOps() error {
+	f, o := j.f, j.o
 	if o.printExecstack {
 		// patchelf prints the flag and then leaves it alone, and
 		// --clear-execstack wins over --set-execstack.
@@ -129,40 +176,48 @@ func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error 
 			if f.Progs[i].Flags&elf.PF_X != 0 {
 				flag = "X"
 			}
-			fmt.Fprintf(stdout, "execstack: %s\n", flag)
+			fmt.Fprintf(j.stdout, "execstack: %s\n", flag)
 		}
 	} else if o.clearExecstack || o.setExecstack {
 		on := !o.clearExecstack
-		fields = append(fields, elfedit.Edit{ExecStack: &on})
+		j.fields = append(j.fields, elfedit.Edit{ExecStack: &on})
 	}
+	return nil
+}
+
+// neededOps: DT_NEEDED printed and changed, and the dynamic flags.
+func (j *fileJob) neededOps() error {
+	o := j.o
 	if o.printNeeded {
-		for _, n := range f.Needed() {
-			fmt.Fprintln(stdout, n)
+		for _, n := range j.f.Needed() {
+			fmt.Fprintln(j.stdout, n)
 		}
 	}
-	e.RemoveNeeded = o.removeNeeded
-	e.ReplaceNeeded = o.replaceNeeded
-	e.AddNeeded = o.addNeeded
-	e.AddDebug = o.addDebugTag
-	e.NoDefaultLib = o.noDefaultLib
+	j.e.RemoveNeeded = o.removeNeeded
+	j.e.ReplaceNeeded = o.replaceNeeded
+	j.e.AddNeeded = o.addNeeded
+	j.e.AddDebug = o.addDebugTag
+	j.e.NoDefaultLib = o.noDefaultLib
+	return nil
+}
+
+// symbolOps: symbol versions cleared, dynamic symbols renamed.
+func (j *fileJob) symbolOps() error {
+	o := j.o
 	if len(o.clearSymbolVersion) > 0 {
 		for _, s := range o.clearSymbolVersion {
-			debugf("clearing symbol version for %s", s)
+			j.debugf("clearing symbol version for %s", s)
 		}
-		fields = append(fields, elfedit.Edit{ClearSymbolVersion: o.clearSymbolVersion})
+		j.fields = append(j.fields, elfedit.Edit{ClearSymbolVersion: o.clearSymbolVersion})
 	}
 	if o.renameSymbols != "" {
 		m, err := readSymbolMap(o.renameSymbols)
 		if err != nil {
 			return err
 		}
-		e.RenameSymbols = m
+		j.e.RenameSymbols = m
 	}
-	if err := resolutionCache(f, o, &e, stderr, debugf); err != nil {
-		return err
-	}
-	fd.Close()
-	return writePatchelf(path, o, append([]elfedit.Edit{e}, fields...), debugf)
+	return nil
 }
 
 // rpathEdit prints the search path and plans its change: one search path

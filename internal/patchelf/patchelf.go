@@ -125,140 +125,98 @@ func fromFile(v string) (string, error) {
 	return string(b), nil
 }
 
-func parsePatchelfArgs(args []string) (*patchelfOpts, error) {
-	o := &patchelfOpts{}
-	replace := map[string]string{}
-	var replaceOrder []string
-	add := map[string]bool{}
-	next := func(i *int) (string, error) {
-		if *i+1 >= len(args) {
-			return "", pfErr("missing argument")
-		}
-		*i++
-		return args[*i], nil
+// argParse is the state of parsing one command line: the options so far,
+// and what is put in order once every argument is read.
+type argParse struct {
+	o            *patchelfOpts
+	args         []string
+	i            int // the argument being read
+	replace      map[string]string
+	replaceOrder []string
+	add          map[string]bool
+}
+
+// next is the value of the option at p.i.
+func (p *argParse) next() (string, error) {
+	if p.i+1 >= len(p.args) {
+		return "", pfErr("missing argument")
 	}
-	for i := 0; i < len(args); i++ {
-		var (
-			v   string
-			err error
-		)
-		// nextFile is next with "@FILE" resolved.
-		nextFile := func(i *int) (string, error) {
-			v, err := next(i)
-			if err != nil {
-				return "", err
-			}
-			return fromFile(v)
+	p.i++
+	return p.args[p.i], nil
+}
+
+// patchelfFlag is one option: a switch (set), or one that takes a value
+// (value), read from a file when the value is "@FILE" and file says so
+// (fromFile). A value option's handler may refuse the value.
+type patchelfFlag struct {
+	set   func(o *patchelfOpts)
+	value func(p *argParse, v string) error
+	file  bool
+}
+
+// patchelfFlags are the options of patchelf's command line but --help,
+// --version and --replace-needed (two values).
+var patchelfFlags = map[string]patchelfFlag{
+	"--print-os-abi":            {set: func(o *patchelfOpts) { o.printOSABI = true }},
+	"--print-execstack":         {set: func(o *patchelfOpts) { o.printExecstack = true }},
+	"--clear-execstack":         {set: func(o *patchelfOpts) { o.clearExecstack = true }},
+	"--set-execstack":           {set: func(o *patchelfOpts) { o.setExecstack = true }},
+	"--add-debug-tag":           {set: func(o *patchelfOpts) { o.addDebugTag = true }},
+	"--no-default-lib":          {set: func(o *patchelfOpts) { o.noDefaultLib = true }},
+	"--no-sort":                 {set: func(*patchelfOpts) {}}, // cudapatch never sorts program or section headers
+	"--no-clobber-old-sections": {set: func(o *patchelfOpts) { o.noClobberOld = true }},
+	"--build-resolution-cache":  {set: func(o *patchelfOpts) { o.buildCache = true }},
+	"--print-interpreter":       {set: func(o *patchelfOpts) { o.printInterp = true }},
+	"--print-soname":            {set: func(o *patchelfOpts) { o.printSoname = true }},
+	"--remove-rpath":            {set: func(o *patchelfOpts) { o.removeRPath = true }},
+	"--shrink-rpath":            {set: func(o *patchelfOpts) { o.shrinkRPath = true }},
+	"--print-rpath":             {set: func(o *patchelfOpts) { o.printRPath = true }},
+	"--force-rpath":             {set: func(o *patchelfOpts) { o.forceRPath = true }},
+	"--print-needed":            {set: func(o *patchelfOpts) { o.printNeeded = true }},
+	"--debug":                   {set: func(o *patchelfOpts) { o.debug = true }},
+
+	"--set-interpreter": {file: true, value: func(p *argParse, v string) error { p.o.setInterp = v; return nil }},
+	"--interpreter":     {file: true, value: func(p *argParse, v string) error { p.o.setInterp = v; return nil }},
+	"--set-soname":      {file: true, value: func(p *argParse, v string) error { p.o.setSoname = &v; return nil }},
+	"--set-rpath":       {file: true, value: func(p *argParse, v string) error { p.o.setRPath = &v; return nil }},
+	"--add-rpath":       {file: true, value: func(p *argParse, v string) error { p.o.addRPath = &v; return nil }},
+	"--output":          {file: true, value: func(p *argParse, v string) error { p.o.output = v; return nil }},
+	"--add-needed":      {file: true, value: func(p *argParse, v string) error { p.add[v] = true; return nil }},
+	"--remove-needed": {file: true, value: func(p *argParse, v string) error {
+		if !slices.Contains(p.o.removeNeeded, v) {
+			p.o.removeNeeded = append(p.o.removeNeeded, v)
 		}
-		switch a := args[i]; a {
-		case "--set-interpreter", "--interpreter":
-			if v, err = nextFile(&i); err == nil {
-				o.setInterp = v
-			}
-		case "--print-os-abi":
-			o.printOSABI = true
-		case "--set-os-abi":
-			if v, err = next(&i); err == nil {
-				o.setOSABI = &v
-			}
-		case "--print-execstack":
-			o.printExecstack = true
-		case "--clear-execstack":
-			o.clearExecstack = true
-		case "--set-execstack":
-			o.setExecstack = true
-		case "--add-debug-tag":
-			o.addDebugTag = true
-		case "--no-default-lib":
-			o.noDefaultLib = true
-		case "--clear-symbol-version":
-			if v, err = next(&i); err == nil && !slices.Contains(o.clearSymbolVersion, v) {
-				o.clearSymbolVersion = append(o.clearSymbolVersion, v)
-			}
-		case "--rename-dynamic-symbols":
-			if v, err = next(&i); err == nil {
-				o.renameSymbols = v
-			}
-		case "--no-sort":
-			// cudapatch never sorts program or section headers.
-		case "--no-clobber-old-sections":
-			o.noClobberOld = true
-		case "--build-resolution-cache":
-			o.buildCache = true
-		case "--page-size":
-			if v, err = next(&i); err == nil {
-				if o.pageSize = cAtoi(v); o.pageSize <= 0 {
-					err = pfErr("invalid argument to --page-size")
-				}
-			}
-		case "--print-interpreter":
-			o.printInterp = true
-		case "--print-soname":
-			o.printSoname = true
-		case "--set-soname":
-			if v, err = nextFile(&i); err == nil {
-				o.setSoname = &v
-			}
-		case "--remove-rpath":
-			o.removeRPath = true
-		case "--shrink-rpath":
-			o.shrinkRPath = true
-		case "--allowed-rpath-prefixes":
-			if v, err = next(&i); err == nil {
-				o.allowedPrefixes = strings.Split(v, ":")
-			}
-		case "--set-rpath":
-			if v, err = nextFile(&i); err == nil {
-				o.setRPath = &v
-			}
-		case "--add-rpath":
-			if v, err = nextFile(&i); err == nil {
-				o.addRPath = &v
-			}
-		case "--print-rpath":
-			o.printRPath = true
-		case "--force-rpath":
-			o.forceRPath = true
-		case "--print-needed":
-			o.printNeeded = true
-		case "--add-needed":
-			if v, err = nextFile(&i); err == nil {
-				add[v] = true
-			}
-		case "--remove-needed":
-			if v, err = nextFile(&i); err == nil && !slices.Contains(o.removeNeeded, v) {
-				o.removeNeeded = append(o.removeNeeded, v)
-			}
-		case "--replace-needed":
-			if i+2 >= len(args) {
-				return nil, pfErr("missing argument(s)")
-			}
-			if _, ok := replace[args[i+1]]; !ok {
-				replaceOrder = append(replaceOrder, args[i+1])
-			}
-			replace[args[i+1]] = args[i+2]
-			i += 2
-		case "--output":
-			if v, err = nextFile(&i); err == nil {
-				o.output = v
-			}
-		case "--debug":
-			o.debug = true
-		case "--help", "-h":
-			return nil, errHelp
-		case "--version":
-			return nil, errVersion
-		default:
-			o.files = append(o.files, a)
+		return nil
+	}},
+	"--set-os-abi": {value: func(p *argParse, v string) error { p.o.setOSABI = &v; return nil }},
+	"--clear-symbol-version": {value: func(p *argParse, v string) error {
+		if !slices.Contains(p.o.clearSymbolVersion, v) {
+			p.o.clearSymbolVersion = append(p.o.clearSymbolVersion, v)
 		}
-		if err != nil {
+		return nil
+	}},
+	"--rename-dynamic-symbols": {value: func(p *argParse, v string) error { p.o.renameSymbols = v; return nil }},
+	"--page-size": {value: func(p *argParse, v string) error {
+		if p.o.pageSize = cAtoi(v); p.o.pageSize <= 0 {
+			return pfErr("invalid argument to --page-size")
+		}
+		return nil
+	}},
+	"--allowed-rpath-prefixes": {value: func(p *argParse, v string) error { p.o.allowedPrefixes = strings.Split(v, ":"); return nil }},
+}
+
+func parsePatchelfArgs(args []string) (*patchelfOpts, error) {
+	p := &argParse{o: &patchelfOpts{}, args: args, replace: map[string]string{}, add: map[string]bool{}}
+	for ; p.i < len(args); p.i++ {
+		if err := p.arg(); err != nil {
 			return nil, err
 		}
 	}
-	for _, old := range replaceOrder {
-		o.replaceNeeded = append(o.replaceNeeded, elfedit.Replace{Old: old, New: replace[old]})
+	o := p.o
+	for _, old := range p.replaceOrder {
+		o.replaceNeeded = append(o.replaceNeeded, elfedit.Replace{Old: old, New: p.replace[old]})
 	}
-	for n := range add {
+	for n := range p.add {
 		o.addNeeded = append(o.addNeeded, n)
 	}
 	slices.Sort(o.addNeeded)
@@ -273,6 +231,45 @@ func parsePatchelfArgs(args []string) (*patchelfOpts, error) {
 		return nil, pfErr("--set-rpath option not allowed with --add-rpath")
 	}
 	return o, nil
+}
+
+// arg reads the argument at p.i and the values it takes.
+func (p *argParse) arg() error {
+	a := p.args[p.i]
+	switch a {
+	case "--help", "-h":
+		return errHelp
+	case "--version":
+		return errVersion
+	case "--replace-needed":
+		if p.i+2 >= len(p.args) {
+			return pfErr("missing argument(s)")
+		}
+		old := p.args[p.i+1]
+		if _, ok := p.replace[old]; !ok {
+			p.replaceOrder = append(p.replaceOrder, old)
+		}
+		p.replace[old] = p.args[p.i+2]
+		p.i += 2
+		return nil
+	}
+	f, ok := patchelfFlags[a]
+	switch {
+	case !ok:
+		p.o.files = append(p.o.files, a)
+		return nil
+	case f.set != nil:
+		f.set(p.o)
+		return nil
+	}
+	v, err := p.next()
+	if err == nil && f.file {
+		v, err = fromFile(v)
+	}
+	if err != nil {
+		return err
+	}
+	return f.value(p, v)
 }
 
 // cAtoi is C's atoi, which patchelf uses for --page-size: leading blanks,
