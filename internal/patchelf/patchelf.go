@@ -3,7 +3,7 @@
 // codes, with every change to a file made as one elfedit.Edit (crash-safe,
 // verified, only the bytes that must change). cmd/cudapatch wires it to
 // `cudapatch patchelf` and to the binary installed as "patchelf"; the
-// deliberate differences from patchelf are listed there and in
+// deliberate differences from patchelf are listed in
 // docs/patchelf-suite.md.
 package patchelf
 

@@ -35,22 +35,12 @@ type EventOptions struct {
 }
 
 // AutoPatchelfEvents returns the events nixpkgs' auto-patchelf prints with
-// --structured-logs for the decisions in rep, in its order: per file, in the order files were patched, a SkipFile, or
-// a SetInterpreter for executables, a Dependency for every dependency
-// looked up in the libraries (found there, or not found at all), and a
-// SetRpath when the RUNPATH is not empty; after every file, an
-// IgnoredDependency for each dependency nothing satisfied that an ignore
-// pattern matches.
-//
-// Differences, each where auto-patchelf has nothing better to say: a file
-// cudapatch does not patch although auto-patchelf would (a static PIE, a
-// dynamic loader, a separate debug object, a core file) gets a SkipFile
-// saying why; a driver library (libcuda.so.1, …), satisfied by the driver
-// link, is a Dependency that was not found, followed by an
-// IgnoredDependency when a pattern names it, as nixpkgs' CUDA packages
-// ignore it; a .note.dlopen entry with several alternatives that a pattern
-// ignores gets its IgnoredDependency (auto-patchelf stops with an
-// AttributeError there).
+// --structured-logs for the decisions in rep, in its order: per file, in
+// the order files were patched, a SkipFile, or a SetInterpreter for
+// executables, a Dependency for every dependency looked up in the
+// libraries, and a SetRpath when the RUNPATH is not empty; after every
+// file, an IgnoredDependency for each ignored one. Where it differs, and
+// why: docs/auto-patchelf.md.
 func AutoPatchelfEvents(rep *Report, opts EventOptions) []Event {
 	display := opts.Display
 	if display == nil {

@@ -55,19 +55,13 @@ var soPattern = fnmatch.Compile("*.so*")
 // skipped with WithIgnoreExisting), then the search directories in order.
 // Within a directory names are taken in sorted order.
 //
-// It does that work lazily, because a derivation's search path is the lib/
-// of every build input (LLVM, Qt, the CUDA toolkit) and reading every
-// library there costs more than patching the package. Directories are
-// listed (names only) in that order, one at a time, when a lookup has not
-// found its name in the ones listed so far; a library's headers are read
-// when a wanted name is its file name; and the RUNPATH directories of a
-// directory's libraries are followed only when the directories queued
-// before them are used up and a name is still unresolved. Breadth-first
-// order makes that exact: the directories a RUNPATH adds come after every
-// directory already queued, so they can be listed after everything queued
-// before them has been searched. A name found nowhere is the one case that
-// reads everything, as the eager index did: it must be missing from every
-// directory the search can reach.
+// It works lazily (a derivation's search path is the lib/ of every build
+// input, and reading every library there costs more than patching the
+// package): directories are listed when a lookup has not found its name
+// in those listed so far, a library's headers read when a wanted name is
+// its file name, RUNPATH directories followed only when those queued
+// before them are used up. Breadth-first order keeps that exact; only a
+// name found nowhere reads everything the search can reach.
 type index struct {
 	ctx   context.Context
 	jobs  int

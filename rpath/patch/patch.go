@@ -264,8 +264,7 @@ func planned(reused bool) string {
 
 // writeOrder lists the files to write, the largest first: the jobs take
 // them in turn, and a large file taken last keeps one job busy while the
-// others have nothing left to do (on 16 cores, the last tenth of a run
-// had a few jobs running). Ties keep the order of the tree.
+// others have nothing left to do. Ties keep the order of the tree.
 func writeOrder(files []*File) []int {
 	var order []int
 	for i, f := range files {
@@ -285,16 +284,10 @@ func writeOrder(files []*File) []int {
 // plan holds is live until the write phase, so it is bounded: a plan
 // holding more than keptPlanMax, or one past keptPlanPerJob times the jobs
 // for the whole run, is dropped and its file planned again when written.
-// A kept plan holds what it writes as pieces (elfedit's detach.go): the
-// file's bytes by offset and only what is new as bytes of its own, about
-// 4 KiB a file on this machine's /usr/lib and /usr/bin (5.0 MB for 1,210
-// files, where copies of what they write took 38.7 MB). At 1 MiB a job, a
-// budget sized for copies, 2 jobs kept 380 of those plans; at 4 MiB every
-// one whose tables the read cache held (the five largest files read
-// theirs past it, and are planned again), peak RSS unchanged (58–59 MiB:
-// the heap limit, not the plans, sets it) and the write phase's CPU about
-// 250 → 145 ms a run (pprof). The budget grows with the jobs, as
-// cmd/cudapatch's heap limit does.
+// A kept plan holds its file's bytes by offset and only what is new as
+// bytes of its own (elfedit's detach.go), a few KiB a file; 4 MiB a job
+// keeps nearly every plan (bench/HISTORY.md has the measurements). The
+// budget grows with the jobs, as cmd/cudapatch's heap limit does.
 const (
 	keptPlanMax    = 256 << 10
 	keptPlanPerJob = 4 << 20

@@ -10,12 +10,10 @@ import (
 )
 
 // A run starts by listing its trees: every file below the PATHs to patch,
-// and every directory below them for the index. On a 16-core machine that
-// walk, made one directory at a time, was a seventh of a 10,000-file run
-// (25 ms of 330, with every other core idle), and the index walked the same
-// trees a second time for their directories (23 ms more). walkTree lists a
-// tree once, directories on up to jobs goroutines at a time, and gives both
-// lists in the order filepath.WalkDir visits them.
+// and every directory below them for the index. walkTree lists a tree
+// once, for both, directories on up to jobs goroutines at a time (one at
+// a time was a seventh of a run; bench/HISTORY.md), and gives both lists
+// in the order filepath.WalkDir visits them.
 
 // walkTree returns the regular and special files (special) below root and the directories
 // (root first), each in filepath.WalkDir's lexical pre-order, without
