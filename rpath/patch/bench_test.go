@@ -18,7 +18,7 @@ import (
 // ratios against patchelf, on real trees, are bench/run.sh's business; these
 // numbers are for spotting regressions and for profiles:
 //
-//	go test ./rpath -run=- -bench=Patch -benchmem -cpuprofile=cpu.out
+//	go test ./rpath/patch -run=- -bench=Patch -benchmem -cpuprofile=cpu.out
 //
 // With CUDAPATCH_BENCH_TREE=DIR, BenchmarkPatchTree does the same on a copy
 // of DIR (for example a tree bench/mktree.py built).
