@@ -567,7 +567,15 @@ func (c *config) decide(fd found, ix resolver, t *policy.Target, held bool, inhe
 	for _, p := range d.Problems {
 		out.addError(ErrorAudit, p)
 	}
+	c.prepare(f, info, d.NoteNames, out)
+	return out
+}
 
+// prepare makes out's decision an edit of f (the RUNPATH, or the kept one
+// shrunk; the interpreter; the resolution note for noteNames), plans and
+// verifies it, and checks before anything is written what would stop the
+// write: the page size, hard links, the claim on the file.
+func (c *config) prepare(f *elfedit.File, info elfedit.Info, noteNames []string, out *File) {
 	var e elfedit.Edit
 	if out.RunPath != "" {
 		rp := out.RunPath
@@ -585,10 +593,11 @@ func (c *config) decide(fd found, ix resolver, t *policy.Target, held bool, inhe
 		ip := out.Interpreter
 		e.Interpreter = &ip
 	}
-	out.ResolutionCache, out.Note, err = c.resolutionNote(f, d.NoteNames, finalPath(info, &e), &e)
+	var err error
+	out.ResolutionCache, out.Note, err = c.resolutionNote(f, noteNames, finalPath(info, &e), &e)
 	if err != nil {
 		out.addError(ErrorNote, err)
-		return out
+		return
 	}
 	// Prepare verifies the planned result now wherever the read cache
 	// held the file's tables, so a verifier failure stops the tree before
@@ -597,13 +606,13 @@ func (c *config) decide(fd found, ix resolver, t *policy.Target, held bool, inhe
 	plan, err := f.Prepare(e, c.kept.take)
 	if err != nil {
 		out.addError(ErrorPlan, err)
-		return out
+		return
 	}
 	out.Changed = !plan.IsNoOp()
 	out.Strategy = plan.Strategy
-	if msg := c.pageSizeProblem(machine); out.Changed && msg != "" {
+	if msg := c.pageSizeProblem(info.ELFMachine()); out.Changed && msg != "" {
 		out.addError(ErrorPageSize, errors.New(msg))
-		return out
+		return
 	}
 	out.edit = e
 	if out.Changed && plan.Prepared() {
@@ -612,16 +621,15 @@ func (c *config) decide(fd found, ix resolver, t *policy.Target, held bool, inhe
 	// EditFile refuses a file with other hard links (writing it would
 	// change them too); finding out now, before anything is written,
 	// keeps the rule that a tree is written only when every file can be.
-	if n := linkCount(path); out.Changed && n > 1 {
+	if n := linkCount(out.Path); out.Changed && n > 1 {
 		out.addError(ErrorHardLinks, fmt.Errorf("%w (%d links): refusing to change the other paths too", elfedit.ErrHardLinks, n))
-		return out
+		return
 	}
 	// So does opening it for writing now, and locking it until it is
 	// written (claim).
 	if out.Changed {
 		c.claim(f, out)
 	}
-	return out
 }
 
 // resolveDeps resolves what f needs: DT_NEEDED in order, then
