@@ -207,6 +207,13 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 		return rep, errors.Join(errs...)
 	}
 	rep.WritePhase = true
+	return rep, c.write(ctx, rep, step)
+}
+
+// write is the write phase: every changed file of rep, the largest first,
+// through the plan and the claim decide kept for it, if any. A file that
+// fails is counted failed instead of changed; rep.Written says none did.
+func (c *config) write(ctx context.Context, rep *Report, step func()) error {
 	var werrs []error
 	var wmu sync.Mutex
 	order := writeOrder(rep.Files)
@@ -245,10 +252,10 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 		c.log.Debug("patched", "file", f.Path, "runpath", f.RunPath, "strategy", f.Strategy, "planned", planned(reused))
 		return true
 	}); err != nil {
-		return rep, err
+		return err
 	}
 	rep.Written = len(werrs) == 0
-	return rep, errors.Join(werrs...)
+	return errors.Join(werrs...)
 }
 
 // planned says, for the debug log, how often a written file was planned:
