@@ -135,7 +135,7 @@ trees+=("{\"paths\": [\"$W/out\"], \"search\": [\"$BIG\", \"/lib/x86_64-linux-gn
 ) >"$W/trees.json"
 echo "## Lazy index against the eager oracle on real trees ($W/trees.json)"
 echo
-(cd "$REPO" && CUDAPATCH_INDEX_TREES=$W/trees.json go test ./rpath -run 'TestIndexMatchesEagerOnRealTrees' -count=1 -v -timeout 30m) >"$W/proof.log" 2>&1 || {
+(cd "$REPO" && CUDAPATCH_INDEX_TREES=$W/trees.json go test ./rpath/patch -run 'TestIndexMatchesEagerOnRealTrees' -count=1 -v -timeout 30m) >"$W/proof.log" 2>&1 || {
 	tail -40 "$W/proof.log"
 	echo "FAIL: the lazy index disagrees with the eager one (see $W/proof.log)"
 	exit 1

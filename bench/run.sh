@@ -246,7 +246,7 @@ log "go test -bench"
 PROF_TREE=$W/scale-2000/store
 [ -d "$PROF_TREE" ] || PROF_TREE=$W/scale-${SCALES##* }/store
 echo "prof_tree=$PROF_TREE" >>"$RAW/machine.env"
-(cd "$REPO" && CUDAPATCH_BENCH_TREE=$PROF_TREE go test ./rpath -run=- \
+(cd "$REPO" && CUDAPATCH_BENCH_TREE=$PROF_TREE go test ./rpath/patch -run=- \
   -bench=PatchTree -benchtime=3x -cpuprofile="$RAW/cpu.pprof" -o "$RAW/rpath.test") >"$RAW/gobench-tree.txt" 2>&1 || true
 go tool pprof -top -nodecount=30 "$RAW/rpath.test" "$RAW/cpu.pprof" >"$RAW/pprof-top.txt" 2>/dev/null || true
 go tool pprof -top -cum -nodecount=30 "$RAW/rpath.test" "$RAW/cpu.pprof" >"$RAW/pprof-cum.txt" 2>/dev/null || true

@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/cudapatch/cudapatch/rpath/patch"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 	"github.com/urfave/cli/v3"
 )
 
@@ -119,7 +120,7 @@ func parseAutoPatchelf(args []string) (*autoPatchelfArgs, error) {
 // patchOptionsFrom maps auto-patchelf's arguments to the main job's options;
 // the driver link stays at its default, as the nixpkgs hooks it replaces
 // would add it afterwards.
-func (g *globals) patchOptionsFrom(a *autoPatchelfArgs) ([]rpath.Option, error) {
+func (g *globals) patchOptionsFrom(a *autoPatchelfArgs) ([]patch.Option, error) {
 	cmd := &cli.Command{Flags: patchFlags()}
 	args := []string{"auto-patchelf"}
 	for _, l := range a.libs {
@@ -128,10 +129,10 @@ func (g *globals) patchOptionsFrom(a *autoPatchelfArgs) ([]rpath.Option, error) 
 	// argparse converts these to pathlib.Path ("$ORIGIN/" becomes
 	// "$ORIGIN"), and auto-patchelf writes them so.
 	for _, d := range a.runtimeDeps {
-		args = append(args, "--runtime-dependency", rpath.PyPath(d))
+		args = append(args, "--runtime-dependency", patch.PyPath(d))
 	}
 	for _, e := range a.appendRpaths {
-		args = append(args, "--append-rpath", rpath.PyPath(e))
+		args = append(args, "--append-rpath", patch.PyPath(e))
 	}
 	for _, p := range a.ignoreMissing {
 		args = append(args, "--ignore-missing", p)
@@ -151,8 +152,8 @@ func (g *globals) patchOptionsFrom(a *autoPatchelfArgs) ([]rpath.Option, error) 
 	}
 	// auto-patchelf reads no strings: its drop-in resolves what it
 	// resolves (its events are checked against the script's).
-	args = append(args, "--dlopen", string(rpath.DlopenOff))
-	var opts []rpath.Option
+	args = append(args, "--dlopen", string(policy.DlopenOff))
+	var opts []patch.Option
 	var perr error
 	cmd.Action = func(ctx context.Context, c *cli.Command) error {
 		opts, perr = g.patchOptions(c)

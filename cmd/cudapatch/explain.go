@@ -9,9 +9,9 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 	"github.com/cudapatch/cudapatch/rpath/symcheck"
 )
 
@@ -75,7 +75,7 @@ func explainCommand(g *globals) *cli.Command {
 			cfg.Secure = cmd.Bool("secure")
 			cfg.WorkDir = cmd.String("workdir")
 			cfg.Loader = loader
-			tr, err := ldso.Resolve(cfg, ldso.ElfReaderDlopen(rpath.DiscoverDlopen), logical)
+			tr, err := ldso.Resolve(cfg, ldso.ElfReaderDlopen(policy.DiscoverDlopen), logical)
 			if err != nil {
 				return withCode(exitUsage, fmt.Errorf("explain: %w", err))
 			}
@@ -135,7 +135,7 @@ func symbolOptions(cmd *cli.Command) symcheck.Options {
 	stubs := cmd.String("stubs")
 	return symcheck.Options{
 		BindNow: cmd.Bool("bind-now"),
-		Opaque:  rpath.IsDriverLibrary,
+		Opaque:  policy.IsDriverLibrary,
 		StandIn: func(name string) string {
 			if stubs == "" {
 				return ""

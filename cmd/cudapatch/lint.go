@@ -12,8 +12,8 @@ import (
 	"github.com/urfave/cli/v3"
 	"golang.org/x/term"
 
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/lint"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 )
 
 func lintCommand(g *globals) *cli.Command {
@@ -138,7 +138,7 @@ func (g *globals) lintTarget(interp, root string) []lint.Option {
 		b, err := os.ReadFile(filepath.Join(bt, "nix-support", "dynamic-linker"))
 		if err == nil {
 			interp = strings.TrimSpace(string(b))
-			if t, err := rpath.InterpreterTarget(interp); err == nil {
+			if t, err := policy.InterpreterTarget(interp); err == nil {
 				g.log.Debug("target", "interpreter", interp, "from", "NIX_BINTOOLS")
 				return []lint.Option{lint.WithTarget(t)}
 			}
@@ -152,7 +152,7 @@ func (g *globals) lintTarget(interp, root string) []lint.Option {
 		return nil
 	}
 	g.log.Debug("target", "interpreter", h.Interpreter, "from", "this machine")
-	return []lint.Option{lint.WithTarget(rpath.Target{Class: h.Class, Machine: h.Machine, OSABI: h.OSABI})}
+	return []lint.Option{lint.WithTarget(policy.Target{Class: h.Class, Machine: h.Machine, OSABI: h.OSABI})}
 }
 
 // checkLintPaths refuses, in one line each, the PATHs lint cannot check:

@@ -15,10 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudapatch/cudapatch/internal/fixtures"
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/lint"
 	"github.com/cudapatch/cudapatch/rpath/lint/linttest"
+	"github.com/cudapatch/cudapatch/rpath/patch"
 )
 
 // runCLI runs the command line in-process.
@@ -278,7 +278,7 @@ func TestLintAgreesWithMainJob(t *testing.T) {
 
 	_, errOut, code := runCLI(t, nil, "--relativize-rpath", "--preserve-origin", "--json", dir)
 	require.Equal(t, exitOK, code, errOut)
-	var rep rpath.Report
+	var rep patch.Report
 	out, _, _ := runCLI(t, nil, "--relativize-rpath", "--preserve-origin", "--json", "--dry-run", dir)
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
 	skipped := map[string]string{}

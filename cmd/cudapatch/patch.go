@@ -13,7 +13,8 @@ import (
 	"strings"
 
 	"github.com/cudapatch/cudapatch/internal/printable"
-	"github.com/cudapatch/cudapatch/rpath"
+	"github.com/cudapatch/cudapatch/rpath/patch"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 	"github.com/urfave/cli/v3"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
@@ -33,9 +34,9 @@ func patchFlags() []cli.Flag {
 		&cli.StringFlag{Name: "libc", Usage: "`DIR` of the libc the interpreter belongs to (default: $NIX_BINTOOLS/nix-support/orig-libc + /lib; outside Nix, this machine's)"},
 		&cli.BoolFlag{Name: "keep-libc", Usage: "give libc libraries a RUNPATH entry like any other"},
 		&cli.StringFlag{Name: "cuda-compat", Usage: "cuda_compat `DIR`, put first so its libcuda shadows the driver's"},
-		&cli.StringFlag{Name: "driver-link", Value: rpath.DefaultDriverLink, Usage: "driver link `DIR` (i686 files get the -32 variant)"},
+		&cli.StringFlag{Name: "driver-link", Value: policy.DefaultDriverLink, Usage: "driver link `DIR` (i686 files get the -32 variant)"},
 		&cli.StringFlag{Name: "driver-link-32", Usage: "driver link `DIR` of 32-bit x86 files (default: the driver link with opengl-driver-32)"},
-		&cli.StringFlag{Name: "driver-link-for", Value: string(rpath.DriverLinkAll), Usage: "which files get the driver link: `all|needed|none`", Validator: oneOf("all", "needed", "none")},
+		&cli.StringFlag{Name: "driver-link-for", Value: string(policy.DriverLinkAll), Usage: "which files get the driver link: `all|needed|none`", Validator: oneOf("all", "needed", "none")},
 		&cli.StringSliceFlag{Name: "runtime-dependency", Usage: "`DIR` put first in the RUNPATH of executables (repeatable; used as given)"},
 		&cli.StringSliceFlag{Name: "append-rpath", Usage: "`ENTRY` appended to every RUNPATH (repeatable)"},
 		&cli.BoolFlag{Name: "preserve-origin", Usage: "keep the $ORIGIN entries of the old RUNPATH (a dependency found where one leads keeps it)"},
@@ -44,7 +45,7 @@ func patchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "relativize-rpath", Usage: "make entries under the PATH a file was found under relative to the file"},
 		&cli.BoolFlag{Name: "ignore-existing", Usage: "do not index the libraries of the PATHs being patched, only the search directories"},
 		&cli.StringSliceFlag{Name: "ignore-missing", Usage: "ignore missing libraries whose name matches `PATTERN` (Python fnmatch; repeatable)"},
-		&cli.StringFlag{Name: "dlopen", Value: string(rpath.DlopenResolve), Usage: "library names in the read-only data of files that call dlopen: `off|report|resolve` (resolve: their directories join the RUNPATH after the DT_NEEDED ones; names found nowhere are reported, no error)", Validator: oneOf("off", "report", "resolve")},
+		&cli.StringFlag{Name: "dlopen", Value: string(policy.DlopenResolve), Usage: "library names in the read-only data of files that call dlopen: `off|report|resolve` (resolve: their directories join the RUNPATH after the DT_NEEDED ones; names found nowhere are reported, no error)", Validator: oneOf("off", "report", "resolve")},
 		&cli.BoolFlag{Name: "no-resolution-cache", Usage: "write no resolution note (.note.nixos.ldcache); stale ones are still removed"},
 		&cli.BoolFlag{Name: "shrink-kept", Usage: "shrink the RUNPATH of files cudapatch gives none, as patchelf --shrink-rpath (the hook's take-over of fixupPhase's shrink pass)"},
 		&cli.BoolFlag{Name: "force-rpath", Usage: "write each RUNPATH as DT_RPATH, as patchelf --force-rpath does (such files get no resolution note)"},
@@ -109,7 +110,7 @@ func unwrapPathError(err error) error {
 }
 
 // patchOptions turns flags (and the Nix build environment) into options.
-func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
+func (g *globals) patchOptions(cmd *cli.Command) ([]patch.Option, error) {
 	if cmd.Bool("verbose") {
 		g.level.Set(-4) // slog.LevelDebug
 	}
@@ -140,35 +141,35 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]rpath.Option, error) {
 			store = "/nix/store"
 		}
 	}
-	return []rpath.Option{
-		rpath.WithSearch(cmd.StringSlice("search")...),
-		rpath.WithSearchRecursive(cmd.StringSlice("search-recursive")...),
-		rpath.WithRecurse(!cmd.Bool("no-recurse")),
-		rpath.WithInterpreter(interp),
-		rpath.WithLibc(libc),
-		rpath.WithKeepLibc(cmd.Bool("keep-libc")),
-		rpath.WithCudaCompat(cmd.String("cuda-compat")),
-		rpath.WithDriverLink(cmd.String("driver-link")),
-		rpath.WithDriverLink32(cmd.String("driver-link-32")),
-		rpath.WithDriverLinkFor(rpath.DriverLinkPolicy(cmd.String("driver-link-for"))),
-		rpath.WithRuntimeDependencies(cmd.StringSlice("runtime-dependency")...),
-		rpath.WithAppendRunpaths(cmd.StringSlice("append-rpath")...),
-		rpath.WithPreserveOrigin(cmd.Bool("preserve-origin")),
-		rpath.WithRelativeRpaths(store),
-		rpath.WithRelativizeRpath(cmd.Bool("relativize-rpath")),
-		rpath.WithIgnoreExisting(cmd.Bool("ignore-existing")),
-		rpath.WithIgnoreMissing(cmd.StringSlice("ignore-missing")...),
-		rpath.WithResolutionCache(!cmd.Bool("no-resolution-cache")),
-		rpath.WithDlopen(rpath.DlopenMode(cmd.String("dlopen"))),
-		rpath.WithShrinkKept(cmd.Bool("shrink-kept")),
-		rpath.WithForceRPath(cmd.Bool("force-rpath") || pf.forceRPath),
-		rpath.WithKeepOldSections(pf.keepOld),
-		rpath.WithPageSize(pf.pageSize),
-		rpath.WithDryRun(cmd.Bool("dry-run")),
-		rpath.WithJobs(jobs),
-		rpath.WithSync(cmd.Bool("sync")),
-		rpath.WithBuildDirs(buildDirs...),
-		rpath.WithLogger(g.log),
+	return []patch.Option{
+		patch.WithSearch(cmd.StringSlice("search")...),
+		patch.WithSearchRecursive(cmd.StringSlice("search-recursive")...),
+		patch.WithRecurse(!cmd.Bool("no-recurse")),
+		patch.WithInterpreter(interp),
+		patch.WithLibc(libc),
+		patch.WithKeepLibc(cmd.Bool("keep-libc")),
+		patch.WithCudaCompat(cmd.String("cuda-compat")),
+		patch.WithDriverLink(cmd.String("driver-link")),
+		patch.WithDriverLink32(cmd.String("driver-link-32")),
+		patch.WithDriverLinkFor(policy.DriverLinkPolicy(cmd.String("driver-link-for"))),
+		patch.WithRuntimeDependencies(cmd.StringSlice("runtime-dependency")...),
+		patch.WithAppendRunpaths(cmd.StringSlice("append-rpath")...),
+		patch.WithPreserveOrigin(cmd.Bool("preserve-origin")),
+		patch.WithRelativeRpaths(store),
+		patch.WithRelativizeRpath(cmd.Bool("relativize-rpath")),
+		patch.WithIgnoreExisting(cmd.Bool("ignore-existing")),
+		patch.WithIgnoreMissing(cmd.StringSlice("ignore-missing")...),
+		patch.WithResolutionCache(!cmd.Bool("no-resolution-cache")),
+		patch.WithDlopen(policy.DlopenMode(cmd.String("dlopen"))),
+		patch.WithShrinkKept(cmd.Bool("shrink-kept")),
+		patch.WithForceRPath(cmd.Bool("force-rpath") || pf.forceRPath),
+		patch.WithKeepOldSections(pf.keepOld),
+		patch.WithPageSize(pf.pageSize),
+		patch.WithDryRun(cmd.Bool("dry-run")),
+		patch.WithJobs(jobs),
+		patch.WithSync(cmd.Bool("sync")),
+		patch.WithBuildDirs(buildDirs...),
+		patch.WithLogger(g.log),
 	}, nil
 }
 
@@ -262,11 +263,11 @@ const (
 // per changed file (or the report, or the events), each file's errors, the
 // missing libraries, and last a summary line that counts every file once
 // (README: "Usage").
-func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Option, out output, dryRun bool) error {
+func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Option, out output, dryRun bool) error {
 	if f, ok := g.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) && out == outText {
 		p := mpb.NewWithContext(ctx, mpb.WithOutput(f))
 		var bar *mpb.Bar
-		opts = append(opts, rpath.WithProgress(func(done, total int) {
+		opts = append(opts, patch.WithProgress(func(done, total int) {
 			if bar == nil {
 				bar = p.AddBar(int64(total), mpb.PrependDecorators(decor.Name("cudapatch ")), mpb.AppendDecorators(decor.CountersNoUnit("%d/%d")))
 			}
@@ -279,7 +280,7 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 			p.Wait()
 		}()
 	}
-	rep, err := rpath.Patch(ctx, paths, opts...)
+	rep, err := patch.Run(ctx, paths, opts...)
 	if rep == nil {
 		return withCode(exitUsage, err)
 	}
@@ -295,7 +296,7 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 		// Written in 64 KiB writes, not one per file (10,000 files,
 		// 10,000 system calls after the work is done).
 		w := bufio.NewWriterSize(g.stdout, outBuffer)
-		for _, ev := range rpath.AutoPatchelfEvents(rep, rpath.EventOptions{Display: rpath.DisplayPaths(paths)}) {
+		for _, ev := range patch.AutoPatchelfEvents(rep, patch.EventOptions{Display: patch.DisplayPaths(paths)}) {
 			w.WriteString(ev.PythonJSON())
 			w.WriteByte('\n')
 		}
@@ -339,13 +340,13 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []rpath.Opt
 // usedHost says whether this machine's loader (globals.loader) decided
 // something: an interpreter it changed, a library found in its libc
 // directory, a file skipped for not being of its architecture.
-func usedHost(rep *rpath.Report) bool {
+func usedHost(rep *patch.Report) bool {
 	for _, f := range rep.Files {
 		if f.Interpreter != "" && f.Interpreter != f.OldInterpreter || f.SkippedForTarget() {
 			return true
 		}
 		for _, d := range f.Deps {
-			if d.How == rpath.HowLibc {
+			if d.How == policy.HowLibc {
 				return true
 			}
 		}
@@ -356,7 +357,7 @@ func usedHost(rep *rpath.Report) bool {
 // summary is the last line of the main job: every file counted once as
 // patched, unchanged, skipped or failed, then the missing dependencies.
 // "nothing written" says an error stopped the job before the write phase.
-func summary(rep *rpath.Report, dryRun bool) string {
+func summary(rep *patch.Report, dryRun bool) string {
 	verb := "patched"
 	switch {
 	case dryRun:
@@ -371,10 +372,10 @@ func summary(rep *rpath.Report, dryRun bool) string {
 // onlyFindings says the job failed for what it found, not for a file it
 // could not handle: missing dependencies and RUNPATH audit failures
 // (exit 1); anything else is exit 2.
-func onlyFindings(rep *rpath.Report) bool {
+func onlyFindings(rep *patch.Report) bool {
 	for _, f := range rep.Files {
 		for _, e := range f.Errors {
-			if !strings.HasPrefix(e, rpath.ErrAudit.Error()) {
+			if e.Kind != patch.ErrorAudit {
 				return false
 			}
 		}
@@ -387,11 +388,9 @@ const outBuffer = 64 << 10
 
 // writePatched writes the line that says what was done to f, as
 // "PATH: RUNPATH OLD -> NEW[; interpreter OLD -> NEW][; resolution note
-// ...]". The list is written after the work, on one core: for 10,000
-// files, formatting each line with fmt took 4 ms (10-14 ms on the GPU
-// machine, whose whole run at 16 jobs is 0.3 s), writing its pieces
-// takes 0.3 ms.
-func writePatched(w *bufio.Writer, f *rpath.File) {
+// ...]". The list is written after the work, on one core, in pieces
+// rather than formatted with fmt (ten times faster; bench/HISTORY.md).
+func writePatched(w *bufio.Writer, f *patch.File) {
 	// Paths and names are the tree's and the files': escaped, so that
 	// the list stays one line a file (printable.String costs a scan).
 	str := func(s string) { w.WriteString(printable.String(s)) }
@@ -422,10 +421,10 @@ func writePatched(w *bufio.Writer, f *rpath.File) {
 		str(f.Interpreter)
 	}
 	switch f.Note {
-	case rpath.NoteWritten:
+	case patch.NoteWritten:
 		w.WriteString("; resolution note for ")
 		w.Write(appendPlural(w.AvailableBuffer(), len(f.ResolutionCache), "name"))
-	case rpath.NoteRemoved:
+	case patch.NoteRemoved:
 		w.WriteString("; resolution note removed")
 	}
 	w.WriteByte('\n')

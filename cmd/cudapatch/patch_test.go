@@ -16,9 +16,10 @@ import (
 	"testing"
 
 	"github.com/cudapatch/cudapatch/internal/fixtures"
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
+	"github.com/cudapatch/cudapatch/rpath/patch"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
 )
 
@@ -210,19 +211,19 @@ func TestPatchText(t *testing.T) {
 func TestPatchedLines(t *testing.T) {
 	str := func(s string) *string { return &s }
 	for _, tc := range []struct {
-		f    rpath.File
+		f    patch.File
 		want string
 	}{
-		{rpath.File{Path: "/o/a", OldRunPath: str("/old"), RunPath: "/new"}, "/o/a: RUNPATH /old -> /new"},
-		{rpath.File{Path: "/o/b", OldRPath: str("/opt/x"), RunPath: "/new"}, "/o/b: RUNPATH /opt/x (RPATH) -> /new"},
-		{rpath.File{Path: "/o/c", RunPath: "/new"}, "/o/c: RUNPATH (none) -> /new"},
-		{rpath.File{Path: "/o/d", OldRunPath: str("/old")}, "/o/d: RUNPATH /old kept"},
-		{rpath.File{Path: "/o/e", RunPath: "/new", OldInterpreter: "/lib/ld.so", Interpreter: "/nix/ld.so"}, "/o/e: RUNPATH (none) -> /new; interpreter /lib/ld.so -> /nix/ld.so"},
-		{rpath.File{Path: "/o/f", RunPath: "/new", OldInterpreter: "/nix/ld.so", Interpreter: "/nix/ld.so"}, "/o/f: RUNPATH (none) -> /new"},
-		{rpath.File{Path: "/o/g", RunPath: "/new", Note: rpath.NoteWritten, ResolutionCache: make(ldcache.Cache, 1)}, "/o/g: RUNPATH (none) -> /new; resolution note for 1 name"},
-		{rpath.File{Path: "/o/h", RunPath: "/new", Note: rpath.NoteWritten, ResolutionCache: make(ldcache.Cache, 12)}, "/o/h: RUNPATH (none) -> /new; resolution note for 12 names"},
-		{rpath.File{Path: "/o/i", OldRunPath: str("/old"), Note: rpath.NoteRemoved}, "/o/i: RUNPATH /old kept; resolution note removed"},
-		{rpath.File{Path: "/o/j", OldRunPath: str(""), RunPath: "/new", OldInterpreter: "/a", Interpreter: "/b", Note: rpath.NoteWritten}, "/o/j: RUNPATH  -> /new; interpreter /a -> /b; resolution note for 0 names"},
+		{patch.File{Path: "/o/a", OldRunPath: str("/old"), RunPath: "/new"}, "/o/a: RUNPATH /old -> /new"},
+		{patch.File{Path: "/o/b", OldRPath: str("/opt/x"), RunPath: "/new"}, "/o/b: RUNPATH /opt/x (RPATH) -> /new"},
+		{patch.File{Path: "/o/c", RunPath: "/new"}, "/o/c: RUNPATH (none) -> /new"},
+		{patch.File{Path: "/o/d", OldRunPath: str("/old")}, "/o/d: RUNPATH /old kept"},
+		{patch.File{Path: "/o/e", RunPath: "/new", OldInterpreter: "/lib/ld.so", Interpreter: "/nix/ld.so"}, "/o/e: RUNPATH (none) -> /new; interpreter /lib/ld.so -> /nix/ld.so"},
+		{patch.File{Path: "/o/f", RunPath: "/new", OldInterpreter: "/nix/ld.so", Interpreter: "/nix/ld.so"}, "/o/f: RUNPATH (none) -> /new"},
+		{patch.File{Path: "/o/g", RunPath: "/new", Note: patch.NoteWritten, ResolutionCache: make(ldcache.Cache, 1)}, "/o/g: RUNPATH (none) -> /new; resolution note for 1 name"},
+		{patch.File{Path: "/o/h", RunPath: "/new", Note: patch.NoteWritten, ResolutionCache: make(ldcache.Cache, 12)}, "/o/h: RUNPATH (none) -> /new; resolution note for 12 names"},
+		{patch.File{Path: "/o/i", OldRunPath: str("/old"), Note: patch.NoteRemoved}, "/o/i: RUNPATH /old kept; resolution note removed"},
+		{patch.File{Path: "/o/j", OldRunPath: str(""), RunPath: "/new", OldInterpreter: "/a", Interpreter: "/b", Note: patch.NoteWritten}, "/o/j: RUNPATH  -> /new; interpreter /a -> /b; resolution note for 0 names"},
 	} {
 		var b bytes.Buffer
 		w := bufio.NewWriterSize(&b, 16) // lines longer than the buffer
@@ -473,7 +474,7 @@ func TestPatchJSON(t *testing.T) {
 		if want := map[bool]int{false: 0, true: 1}[missing]; code != want {
 			t.Fatalf("exit %d, want %d\n%s", code, want, stderr)
 		}
-		var rep rpath.Report
+		var rep patch.Report
 		dec := json.NewDecoder(strings.NewReader(stdout))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&rep); err != nil {
@@ -492,7 +493,7 @@ func TestPatchJSON(t *testing.T) {
 		for _, f := range rep.Files {
 			if f.Path == c.p("out/bin/app") {
 				if f.RunPath != c.x("/run/opengl-driver/lib:{root}/deps") || len(f.Deps) != 1 ||
-					f.Deps[0] != (rpath.Dep{Name: "libdep.so", Source: "needed", How: rpath.HowStore, Path: c.p("deps/libdep.so"), Dir: c.p("deps")}) {
+					f.Deps[0] != (policy.Dep{Name: "libdep.so", Source: "needed", How: policy.HowStore, Path: c.p("deps/libdep.so"), Dir: c.p("deps")}) {
 					t.Errorf("app: %+v", f)
 				}
 			}

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/cudapatch/cudapatch/internal/fixtures"
-	"github.com/cudapatch/cudapatch/rpath/patchelf"
+	"github.com/cudapatch/cudapatch/internal/patchelf"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")
@@ -84,7 +84,7 @@ func readState(t *testing.T, path string) elfState {
 
 // withoutEmptyPaths is the one normalisation applied to patchelf's result:
 // where patchelf writes an empty RUNPATH or RPATH, we write none (see the
-// comment at the top of patchelf.go).
+// list in docs/patchelf-suite.md).
 func (s elfState) withoutEmptyPaths() elfState {
 	empty := func(v string) bool { return v == "" }
 	s.RPath = slices.DeleteFunc(slices.Clone(s.RPath), empty)
@@ -427,7 +427,7 @@ func must(t *testing.T, err error) {
 }
 
 // TestPatchelfDeliberateDifferences pins the places where we differ from
-// patchelf on purpose (see the comment at the top of patchelf.go).
+// patchelf on purpose (see the list in docs/patchelf-suite.md).
 func TestPatchelfDeliberateDifferences(t *testing.T) {
 	fx := fixtures.ByName(t, "bfd-pie")
 	tests := []struct {

@@ -9,10 +9,10 @@ import (
 	"github.com/urfave/cli/v3"
 
 	"github.com/cudapatch/cudapatch/internal/printable"
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 )
 
 func printCommand(g *globals) *cli.Command {
@@ -51,7 +51,7 @@ func printCommand(g *globals) *cli.Command {
 				}
 				in := f.Info()
 				lc := readLDCache(f)
-				names, err := rpath.DiscoverDlopen(f)
+				names, err := policy.DiscoverDlopen(f)
 				f.Close()
 				if err != nil {
 					failed = true

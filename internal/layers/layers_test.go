@@ -26,6 +26,16 @@ func deps(t *testing.T, pkg string) []string {
 }
 
 func TestLayers(t *testing.T) {
+	m := func(pkgs ...string) []string {
+		var out []string
+		for _, p := range pkgs {
+			out = append(out, module+"/"+p)
+		}
+		return out
+	}
+	// The engine and what only reads: bytes and loader knowledge.
+	engine := m("rpath/elfedit", "rpath/fnmatch")
+	loader := append(m("rpath/ldcache", "rpath/ldso", "rpath/symcheck", "rpath/nvdriver"), engine...)
 	tests := []struct {
 		pkg     string
 		allowed []string // non-standard imports allowed (prefixes)
@@ -36,21 +46,22 @@ func TestLayers(t *testing.T) {
 		// Facts about an installed NVIDIA driver, read from files.
 		{"rpath/nvdriver", nil},
 		// The resolution-cache format and rules: no bytes of files, no policy.
-		{"rpath/ldcache", []string{module + "/rpath/elfedit"}},
+		{"rpath/ldcache", m("rpath/elfedit")},
 		// The loader simulation reads ELF through elfedit and nothing else,
 		// and resolution-cache notes through ldcache.
-		{"rpath/ldso", []string{module + "/rpath/elfedit", module + "/rpath/ldcache"}},
+		{"rpath/ldso", m("rpath/elfedit", "rpath/ldcache")},
 		// The symbol check binds over the loader simulation's closures and
 		// reads its tables through elfedit.
-		{"rpath/symcheck", []string{module + "/rpath/ldso", module + "/rpath/elfedit", module + "/rpath/ldcache"}},
-		// Policy: the engine, fnmatch; no CLI, no terminal, no progress bars.
-		{"rpath", []string{module + "/rpath/elfedit", module + "/rpath/fnmatch", module + "/rpath/ldcache"}},
-		// The drop-in patchelf: its command line and messages, edits through
-		// elfedit, and what it shares with the main job (shrink-rpath, the
-		// resolution-cache rules) through rpath.
-		{"rpath/patchelf", []string{module + "/rpath"}},
-		// Lint builds on the policy and the loader simulation.
-		{"rpath/lint", []string{module + "/rpath", "github.com/bmatcuk/doublestar/v4"}},
+		{"rpath/symcheck", m("rpath/ldso", "rpath/elfedit", "rpath/ldcache")},
+		// The shared policy: what the RUNPATH must be, which libraries are
+		// the driver's, what is skipped; no CLI, no job, no writes.
+		{"rpath/policy", m("rpath/elfedit", "rpath/fnmatch", "rpath/ldcache")},
+		// The siblings above the policy: the main job, lint, doctor and the
+		// drop-in patchelf. None imports another.
+		{"rpath/patch", append(m("rpath/policy"), loader...)},
+		{"rpath/lint", append(append(m("rpath/policy"), loader...), "github.com/bmatcuk/doublestar/v4")},
+		{"rpath/doctor", append(m("rpath/policy"), loader...)},
+		{"internal/patchelf", append(m("rpath/policy", "rpath/ldcache"), engine...)},
 	}
 	// Every layer may escape what files hold for its messages, and open
 	// paths below a directory without following links: leaves with the
@@ -68,6 +79,42 @@ func TestLayers(t *testing.T) {
 				require.True(t, ok, "%s must not import %s", tt.pkg, d)
 			}
 		})
+	}
+}
+
+// TestNoParentImports: no package imports the package of a folder above
+// it, so the folders show the layers (a parent that imports its children
+// and is imported by them does not). A test-helper package (doctortest,
+// linttest) builds fixtures for its parent's tests, as net/http/httptest
+// does for net/http: it may.
+func TestNoParentImports(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, module+"/...").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(l)
+		if strings.HasSuffix(f[0], "test") {
+			continue
+		}
+		for _, imp := range f[1:] {
+			if strings.HasPrefix(imp, module) {
+				require.False(t, strings.HasPrefix(f[0], imp+"/"), "%s imports its parent folder's package %s", f[0], imp)
+			}
+		}
+	}
+}
+
+// TestCommandWiring: the command imports the siblings and the policy for
+// their options, never the main job's helpers below them; the loader
+// knowledge it shows (print, verify, explain) it imports directly.
+func TestCommandWiring(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{join .Imports " "}}`, module+"/cmd/cudapatch").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	allowed := []string{"internal/patchelf", "internal/printable", "rpath/patch", "rpath/lint", "rpath/doctor", "rpath/policy",
+		"rpath/elfedit", "rpath/ldcache", "rpath/ldso", "rpath/symcheck"}
+	for _, imp := range strings.Fields(string(out)) {
+		if p, ok := strings.CutPrefix(imp, module+"/"); ok {
+			require.Contains(t, allowed, p, "cmd/cudapatch imports %s", imp)
+		}
 	}
 }
 

@@ -30,12 +30,11 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
-	"github.com/cudapatch/cudapatch/rpath/lint"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 )
 
 // System says where the machine's state is read from.
@@ -56,11 +55,6 @@ type System struct {
 	// libraries the driver link must hold; 0 means the one Go was built
 	// for.
 	Machine elf.Machine `json:"-"`
-}
-
-// Host returns the System of this machine, with the given LD_LIBRARY_PATH.
-func Host(ldLibraryPath string) System {
-	return System{Proc: "/proc", Sys: "/sys", DriverLink: rpath.DefaultDriverLink, LDLibraryPath: ldLibraryPath}
 }
 
 // Status grades a check.
@@ -225,7 +219,7 @@ func withDefaults(sys System) System {
 		sys.Sys = "/sys"
 	}
 	if sys.DriverLink == "" {
-		sys.DriverLink = rpath.DefaultDriverLink
+		sys.DriverLink = policy.DefaultDriverLink
 	}
 	if sys.Machine == 0 {
 		sys.Machine = machines[runtime.GOARCH]
@@ -239,7 +233,7 @@ func withDefaults(sys System) System {
 func Diagnose(ctx context.Context, sys System, file string) (*Report, error) {
 	sys = withDefaults(sys)
 	d := &doctor{sys: sys, rep: &Report{System: sys, Checks: []Check{}}, libs: map[string]Libcuda{}}
-	for _, p := range rpath.DriverLibraries {
+	for _, p := range policy.DriverLibraries {
 		d.driver = append(d.driver, fnmatch.Compile(p))
 	}
 	if data, err := os.ReadFile(d.host("/etc/ld.so.cache")); err == nil {
@@ -361,9 +355,9 @@ func (d *doctor) libcuda(p, step string) Libcuda {
 	l.Version = read.Version
 	dir := path.Dir(p)
 	switch {
-	case read.Kind == KindStub || rpath.IsStubDir(dir):
+	case read.Kind == KindStub || policy.IsStubDir(dir):
 		l.Kind = KindStub
-	case lint.IsCompatDir(dir):
+	case policy.IsCompatDir(dir):
 		l.Kind = KindCompat
 	case path.Clean(dir) == d.sys.DriverLink:
 		l.Kind = KindDriverLink
@@ -452,7 +446,7 @@ func (d *doctor) driverSource() string {
 	first := ""
 	for _, dir := range dirs {
 		p := dir + "/libcuda.so.1"
-		if dir == d.sys.DriverLink || rpath.IsStubDir(dir) || lint.IsCompatDir(dir) || !d.isFile(p) || !d.native(p) {
+		if dir == d.sys.DriverLink || policy.IsStubDir(dir) || policy.IsCompatDir(dir) || !d.isFile(p) || !d.native(p) {
 			continue
 		}
 		l := d.libcuda(p, "")
@@ -607,11 +601,11 @@ func (d *doctor) ldLibraryPath() {
 			raise(StatusWarning)
 			why = append(why, "an empty entry, which the loader takes for the current directory")
 			continue
-		case rpath.IsStubDir(e):
+		case policy.IsStubDir(e):
 			raise(StatusProblem)
 			why = append(why, fmt.Sprintf("%s, a stub directory: CUDA fails with \"CUDA driver is a stub library\"", e))
 			continue
-		case lint.IsCompatDir(e) && d.isFile(path.Join(e, "libcuda.so.1")):
+		case policy.IsCompatDir(e) && d.isFile(path.Join(e, "libcuda.so.1")):
 			l := d.libcuda(path.Join(e, "libcuda.so.1"), "LD_LIBRARY_PATH")
 			if st, msg, _ := d.judge(l); st == StatusProblem {
 				raise(st)
@@ -712,7 +706,7 @@ func (d *doctor) program(file string) error {
 		// itself only when it loads none (a program that links the CUDA
 		// runtime statically).
 		for _, n := range tr.Needs {
-			if n.Found() && !n.AlreadyLoaded && matchAny(lint.KnownDlopeners, n.Path) {
+			if n.Found() && !n.AlreadyLoaded && matchAny(policy.KnownDlopeners, n.Path) {
 				callers = append(callers, path.Clean(n.Path))
 			}
 		}

@@ -11,9 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudapatch/cudapatch/internal/fixtures"
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/lint"
+	"github.com/cudapatch/cudapatch/rpath/patch"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
 )
 
@@ -33,8 +34,8 @@ func TestSkipsWhatTheMainJobSkips(t *testing.T) {
 	copyInto(t, fixtures.ByName(t, "static"), tree)
 
 	ctx := context.Background()
-	rep, err := rpath.Patch(ctx, []string{tree}, rpath.WithInterpreter(host.Interpreter), rpath.WithLibc(host.LibcDir),
-		rpath.WithRelativizeRpath(true))
+	rep, err := patch.Run(ctx, []string{tree}, patch.WithInterpreter(host.Interpreter), patch.WithLibc(host.LibcDir),
+		patch.WithRelativizeRpath(true))
 	require.NoError(t, err)
 	out, err := x86.Run(t, x86.Exe)
 	require.NoError(t, err)
@@ -42,7 +43,7 @@ func TestSkipsWhatTheMainJobSkips(t *testing.T) {
 
 	mainSkipped := map[string]string{}
 	for _, f := range rep.Files {
-		if f.Skipped != "" && f.Skipped != rpath.SkippedNotELF {
+		if f.Skipped != "" && f.Skipped != policy.SkippedNotELF {
 			mainSkipped[f.Path] = f.Skipped
 		}
 	}
@@ -61,7 +62,7 @@ func TestSkipsWhatTheMainJobSkips(t *testing.T) {
 	assert.Equal(t, "static", lintSkipped[filepath.Join(tree, "static", "bin", "main")])
 
 	// The same through WithTarget, as the CLI passes this machine's.
-	lr2, err := lint.Lint(ctx, []string{tree}, lint.WithTarget(rpath.Target{Class: host.Class, Machine: host.Machine, OSABI: host.OSABI}))
+	lr2, err := lint.Lint(ctx, []string{tree}, lint.WithTarget(policy.Target{Class: host.Class, Machine: host.Machine, OSABI: host.OSABI}))
 	require.NoError(t, err)
 	assert.Equal(t, lr, lr2)
 
@@ -124,19 +125,19 @@ func TestKeptEntries(t *testing.T) {
 	const dep = "/nix/store/00000000000000000000000000000000-dep/lib"
 	for _, tc := range []struct {
 		name  string
-		patch func(out string) []rpath.Option
+		patch func(out string) []patch.Option
 		lint  func(out string) []lint.Option
 		// missingDir says lint reports CP011 without the knobs.
 		missingDir bool
 	}{{
 		name:       "preserve-origin",
-		patch:      func(string) []rpath.Option { return []rpath.Option{rpath.WithPreserveOrigin(true)} },
+		patch:      func(string) []patch.Option { return []patch.Option{patch.WithPreserveOrigin(true)} },
 		lint:       func(string) []lint.Option { return []lint.Option{lint.WithPreserveOrigin(true)} },
 		missingDir: true,
 	}, {
 		name: "append-rpath",
-		patch: func(string) []rpath.Option {
-			return []rpath.Option{rpath.WithAppendRunpaths("/opt/vendor/lib", "$ORIGIN/../plugins")}
+		patch: func(string) []patch.Option {
+			return []patch.Option{patch.WithAppendRunpaths("/opt/vendor/lib", "$ORIGIN/../plugins")}
 		},
 		lint: func(string) []lint.Option {
 			return []lint.Option{lint.WithAppendRunpaths("/opt/vendor/lib", "$ORIGIN/../plugins")}
@@ -145,26 +146,26 @@ func TestKeptEntries(t *testing.T) {
 	}, {
 		// Appended under the tree, and written relative to each file.
 		name: "append-rpath-relativized",
-		patch: func(out string) []rpath.Option {
-			return []rpath.Option{rpath.WithAppendRunpaths(out + "/lib/plugins"), rpath.WithRelativizeRpath(true)}
+		patch: func(out string) []patch.Option {
+			return []patch.Option{patch.WithAppendRunpaths(out + "/lib/plugins"), patch.WithRelativizeRpath(true)}
 		},
 		lint:       func(out string) []lint.Option { return []lint.Option{lint.WithAppendRunpaths(out + "/lib/plugins")} },
 		missingDir: true,
 	}, {
 		// nixpkgs adds DEP/lib whether it exists or not (executables only).
 		name:       "runtime-dependency",
-		patch:      func(string) []rpath.Option { return []rpath.Option{rpath.WithRuntimeDependencies(dep)} },
+		patch:      func(string) []patch.Option { return []patch.Option{patch.WithRuntimeDependencies(dep)} },
 		lint:       func(string) []lint.Option { return []lint.Option{lint.WithRuntimeDependencies(dep)} },
 		missingDir: true,
 	}, {
 		name:  "nothing kept",
-		patch: func(string) []rpath.Option { return nil },
+		patch: func(string) []patch.Option { return nil },
 		lint:  func(string) []lint.Option { return nil },
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, out := keptTree(t)
-			opts := append([]rpath.Option{rpath.WithSearch(filepath.Join(dir, "deps")), rpath.WithIgnoreMissing("libmissing.so")}, tc.patch(out)...)
-			_, err := rpath.Patch(context.Background(), []string{out}, opts...)
+			opts := append([]patch.Option{patch.WithSearch(filepath.Join(dir, "deps")), patch.WithIgnoreMissing("libmissing.so")}, tc.patch(out)...)
+			_, err := patch.Run(context.Background(), []string{out}, opts...)
 			require.NoError(t, err)
 
 			with := append([]lint.Option{underTmp(), lint.WithIgnoreMissing("libmissing.so")}, tc.lint(out)...)
@@ -207,11 +208,11 @@ func TestIgnoreMissingAgrees(t *testing.T) {
 	} {
 		t.Run(tc.pattern, func(t *testing.T) {
 			dir, out := keptTree(t)
-			_, err := rpath.Patch(context.Background(), []string{out}, rpath.WithSearch(filepath.Join(dir, "deps")),
-				rpath.WithIgnoreMissing(tc.pattern), rpath.WithDryRun(true))
-			assert.Equal(t, !tc.ignored, errors.Is(err, rpath.ErrUnsatisfied), "main job: %v", err)
-			_, err = rpath.Patch(context.Background(), []string{out}, rpath.WithSearch(filepath.Join(dir, "deps")),
-				rpath.WithIgnoreMissing("*"))
+			_, err := patch.Run(context.Background(), []string{out}, patch.WithSearch(filepath.Join(dir, "deps")),
+				patch.WithIgnoreMissing(tc.pattern), patch.WithDryRun(true))
+			assert.Equal(t, !tc.ignored, errors.Is(err, patch.ErrUnsatisfied), "main job: %v", err)
+			_, err = patch.Run(context.Background(), []string{out}, patch.WithSearch(filepath.Join(dir, "deps")),
+				patch.WithIgnoreMissing("*"))
 			require.NoError(t, err)
 
 			rep, err := lint.Lint(context.Background(), []string{out}, underTmp(), lint.WithIgnoreMissing(tc.pattern))

@@ -12,9 +12,9 @@ import (
 
 	"github.com/bmatcuk/doublestar/v4"
 
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 )
 
 // ConfigFile is the name of the configuration file Lint reads at the root
@@ -125,7 +125,7 @@ type config struct {
 	driverVersion string
 	// target is the main job's architecture (WithInterpreter): files it
 	// skips are skipped; nil skips none for their architecture.
-	target *rpath.Target
+	target *policy.Target
 	// What the main job was asked to keep: old $ORIGIN entries, entries
 	// given verbatim, missing libraries matching a pattern.
 	preserveOrigin bool
@@ -138,7 +138,7 @@ type Option func(*config) error
 
 func newConfig(opts []Option) (*config, error) {
 	c := &config{
-		driverLink: rpath.DefaultDriverLink,
+		driverLink: policy.DefaultDriverLink,
 		storeDir:   "/nix/store",
 		buildDirs:  []string{"/build", "/tmp"},
 		jobs:       runtime.NumCPU(),
@@ -286,11 +286,11 @@ func WithJobs(n int) Option {
 // WithInterpreter names the interpreter the main job patched the files
 // with (its --interpreter; a path on this machine, not inside WithRoot):
 // the files it skipped for their architecture or OS ABI are skipped too,
-// with the same reason (rpath.SkipReason). Without it only files of a
+// with the same reason (policy.SkipReason). Without it only files of a
 // kind the main job never patches (static, not ELF…) are skipped.
 func WithInterpreter(file string) Option {
 	return func(c *config) error {
-		t, err := rpath.InterpreterTarget(file)
+		t, err := policy.InterpreterTarget(file)
 		if err != nil {
 			return fmt.Errorf("interpreter %s: %w", file, err)
 		}
@@ -301,25 +301,25 @@ func WithInterpreter(file string) Option {
 
 // WithTarget sets the main job's architecture directly, as WithInterpreter
 // reads it from an interpreter.
-func WithTarget(t rpath.Target) Option {
+func WithTarget(t policy.Target) Option {
 	return func(c *config) error { c.target = &t; return nil }
 }
 
 // WithPreserveOrigin says the main job kept the old $ORIGIN entries
-// (rpath.WithPreserveOrigin): they are not findings of CP011 missing-dir.
+// (patch.WithPreserveOrigin): they are not findings of CP011 missing-dir.
 func WithPreserveOrigin(on bool) Option {
 	return func(c *config) error { c.preserveOrigin = on; return nil }
 }
 
 // WithAppendRunpaths names entries the main job appended verbatim
-// (rpath.WithAppendRunpaths): they are not findings of CP011 missing-dir,
+// (patch.WithAppendRunpaths): they are not findings of CP011 missing-dir,
 // also where the main job made them relative to the file.
 func WithAppendRunpaths(entries ...string) Option {
 	return func(c *config) error { c.kept = append(c.kept, entries...); return nil }
 }
 
 // WithRuntimeDependencies names the directories the main job put first in
-// executables' RUNPATH (rpath.WithRuntimeDependencies; nixpkgs adds
+// executables' RUNPATH (patch.WithRuntimeDependencies; nixpkgs adds
 // DEP/lib whether it exists or not): as WithAppendRunpaths.
 func WithRuntimeDependencies(dirs ...string) Option {
 	return WithAppendRunpaths(dirs...)

@@ -16,29 +16,13 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 	"github.com/cudapatch/cudapatch/rpath/symcheck"
 )
-
-// KnownDlopeners are fnmatch patterns of libraries that dlopen libcuda.so.1
-// without naming it in DT_NEEDED or a .note.dlopen note: the CUDA runtime
-// (libcudart), which every runtime API call goes through; libcublasLt,
-// which opens the driver itself; libnvrtc, which asks the driver for the
-// GPU architecture; and NCCL, which links the runtime statically. The
-// loader searches the RUNPATH of the object calling dlopen, so these need
-// the driver link in their own RUNPATH. Programs that link the CUDA
-// runtime statically (nvcc's default) dlopen the driver too, and cannot be
-// told apart from the outside.
-var KnownDlopeners = []string{
-	"libcudart.so*",
-	"libcublasLt.so*",
-	"libnvrtc.so*",
-	"libnccl.so*",
-}
 
 // Finding is one fault in one file.
 type Finding struct {
@@ -64,7 +48,7 @@ type Report struct {
 	// Findings are sorted by file, then rule.
 	Findings []Finding `json:"findings"`
 	// Skipped are the ELF files not checked because the main job does not
-	// patch them, sorted, with its reason (rpath.SkipReason).
+	// patch them, sorted, with its reason (policy.SkipReason).
 	Skipped []Skip `json:"skipped,omitempty"`
 }
 
@@ -113,8 +97,8 @@ func Lint(ctx context.Context, paths []string, opts ...Option) (*Report, error) 
 	l := &linter{
 		config:   c,
 		read:     ldso.ElfReader(),
-		driver:   compile(rpath.DriverLibraries),
-		dlopener: compile(KnownDlopeners),
+		driver:   compile(policy.DriverLibraries),
+		dlopener: compile(policy.KnownDlopeners),
 		dirs:     map[string][]string{},
 		ldcfg:    map[[2]int]ldcfgResult{},
 		versions: map[string]string{},
@@ -396,7 +380,7 @@ func (l *linter) check(j job) (checked, error) {
 	ok, err := isELF(j.path)
 	if err != nil || !ok {
 		if err == nil {
-			l.log.Debug("skipped", "file", j.path, "reason", rpath.SkippedNotELF)
+			l.log.Debug("skipped", "file", j.path, "reason", policy.SkippedNotELF)
 		}
 		return checked{}, err
 	}
@@ -414,7 +398,7 @@ func (l *linter) check(j job) (checked, error) {
 		return checked{elf: true, findings: out}, nil
 	}
 	in := f.Info()
-	if why := rpath.SkipReason(in, l.target); why != "" {
+	if why := policy.SkipReason(in, l.target); why != "" {
 		f.Close()
 		l.log.Debug("skipped", "file", j.path, "reason", why)
 		return checked{elf: true, skipped: why}, nil
@@ -429,7 +413,7 @@ func (l *linter) check(j job) (checked, error) {
 		for _, d := range in.Dlopen {
 			dlopened = append(dlopened, d.Soname...)
 		}
-		discovered, _ := rpath.DiscoverDlopen(f) // none with a .note.dlopen
+		discovered, _ := policy.DiscoverDlopen(f) // none with a .note.dlopen
 		dlopened = append(dlopened, discovered...)
 	}
 	f.Close()
@@ -461,13 +445,6 @@ func (l *linter) isDriverLink(e string) bool {
 	return path.IsAbs(e) && slices.Contains(l.driverLinks, path.Clean(e))
 }
 
-// IsCompatDir reports cuda_compat directories: a directory named compat
-// (the package's layout, <cuda_compat>/compat) or any path naming
-// cuda_compat.
-func IsCompatDir(e string) bool {
-	return path.Base(e) == "compat" || strings.Contains(e, "cuda_compat") || strings.Contains(e, "cuda-compat")
-}
-
 // expandOrigin replaces $ORIGIN; ok is false for entries with other
 // dynamic string tokens, whose value depends on the machine.
 func expandOrigin(e, origin string) (string, bool) {
@@ -497,12 +474,12 @@ func (l *linter) isKept(e, origin string) bool {
 }
 
 func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
-	var value, tag string
+	p := searchPath{origin: path.Dir(j.logical)}
 	switch {
 	case in.RunPath != nil:
-		value, tag = *in.RunPath, "DT_RUNPATH"
+		p.value, p.tag = *in.RunPath, "DT_RUNPATH"
 	case in.RPath != nil:
-		value, tag = *in.RPath, "DT_RPATH"
+		p.value, p.tag = *in.RPath, "DT_RPATH"
 	}
 	if in.RPath != nil {
 		if in.RunPath != nil {
@@ -511,25 +488,51 @@ func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
 			add(RPathNotRunPath, "", "search path %q is in DT_RPATH, which outranks LD_LIBRARY_PATH and is inherited by every library the file loads: use DT_RUNPATH", *in.RPath)
 		}
 	}
-	if tag == "" && len(in.Needed) > 0 {
+	if p.tag == "" && len(in.Needed) > 0 {
 		add(NoSearchPath, "", "no DT_RUNPATH or DT_RPATH: its %d DT_NEEDED libraries are found only through LD_LIBRARY_PATH, ld.so.cache and the system directories", len(in.Needed))
 	}
-	var entries []string
-	if value != "" {
-		entries = strings.Split(value, ":")
+	if p.value != "" {
+		p.entries = strings.Split(p.value, ":")
 	}
-	origin := path.Dir(j.logical)
-
-	driverIdx := -1
-	for i, e := range entries {
-		if l.isDriverLink(e) {
-			driverIdx = i
-			break
+	p.driverIdx = slices.IndexFunc(p.entries, l.isDriverLink)
+	p.driverNames, p.noteNames = l.driverNeeds(in)
+	if p.driverIdx < 0 {
+		l.checkDriverLinkMissing(j, in, p, add)
+	}
+	seen := map[string]bool{}
+	for i, e := range p.entries {
+		if e == "" {
+			add(RelativeEntry, e, "%s %q has an empty entry, which the loader takes for the current directory", p.tag, p.value)
+			continue
 		}
+		key := e
+		if path.IsAbs(e) {
+			key = path.Clean(e)
+		}
+		if seen[key] {
+			add(DuplicateEntry, e, "%s lists %s more than once", p.tag, e)
+			continue
+		}
+		seen[key] = true
+		l.checkEntry(p, i, e, add)
 	}
+}
 
-	// Driver needs: DT_NEEDED, .note.dlopen, known dlopeners.
-	var driverNames, noteNames []string
+// searchPath is a file's search path as checkPath reads it: the value and
+// its tag ("" when there is none), its entries, the directory $ORIGIN
+// names, where the driver link is (-1: nowhere), and the driver libraries
+// the file needs by DT_NEEDED and by .note.dlopen.
+type searchPath struct {
+	value, tag             string
+	entries                []string
+	origin                 string
+	driverIdx              int
+	driverNames, noteNames []string
+}
+
+// driverNeeds lists the driver libraries a file needs: in DT_NEEDED, and
+// in its .note.dlopen (each once).
+func (l *linter) driverNeeds(in elfedit.Info) (driverNames, noteNames []string) {
 	for _, n := range in.Needed {
 		if matchAny(l.driver, n) {
 			driverNames = append(driverNames, n)
@@ -542,88 +545,86 @@ func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
 			}
 		}
 	}
-	if driverIdx < 0 {
-		why := ""
-		switch {
-		case len(driverNames) > 0:
-			why = "needs " + strings.Join(driverNames, ", ")
-		case len(noteNames) > 0:
-			why = "dlopens " + strings.Join(noteNames, " or ") + " (.note.dlopen)"
-		case matchAny(l.dlopener, j.logical) || (in.Soname != "" && matchAny(l.dlopener, in.Soname)):
-			why = "dlopens libcuda.so.1 (known dlopener)"
-		}
-		if why != "" {
-			where := "it has no search path"
-			if tag != "" {
-				where = fmt.Sprintf("%s is %q", tag, value)
+	return driverNames, noteNames
+}
+
+// checkDriverLinkMissing: a file that needs the driver (DT_NEEDED,
+// .note.dlopen, a known dlopener) and has no driver link in its path.
+func (l *linter) checkDriverLinkMissing(j job, in elfedit.Info, p searchPath, add addFunc) {
+	why := ""
+	switch {
+	case len(p.driverNames) > 0:
+		why = "needs " + strings.Join(p.driverNames, ", ")
+	case len(p.noteNames) > 0:
+		why = "dlopens " + strings.Join(p.noteNames, " or ") + " (.note.dlopen)"
+	case matchAny(l.dlopener, j.logical) || (in.Soname != "" && matchAny(l.dlopener, in.Soname)):
+		why = "dlopens libcuda.so.1 (known dlopener)"
+	}
+	if why == "" {
+		return
+	}
+	where := "it has no search path"
+	if p.tag != "" {
+		where = fmt.Sprintf("%s is %q", p.tag, p.value)
+	}
+	add(DriverLinkMissing, l.driverLink, "%s, but %s is not in its search path (%s): put it first, or after cuda_compat", why, l.driverLink, where)
+}
+
+// checkEntry checks entry i, e, of a search path, neither empty nor seen
+// before.
+func (l *linter) checkEntry(p searchPath, i int, e string, add addFunc) {
+	if !path.IsAbs(e) && !strings.HasPrefix(e, "$ORIGIN") && !strings.HasPrefix(e, "${ORIGIN}") {
+		add(RelativeEntry, e, "%s entry %q is relative: the loader resolves it against the current directory", p.tag, e)
+		return
+	}
+	leak := l.checkBuildDir(p.tag, e, add)
+	if policy.IsStubDir(e) {
+		add(StubDir, e, "%s entry %s holds link-time stubs; a stub libcuda reached at run time fails with \"CUDA driver is a stub library\"", p.tag, e)
+	}
+	compat := policy.IsCompatDir(e)
+	if compat && p.driverIdx >= 0 && i > p.driverIdx {
+		add(CompatAfterDriver, e, "cuda_compat directory %s comes after the driver link %s, so the driver's libcuda wins: put compat first", e, l.driverLink)
+	}
+	if compat && l.driverVersion != "" && (p.driverIdx < 0 || i < p.driverIdx) {
+		if dir, ok := expandOrigin(e, p.origin); ok {
+			if v := l.libcudaVersion(dir); v != "" && nvdriver.Compare(v, l.driverVersion) < 0 {
+				add(CompatTooOld, e, "cuda_compat directory %s holds libcuda %s, older than the driver %s the file is to run with: CUDA fails with error 803 (unsupported display driver / cuda driver combination); build it without cuda_compat for that driver, or with a cuda_compat of %s or newer", e, v, l.driverVersion, l.driverVersion)
 			}
-			add(DriverLinkMissing, l.driverLink, "%s, but %s is not in its search path (%s): put it first, or after cuda_compat", why, l.driverLink, where)
 		}
 	}
-
-	seen := map[string]bool{}
-	for i, e := range entries {
-		if e == "" {
-			add(RelativeEntry, e, "%s %q has an empty entry, which the loader takes for the current directory", tag, value)
-			continue
-		}
-		key := e
-		if path.IsAbs(e) {
-			key = path.Clean(e)
-		}
-		if seen[key] {
-			add(DuplicateEntry, e, "%s lists %s more than once", tag, e)
-			continue
-		}
-		seen[key] = true
-		if !path.IsAbs(e) && !strings.HasPrefix(e, "$ORIGIN") && !strings.HasPrefix(e, "${ORIGIN}") {
-			add(RelativeEntry, e, "%s entry %q is relative: the loader resolves it against the current directory", tag, e)
-			continue
-		}
-		leak := false
-		for _, b := range l.buildDirs {
-			b = strings.TrimSuffix(b, "/")
-			if e == b || strings.HasPrefix(e, b+"/") {
-				add(BuildDirLeak, e, "%s entry %s is under the build directory %s, which is gone at run time (or, worse, writable by others)", tag, e, b)
-				leak = true
+	dir, expanded := expandOrigin(e, p.origin)
+	if !expanded || l.isDriverLink(e) {
+		return
+	}
+	names, exists := l.listDir(dir)
+	if !exists && !compat && !leak && !l.isKept(e, p.origin) {
+		add(MissingDir, e, "%s entry %s does not exist", p.tag, e)
+	}
+	if exists && !compat && p.driverIdx >= 0 && i < p.driverIdx {
+		for _, n := range names {
+			if matchAny(l.driver, n) && (strings.Contains(n, ".so.") || slices.Contains(p.driverNames, n) || slices.Contains(p.noteNames, n)) {
+				add(DriverShadowed, e, "%s provides driver library %s ahead of the driver link %s, so the loader takes it instead of the running driver's", e, n, l.driverLink)
 				break
 			}
 		}
-		if !leak && (strings.Contains(e, "$NIX_BUILD_TOP") || strings.Contains(e, "${NIX_BUILD_TOP}")) {
-			add(BuildDirLeak, e, "%s entry %s names $NIX_BUILD_TOP, unexpanded", tag, e)
-			leak = true
-		}
-		if rpath.IsStubDir(e) {
-			add(StubDir, e, "%s entry %s holds link-time stubs; a stub libcuda reached at run time fails with \"CUDA driver is a stub library\"", tag, e)
-		}
-		compat := IsCompatDir(e)
-		if compat && driverIdx >= 0 && i > driverIdx {
-			add(CompatAfterDriver, e, "cuda_compat directory %s comes after the driver link %s, so the driver's libcuda wins: put compat first", e, l.driverLink)
-		}
-		if compat && l.driverVersion != "" && (driverIdx < 0 || i < driverIdx) {
-			if dir, ok := expandOrigin(e, origin); ok {
-				if v := l.libcudaVersion(dir); v != "" && nvdriver.Compare(v, l.driverVersion) < 0 {
-					add(CompatTooOld, e, "cuda_compat directory %s holds libcuda %s, older than the driver %s the file is to run with: CUDA fails with error 803 (unsupported display driver / cuda driver combination); build it without cuda_compat for that driver, or with a cuda_compat of %s or newer", e, v, l.driverVersion, l.driverVersion)
-				}
-			}
-		}
-		dir, expanded := expandOrigin(e, origin)
-		if !expanded || l.isDriverLink(e) {
-			continue
-		}
-		names, exists := l.listDir(dir)
-		if !exists && !compat && !leak && !l.isKept(e, origin) {
-			add(MissingDir, e, "%s entry %s does not exist", tag, e)
-		}
-		if exists && !compat && driverIdx >= 0 && i < driverIdx {
-			for _, n := range names {
-				if matchAny(l.driver, n) && (strings.Contains(n, ".so.") || slices.Contains(driverNames, n) || slices.Contains(noteNames, n)) {
-					add(DriverShadowed, e, "%s provides driver library %s ahead of the driver link %s, so the loader takes it instead of the running driver's", e, n, l.driverLink)
-					break
-				}
-			}
+	}
+}
+
+// checkBuildDir reports an entry under a build directory, or naming
+// $NIX_BUILD_TOP, and says whether it did.
+func (l *linter) checkBuildDir(tag, e string, add addFunc) bool {
+	for _, b := range l.buildDirs {
+		b = strings.TrimSuffix(b, "/")
+		if e == b || strings.HasPrefix(e, b+"/") {
+			add(BuildDirLeak, e, "%s entry %s is under the build directory %s, which is gone at run time (or, worse, writable by others)", tag, e, b)
+			return true
 		}
 	}
+	if strings.Contains(e, "$NIX_BUILD_TOP") || strings.Contains(e, "${NIX_BUILD_TOP}") {
+		add(BuildDirLeak, e, "%s entry %s names $NIX_BUILD_TOP, unexpanded", tag, e)
+		return true
+	}
+	return false
 }
 
 func (l *linter) checkNeeded(j job, in elfedit.Info, add addFunc) {

@@ -13,12 +13,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cudapatch/cudapatch/rpath"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/lint"
 	"github.com/cudapatch/cudapatch/rpath/lint/linttest"
+	"github.com/cudapatch/cudapatch/rpath/patch"
 )
 
 func rulesByFile(rep *lint.Report) map[string][]string {
@@ -246,7 +246,7 @@ func TestTextColor(t *testing.T) {
 // master writes from that link-time RUNPATH (CP016), and a later RUNPATH
 // rewrite leaves it: lint reports it stale (CP014) and the simulated
 // nixpkgs loader opens the stub libcuda although the RUNPATH is right.
-// After cudapatch (rpath.Patch) rewrote the RUNPATH and the note in one
+// After cudapatch (patch.Patch) rewrote the RUNPATH and the note in one
 // edit, lint finds nothing wrong with the note and the loader takes the
 // driver's libcuda through the note's driver-link hint.
 func TestIssueStaleStubNote(t *testing.T) {
@@ -310,7 +310,7 @@ func TestIssueStaleStubNote(t *testing.T) {
 	assert.Equal(t, p("toolkit/lib/stubs/libcuda.so.1"), path)
 	assert.Equal(t, ldso.StepNote, step)
 
-	_, err = rpath.Patch(context.Background(), []string{p("pkg")}, rpath.WithDriverLink(p("driver")))
+	_, err = patch.Run(context.Background(), []string{p("pkg")}, patch.WithDriverLink(p("driver")))
 	require.NoError(t, err)
 	assert.Empty(t, noteRules())
 	path, step = libcuda()

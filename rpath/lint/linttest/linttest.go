@@ -244,60 +244,88 @@ __attribute__((section(".note.dlopen"), used, aligned(4)))
 static const struct note dl = {4, sizeof(DESC), 0x407c0c0a, "FDO", DESC};
 int plugin(void) { return 0; }
 `)
+	l := b.environment()
+	b.programs(l)
+	b.cleanCases(l)
+	b.faultCases()
+	b.noteCases(l)
+	b.engineNoteCases()
+	b.symbolCases()
+	return b.tr
+}
 
-	// The environment: a driver link with libcuda, a store copy of the
-	// driver, cuda_compat, the toolkit's stubs, libfoo, a system library.
+// libs are the libraries of the environment the programs link against.
+type libs struct{ cuda, foo, sys, missing string }
+
+// environment: a driver link with libcuda, a store copy of the driver,
+// cuda_compat, the toolkit's stubs, libfoo, a system library.
+func (b *builder) environment() (l libs) {
+	b.tb.Helper()
 	// The driver libraries carry their version as real ones do (see
 	// rpath/nvdriver); the stub carries none.
-	cuda := b.libcuda(Driver+"/libcuda.so.1", DriverVersion)
+	l.cuda = b.libcuda(Driver+"/libcuda.so.1", DriverVersion)
 	b.libcuda(DriverCp+"/libcuda.so.1", DriverVersion)
 	b.libcuda(Compat+"/libcuda.so.1", CompatVersion)
 	b.libcuda(OldCompat+"/libcuda.so."+OldCompatVersion, "") // known by its name only
 	if err := os.Symlink("libcuda.so."+OldCompatVersion, b.tr.Host(OldCompat+"/libcuda.so.1")); err != nil {
-		tb.Fatal(err)
+		b.tb.Fatal(err)
 	}
 	b.library(Stubs+"/libcuda.so", "libcuda.so.1")
-	foo := b.library(LibFoo+"/libfoo.so", "libfoo.so")
+	l.foo = b.library(LibFoo+"/libfoo.so", "libfoo.so")
 	b.library(LibFoo2+"/libfoo.so", "libfoo.so")
-	sys := b.library("/usr/lib/libsys.so", "libsys.so")
+	l.sys = b.library("/usr/lib/libsys.so", "libsys.so")
 	if err := os.MkdirAll(b.tr.Host(Glibc+"/lib"), 0o755); err != nil {
-		tb.Fatal(err)
+		b.tb.Fatal(err)
 	}
-	missing := filepath.Join(dir, "proto", "libmissing.so")
-	b.gcc(missing, "-shared", "-Wl,-soname,libmissing.so", b.src["lib"])
+	l.missing = filepath.Join(b.tmp, "proto", "libmissing.so")
+	b.gcc(l.missing, "-shared", "-Wl,-soname,libmissing.so", b.src["lib"])
 
+	return l
+}
+
+// programs are the prototypes the cases are copied from.
+func (b *builder) programs(l libs) {
+	b.tb.Helper()
 	for name, libs := range map[string][]string{
-		"foo": {foo}, "cuda": {cuda, foo}, "missing": {missing, foo}, "sys": {sys},
+		"foo": {l.foo}, "cuda": {l.cuda, l.foo}, "missing": {l.missing, l.foo}, "sys": {l.sys},
 	} {
-		out := filepath.Join(dir, "proto", "exe-"+name)
+		out := filepath.Join(b.tmp, "proto", "exe-"+name)
 		b.gcc(out, append([]string{"-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,--disable-new-dtags", b.src["main"]}, libs...)...)
 		b.exes[name] = out
 	}
 	// A program whose RUNPATH has an empty entry: elfedit refuses to write
 	// one, so the linker does.
-	emptyEntry := filepath.Join(dir, "proto", "exe-empty")
-	b.gcc(emptyEntry, "-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,--enable-new-dtags", "-Wl,-rpath,"+LibFoo+":", "-Wl,--dynamic-linker,"+Interp, b.src["main"], foo)
+	emptyEntry := filepath.Join(b.tmp, "proto", "exe-empty")
+	b.gcc(emptyEntry, "-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,--enable-new-dtags", "-Wl,-rpath,"+LibFoo+":", "-Wl,--dynamic-linker,"+Interp, b.src["main"], l.foo)
 	b.exes["empty"] = emptyEntry
+}
 
-	rp := elfedit.TagRunPath
+// cleanCases are files no rule finds a fault in.
+func (b *builder) cleanCases(l libs) {
+	b.tb.Helper()
 	// Clean files. Their notes are what cudapatch's rules give (issue 11):
 	// the driver link is a "?" hint for every name, in RUNPATH order; the
 	// driver's libcuda gets no "=" after it (cuda_compat's, before it, does);
 	// $ORIGIN entries are "?" hints.
-	b.linked("clean", "", []string{cuda, foo}, Driver+":"+LibFoo,
+	b.linked("clean", "", []string{l.cuda, l.foo}, Driver+":"+LibFoo,
 		NoteDesc("libcuda.so.1", "?"+Driver, "libfoo.so", "?"+Driver+":="+LibFoo+"/libfoo.so"), loadedNote)
-	b.linked("clean-compat", "", []string{cuda, foo}, Compat+":"+Driver+":"+LibFoo,
+	b.linked("clean-compat", "", []string{l.cuda, l.foo}, Compat+":"+Driver+":"+LibFoo,
 		NoteDesc("libcuda.so.1", "="+Compat+"/libcuda.so.1:?"+Driver, "libfoo.so", "?"+Driver+":="+LibFoo+"/libfoo.so"), loadedNote)
-	b.linked("clean-origin", "", []string{foo}, "$ORIGIN/../lib:"+LibFoo,
+	b.linked("clean-origin", "", []string{l.foo}, "$ORIGIN/../lib:"+LibFoo,
 		NoteDesc("libfoo.so", "?$ORIGIN/../lib:="+LibFoo+"/libfoo.so"), loadedNote)
 	if err := os.MkdirAll(b.tr.Host(casePrefx+"clean-origin/lib"), 0o755); err != nil {
-		tb.Fatal(err)
+		b.tb.Fatal(err)
 	}
 	cudart := casePrefx + "cudart/lib/libcudart.so.12"
 	b.edit(b.library(cudart, "libcudart.so.12"), elfedit.Edit{SetPath: str(Driver + ":$ORIGIN")})
 	b.tr.Cases = append(b.tr.Cases, Case{"cudart", "", cudart, b.tr.Host(cudart), false})
-	b.tr.Cases = append(b.tr.Cases, Case{"libfoo", "", LibFoo + "/libfoo.so", foo, false})
+	b.tr.Cases = append(b.tr.Cases, Case{"libfoo", "", LibFoo + "/libfoo.so", l.foo, false})
+}
 
+// faultCases have one fault each.
+func (b *builder) faultCases() {
+	b.tb.Helper()
+	rp := elfedit.TagRunPath
 	// One fault each.
 	b.exe("driver-link-missing", "CP001", "cuda", str(LibFoo), rp, Interp)
 	cudartBad := casePrefx + "cudart-nodriver/lib/libcudart.so.12"
@@ -324,44 +352,56 @@ int plugin(void) { return 0; }
 	b.exe("interp-outside-store", "CP010", "foo", str(LibFoo), rp, "/lib64/ld-linux-x86-64.so.2")
 	b.exe("missing-dir", "CP011", "foo", str(LibFoo+":"+Gone), rp, Interp)
 	b.exe("verify-failed", "CP012", "foo", str(LibFoo), rp, Interp)
-	makeWX(tb, b.tr.Cases[len(b.tr.Cases)-1].Host)
+	makeWX(b.tb, b.tr.Cases[len(b.tr.Cases)-1].Host)
 	b.exe("no-search-path", "CP013", "sys", nil, rp, Interp)
+}
 
+// noteCases have resolution-cache notes of every fault.
+func (b *builder) noteCases(l libs) {
+	b.tb.Helper()
+	rp := elfedit.TagRunPath
 	// Resolution-cache notes.
 	fooNote := NoteDesc("libfoo.so", "="+LibFoo+"/libfoo.so")
-	b.linked("ldcache-stale", "CP014", []string{foo}, LibFoo2+":"+LibFoo, fooNote, loadedNote)
-	b.linked("ldcache-stale-gone", "CP014", []string{foo}, LibFoo,
+	b.linked("ldcache-stale", "CP014", []string{l.foo}, LibFoo2+":"+LibFoo, fooNote, loadedNote)
+	b.linked("ldcache-stale-gone", "CP014", []string{l.foo}, LibFoo,
 		NoteDesc("libfoo.so", "="+Gone+"/libfoo.so:="+LibFoo+"/libfoo.so"), loadedNote)
-	b.linked("ldcache-needed", "CP015", []string{foo}, LibFoo,
+	b.linked("ldcache-needed", "CP015", []string{l.foo}, LibFoo,
 		NoteDesc("libextra.so", "="+LibFoo+"/libfoo.so"), loadedNote)
-	b.linked("ldcache-stub", "CP016", []string{cuda, foo}, Driver+":"+LibFoo,
+	b.linked("ldcache-stub", "CP016", []string{l.cuda, l.foo}, Driver+":"+LibFoo,
 		NoteDesc("libcuda.so.1", "="+Stubs+"/libcuda.so:?"+Driver, "libfoo.so", "?"+Driver+":="+LibFoo+"/libfoo.so"), loadedNote)
-	b.linked("ldcache-outside-store", "CP017", []string{foo}, LibFoo,
+	b.linked("ldcache-outside-store", "CP017", []string{l.foo}, LibFoo,
 		NoteDesc("libfoo.so", "=/usr/lib/libfoo.so:="+LibFoo+"/libfoo.so"), loadedNote)
-	b.linked("ldcache-build-dir", "CP017", []string{foo}, LibFoo,
+	b.linked("ldcache-build-dir", "CP017", []string{l.foo}, LibFoo,
 		NoteDesc("libfoo.so", "?/build/source/lib:="+LibFoo+"/libfoo.so"), loadedNote)
-	b.linked("ldcache-unsorted", "CP018", []string{foo}, LibFoo,
+	b.linked("ldcache-unsorted", "CP018", []string{l.foo}, LibFoo,
 		NoteDesc("libfoo.so", "="+LibFoo+"/libfoo.so", "libbar.so", "="+LibFoo+"/libbar.so"), loadedNote)
-	b.linked("ldcache-empty-list", "CP018", []string{foo}, LibFoo,
+	b.linked("ldcache-empty-list", "CP018", []string{l.foo}, LibFoo,
 		NoteDesc("liba.so", "", "libfoo.so", "="+LibFoo+"/libfoo.so"), loadedNote)
-	b.linked("ldcache-empty", "CP018", []string{foo}, LibFoo, []byte{0, 0}, loadedNote)
-	b.linked("ldcache-unloaded", "CP019", []string{foo}, LibFoo, fooNote, unloadedNote)
+	b.linked("ldcache-empty", "CP018", []string{l.foo}, LibFoo, []byte{0, 0}, loadedNote)
+	b.linked("ldcache-unloaded", "CP019", []string{l.foo}, LibFoo, fooNote, unloadedNote)
 	b.exe("ldcache-missing", "CP020", "foo", str(LibFoo), rp, Interp)
+}
 
+// engineNoteCases have notes cudapatch's engine (elfedit) wrote.
+func (b *builder) engineNoteCases() {
+	b.tb.Helper()
+	rp := elfedit.TagRunPath
+	fooNote := NoteDesc("libfoo.so", "="+LibFoo+"/libfoo.so")
 	// Notes written by cudapatch's engine (elfedit): in the same edit as
 	// the RUNPATH, clean; then a RUNPATH rewrite by a tool that leaves the
 	// note alone (as autoPatchelf after generate-ld-cache), stale.
-	note := func(desc []byte) *elfedit.Note {
-		return &elfedit.Note{NoteID: elfedit.NoteID{Owner: "NixOS", Type: 0x63a86cb6}, Desc: desc, Section: ".note.nixos.ldcache"}
-	}
 	b.exe("clean-elfedit-note", "", "cuda", nil, rp, Interp)
 	c := &b.tr.Cases[len(b.tr.Cases)-1]
-	b.edit(c.Host, elfedit.Edit{SetPath: str(Driver + ":" + LibFoo), SetNote: note(NoteDesc("libcuda.so.1", "?"+Driver, "libfoo.so", "?"+Driver+":="+LibFoo+"/libfoo.so"))})
+	b.edit(c.Host, elfedit.Edit{SetPath: str(Driver + ":" + LibFoo), SetNote: ldcacheNote(NoteDesc("libcuda.so.1", "?"+Driver, "libfoo.so", "?"+Driver+":="+LibFoo+"/libfoo.so"))})
 	b.exe("ldcache-stale-rewrite", "CP014", "foo", nil, rp, Interp)
 	c = &b.tr.Cases[len(b.tr.Cases)-1]
-	b.edit(c.Host, elfedit.Edit{SetPath: str(LibFoo), SetNote: note(fooNote)})
+	b.edit(c.Host, elfedit.Edit{SetPath: str(LibFoo), SetNote: ldcacheNote(fooNote)})
 	b.edit(c.Host, elfedit.Edit{SetPath: str(LibFoo2 + ":" + LibFoo)})
+}
 
+// symbolCases are programs whose libraries lack a symbol they bind.
+func (b *builder) symbolCases() {
+	b.tb.Helper()
 	// Symbols: each program is linked against a prototype libsym.so that
 	// has what it uses, and runs against one that lacks it (a version, a
 	// data object, a function bound lazily).
@@ -376,17 +416,21 @@ int plugin(void) { return 0; }
 		{"symbol-undefined-function", "CP024", "int gone(void) { return 1; } int present(void) { return 1; }", "V1 { global: present; gone; };",
 			"int gone(void); int main(void) { return gone(); }"},
 	} {
-		proto := filepath.Join(dir, "proto", sc.name, "libsym.so")
+		proto := filepath.Join(b.tmp, "proto", sc.name, "libsym.so")
 		b.gcc(proto, "-shared", "-Wl,-soname,libsym.so", b.source(sc.name+"-lib.c", sc.lib+"\n"),
 			"-Wl,--version-script="+b.source(sc.name+".map", sc.vmap+"\n"))
 		p := casePrefx + sc.name + "/bin/" + sc.name
 		h := b.tr.Host(p)
 		b.gcc(h, "-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,-z,lazy", "-Wl,--dynamic-linker,"+Interp,
 			b.source(sc.name+"-main.c", sc.main+"\n"), proto)
-		b.edit(h, elfedit.Edit{SetPath: str(LibSym), SetNote: note(NoteDesc("libsym.so", "="+LibSym+"/libsym.so"))})
+		b.edit(h, elfedit.Edit{SetPath: str(LibSym), SetNote: ldcacheNote(NoteDesc("libsym.so", "="+LibSym+"/libsym.so"))})
 		b.tr.Cases = append(b.tr.Cases, Case{sc.name, sc.rule, p, h, false})
 	}
-	return b.tr
+}
+
+// ldcacheNote is a resolution-cache note of desc, as elfedit writes one.
+func ldcacheNote(desc []byte) *elfedit.Note {
+	return &elfedit.Note{NoteID: elfedit.NoteID{Owner: "NixOS", Type: 0x63a86cb6}, Desc: desc, Section: ".note.nixos.ldcache"}
 }
 
 // makeWX marks the executable PT_LOAD writable too, which the verifier

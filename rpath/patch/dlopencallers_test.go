@@ -1,0 +1,261 @@
+package patch_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/ldso"
+	"github.com/cudapatch/cudapatch/rpath/patch"
+	"github.com/cudapatch/cudapatch/rpath/policy"
+	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
+)
+
+// libloader calls dlopen for whoever asks; libuser holds the name
+// and asks it (it imports dlsym, not dlopen); the program only calls
+// libuser.
+const (
+	srcLoader = `#include <dlfcn.h>
+void *load(const char *name) { return dlopen(name, RTLD_NOW); }
+`
+	srcUser = `#include <dlfcn.h>
+void *load(const char *name);
+int use(void) {
+	void *h = load("libplugin.so.1");
+	if (!h)
+		return -1;
+	int (*plugin)(void) = (int (*)(void))dlsym(h, "plugin");
+	return plugin();
+}
+`
+	srcUserApp = `#include <dlfcn.h>
+#include <stdio.h>
+int use(void);
+int main(void) {
+	int r = use();
+	if (r < 0) {
+		printf("%s\n", dlerror());
+		return 1;
+	}
+	printf("plugin=%d\n", r);
+	return 0;
+}
+`
+)
+
+// callerTree lays out pkg/{bin/app, lib/libuser.so, lib/libloader.so}
+// and the plugin in a store path of its own.
+func callerTree(t *testing.T) *tree {
+	t.Helper()
+	tr := newTree(t)
+	loader := cfix.Build(t, cfix.Spec{Soname: "libloader.so", Libc: true, Source: srcLoader})
+	user := cfix.Build(t, cfix.Spec{Soname: "libuser.so", Libc: true, Source: srcUser, Link: []string{loader}})
+	cfix.Copy(t, loader, tr.p("pkg/lib/libloader.so"))
+	cfix.Copy(t, user, tr.p("pkg/lib/libuser.so"))
+	tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcUserApp, Link: []string{user, loader}})
+	tr.place("store/aaa-plugin/lib/libplugin.so.1", cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
+	return tr
+}
+
+// TestDlopenCaller: the name libuser holds goes to the RUNPATH of
+// libloader, the library in libuser's DT_NEEDED closure that calls
+// dlopen (glibc searches the caller's RUNPATH), after its DT_NEEDED
+// directories, with no note entry; libuser, which cannot make the call,
+// reports the name and keeps its RUNPATH. The program, run with the
+// loader cache inhibited and no LD_LIBRARY_PATH, loads the plugin only
+// then.
+func TestDlopenCaller(t *testing.T) {
+	const fail = "libplugin.so.1: cannot open shared object file: No such file or directory"
+	for _, c := range []struct {
+		mode          policy.DlopenMode
+		loaderRunpath string
+		run           string
+		loaderDep     string // HOW FROM of libplugin.so.1 in libloader's decisions
+		userDep       string // HOW of libplugin.so.1 in libuser's decisions
+	}{
+		{policy.DlopenResolve, "{root}/store/aaa-plugin/lib", "plugin=7", "resolved {root}/pkg/lib/libuser.so", "found"},
+		{policy.DlopenReport, "", fail, "", "found"},
+		{policy.DlopenOff, "", fail, "", ""},
+	} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			tr := callerTree(t)
+			rep := tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, c.mode)...)
+			require.Empty(t, rep.Missing)
+			require.Equal(t, tr.x(c.loaderRunpath), tr.runpathOf("pkg/lib/libloader.so"))
+			require.Equal(t, tr.p("pkg/lib"), tr.runpathOf("pkg/lib/libuser.so"), "libuser cannot call dlopen: its RUNPATH is its DT_NEEDED's")
+			require.Equal(t, tr.p("pkg/lib"), tr.runpathOf("pkg/bin/app"))
+			got := func(rel string, from bool) string {
+				for _, d := range tr.file(rep, rel).Deps {
+					if d.Name == "libplugin.so.1" {
+						require.Equal(t, policy.SourceStrings, d.Source)
+						require.Equal(t, tr.p("store/aaa-plugin/lib/libplugin.so.1"), d.Path)
+						if from {
+							return d.How + " " + d.From
+						}
+						require.Empty(t, d.From)
+						return d.How
+					}
+				}
+				return ""
+			}
+			require.Equal(t, tr.x(c.loaderDep), got("pkg/lib/libloader.so", true))
+			require.Equal(t, c.userDep, got("pkg/lib/libuser.so", false))
+			require.Empty(t, got("pkg/bin/app", false), "the program neither holds the name nor calls dlopen")
+
+			out, err := runApp(t, tr.p("pkg/bin/app"))
+			require.Equal(t, c.run, out)
+			require.Equal(t, c.run == "plugin=7", err == nil, "exit status: %v", err)
+
+			// No note entry for a name the caller does not hold (lint
+			// reads a note against the file's own names).
+			ef, err := elfedit.Open(tr.p("pkg/lib/libloader.so"))
+			require.NoError(t, err)
+			nt := ldso.ReadNote(ef)
+			ef.Close()
+			if nt != nil {
+				_, ok := nt.Cache.Lookup("libplugin.so.1")
+				require.False(t, ok, "%v", nt.Cache)
+			}
+		})
+	}
+}
+
+// TestDlopenCallerHolderRunpathIsNotEnough: the fixture fails as the
+// issue's PyTorch run did with the plugin's directory
+// in the holder's RUNPATH only (the rule discovery had): the caller's
+// RUNPATH is what glibc searches.
+func TestDlopenCallerHolderRunpathIsNotEnough(t *testing.T) {
+	const fail = "libplugin.so.1: cannot open shared object file: No such file or directory"
+	tr := callerTree(t)
+	out, err := runApp(t, tr.p("pkg/bin/app"))
+	require.Error(t, err)
+	require.Contains(t, out, "cannot open shared object file") // libuser.so itself: no RUNPATH yet
+	tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, policy.DlopenOff)...)
+	for _, rel := range []string{"pkg/lib/libuser.so", "pkg/bin/app"} {
+		rp := tr.runpathOf(rel) + ":" + tr.p("store/aaa-plugin/lib")
+		_, err = elfedit.EditFile(tr.p(rel), elfedit.Edit{SetPath: &rp}, elfedit.Options{})
+		require.NoError(t, err)
+	}
+	out, err = runApp(t, tr.p("pkg/bin/app"))
+	require.Error(t, err)
+	require.Equal(t, fail, out)
+}
+
+// srcVersionedApp spells the plugin's name without its version and
+// appends it at run time, as cuDNN does with its sub-libraries.
+const srcVersionedApp = `#include <dlfcn.h>
+#include <stdio.h>
+static const char base[] = "libvplug.so";
+int main(int argc, char **argv) {
+	char name[64];
+	snprintf(name, sizeof name, "%s.%d", base, argc);
+	void *h = dlopen(name, RTLD_NOW);
+	if (!h) {
+		printf("%s\n", dlerror());
+		return 1;
+	}
+	int (*plugin)(void) = (int (*)(void))dlsym(h, "plugin");
+	printf("plugin=%d\n", plugin());
+	return 0;
+}
+`
+
+// TestDlopenVersioned: "libvplug.so" resolves to the directory of the
+// first libvplug.so.N of the index (the search directories in order:
+// bbb-decoys has only look-alikes), reported as "versioned"; with resolve
+// the directory is in the RUNPATH, no note entry names either spelling,
+// and the program loads libvplug.so.1.
+func TestDlopenVersioned(t *testing.T) {
+	const fail = "libvplug.so.1: cannot open shared object file: No such file or directory"
+	for _, c := range []struct {
+		mode    policy.DlopenMode
+		ignore  bool // --ignore-missing '*': a versioned file found is not missing
+		runpath string
+		how     string
+		run     string
+	}{
+		{policy.DlopenResolve, false, "{root}/store/aaa-plugin/lib", policy.HowVersioned, "plugin=9"},
+		{policy.DlopenResolve, true, "{root}/store/aaa-plugin/lib", policy.HowVersioned, "plugin=9"},
+		{policy.DlopenReport, false, "", policy.HowFound, fail},
+		{policy.DlopenOff, false, "", "", fail},
+	} {
+		t.Run(fmt.Sprintf("%s/ignore=%v", c.mode, c.ignore), func(t *testing.T) {
+			tr := newTree(t)
+			tr.place("store/aaa-plugin/lib/libvplug.so.1", cfix.Spec{Soname: "libvplug.so.1", Source: "int plugin(void) { return 9; }\n"})
+			tr.place("store/aaa-plugin/lib/libvplug.so.2", cfix.Spec{Soname: "libvplug.so.2", Source: "int plugin(void) { return 2; }\n"})
+			for _, decoy := range []string{"libvplug.so1", "libvplug.so.1.bak", "libvplug_x.so.1", "libvplug.so.x"} {
+				tr.place("store/bbb-decoys/lib/"+decoy, cfix.Spec{Soname: decoy, Source: "int plugin(void) { return 666; }\n"})
+			}
+			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcVersionedApp})
+			opts := dlopenOpts(tr, c.mode)
+			if c.ignore {
+				opts = append(opts, patch.WithIgnoreMissing("*"))
+			}
+			rep := tr.mustPatch([]string{"pkg"}, opts...)
+			require.Empty(t, rep.Missing)
+			var deps []string
+			for _, d := range tr.file(rep, "pkg/bin/app").Deps {
+				if d.Source == policy.SourceStrings {
+					deps = append(deps, d.Name+"="+d.How+" "+d.Path)
+				}
+			}
+			var want []string
+			if c.how != "" {
+				want = []string{"libvplug.so=" + c.how + " " + tr.p("store/aaa-plugin/lib/libvplug.so.1")}
+			}
+			require.Equal(t, want, deps)
+			require.Equal(t, tr.x(c.runpath), tr.runpathOf("pkg/bin/app"))
+			out, err := runApp(t, tr.p("pkg/bin/app"))
+			require.Equal(t, c.run, out)
+			require.Equal(t, c.run == "plugin=9", err == nil, "exit status: %v", err)
+			ef, err := elfedit.Open(tr.p("pkg/bin/app"))
+			require.NoError(t, err)
+			nt := ldso.ReadNote(ef)
+			ef.Close()
+			if nt != nil {
+				for _, n := range []string{"libvplug.so", "libvplug.so.1", "libvplug.so.2"} {
+					_, ok := nt.Cache.Lookup(n)
+					require.False(t, ok, "%s: %v", n, nt.Cache)
+				}
+			}
+		})
+	}
+}
+
+// TestDlopenCallerDriver: a driver library name held by libuser makes
+// libloader, its possible caller, need the driver link under
+// --driver-link-for needed; the driver's library is loaded through it.
+func TestDlopenCallerDriver(t *testing.T) {
+	for _, c := range []struct {
+		mode    policy.DlopenMode
+		runpath string
+		run     string
+	}{
+		{policy.DlopenResolve, "{root}/driver", "plugin=5"},
+		{policy.DlopenOff, "", "libcuda.so.1: cannot open shared object file: No such file or directory"},
+	} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			tr := newTree(t)
+			loader := cfix.Build(t, cfix.Spec{Soname: "libloader.so", Libc: true, Source: srcLoader})
+			user := cfix.Build(t, cfix.Spec{Soname: "libuser.so", Libc: true, Source: strings.Replace(srcUser, "libplugin.so.1", "libcuda.so.1", 1), Link: []string{loader}})
+			cfix.Copy(t, loader, tr.p("pkg/lib/libloader.so"))
+			cfix.Copy(t, user, tr.p("pkg/lib/libuser.so"))
+			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcUserApp, Link: []string{user, loader}})
+			tr.place("driver/libcuda.so.1", cfix.Spec{Soname: "libcuda.so.1", Source: "int plugin(void) { return 5; }\n"})
+			tr.mustPatch([]string{"pkg"},
+				patch.WithDriverLink(tr.p("driver")),
+				patch.WithDriverLinkFor(policy.DriverLinkNeeded),
+				patch.WithInterpreter(hostLoader),
+				patch.WithLibc(hostLibcDir),
+				patch.WithDlopen(c.mode))
+			require.Equal(t, tr.x(c.runpath), tr.runpathOf("pkg/lib/libloader.so"))
+			require.Equal(t, tr.p("pkg/lib"), tr.runpathOf("pkg/lib/libuser.so"), "libuser cannot call dlopen")
+			out, err := runApp(t, tr.p("pkg/bin/app"))
+			require.Equal(t, c.run, out)
+			require.Equal(t, c.run == "plugin=5", err == nil, "exit status: %v", err)
+		})
+	}
+}

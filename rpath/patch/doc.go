@@ -1,0 +1,13 @@
+// Package patch is cudapatch's main job: it walks the paths to patch,
+// resolves every file's dependencies against an index built like
+// auto-patchelf's, asks the policy (rpath/policy.Decide) for each file's
+// RUNPATH, interpreter and resolution note, and writes the edits through
+// rpath/elfedit, once a file, only when every file of the tree was
+// decided without error. It replaces nixpkgs' autoPatchelfHook together
+// with the CUDA driver, cuda_compat and stub hooks.
+//
+// Run does the work: a worker pool decides the files (the big-table gate
+// bounds the memory of the largest, kept plans spare the write phase a
+// second read), then writes them. The package never prints; it returns a
+// Report and logs through the *slog.Logger it is given.
+package patch

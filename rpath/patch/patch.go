@@ -1,0 +1,833 @@
+package patch
+
+import (
+	"cmp"
+	"context"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/cudapatch/cudapatch/rpath/policy"
+
+	"github.com/cudapatch/cudapatch/internal/confine"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
+)
+
+// Errors Run returns, wrapped; the CLI maps them to exit codes.
+var (
+	// ErrUnsatisfied means some dependency was found nowhere and matched no
+	// ignore pattern.
+	ErrUnsatisfied = errors.New("unsatisfied dependencies")
+)
+
+// File is the decision about one file.
+type File struct {
+	Path           string       `json:"path"`
+	Root           string       `json:"root,omitempty"` // the path to patch it was found under
+	Kind           elfedit.Kind `json:"kind,omitempty"`
+	Skipped        string       `json:"skipped,omitempty"`
+	OldInterpreter string       `json:"old_interpreter,omitempty"`
+	Interpreter    string       `json:"interpreter,omitempty"`
+	OldRunPath     *string      `json:"old_runpath,omitempty"`
+	OldRPath       *string      `json:"old_rpath,omitempty"`
+	RunPath        string       `json:"runpath,omitempty"`
+	// AsRPath says RunPath is written as DT_RPATH (WithForceRPath).
+	AsRPath bool         `json:"as_rpath,omitempty"`
+	Deps    []policy.Dep `json:"deps,omitempty"`
+	// ResolutionCache is the note written for the file's final RUNPATH
+	// (see rpath/ldcache), Note what happened to it.
+	ResolutionCache ldcache.Cache    `json:"resolution_cache,omitempty"`
+	Note            string           `json:"note,omitempty"`
+	Changed         bool             `json:"changed"`
+	Strategy        elfedit.Strategy `json:"strategy,omitempty"`
+	Written         int64            `json:"bytes_written,omitempty"`
+	Errors          []FileError      `json:"errors,omitempty"`
+	// DlopenError says why the names of dlopen discovery could not all be
+	// read; the file is patched with those read before it.
+	DlopenError string `json:"dlopen_error,omitempty"`
+
+	dlopen  policy.Discovered // what dlopen discovery found (names, imports)
+	edit    elfedit.Edit
+	plan    *elfedit.Plan  // the prepared plan the write phase reuses, if kept
+	claim   *elfedit.Claim // the file opened for writing and locked while decided
+	strSize int            // dynamic string table size when decided, for the write phase's gate
+	size    int64          // file size when decided, for the write phase's order
+	skip    policy.Skip
+	target  policy.Target // the interpreter's, for the reason of a skip
+	machine elf.Machine
+	osabi   elf.OSABI
+}
+
+// Missing is one unsatisfied dependency.
+type Missing struct {
+	Name string `json:"name"`
+	File string `json:"file"`
+	Hint string `json:"hint,omitempty"`
+}
+
+// Report is everything Run decided, in sorted file order.
+//
+// Every file is counted exactly once: Changed + Unchanged + Skipped +
+// Failed == len(Files). A file with an error (it could not be read, its
+// RUNPATH failed the audit, or writing it failed) is Failed, never
+// Unchanged or Changed; a file with a missing dependency is counted by its
+// decision, and the dependency is in Missing.
+type Report struct {
+	Files   []*File   `json:"files"`
+	Missing []Missing `json:"missing,omitempty"`
+	// Changed counts the files written, or, when the write phase did not
+	// run, the files that would have been.
+	Changed   int `json:"changed"`
+	Unchanged int `json:"unchanged"`
+	Skipped   int `json:"skipped"`
+	Failed    int `json:"failed"`
+	// WritePhase says the files were written: every file was decided
+	// without error or missing dependency, and it was no dry run.
+	WritePhase bool `json:"write_phase"`
+	// Written says every changed file was written (false after a dry run
+	// or any error).
+	Written bool `json:"written"`
+}
+
+// Run patches every ELF file below the given paths (rpath/policy says
+// how). It returns the report even on error; the error wraps
+// ErrUnsatisfied, policy.ErrAudit, or the first I/O or format error.
+// Nothing is written unless every file was decided without error.
+func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	roots, err := absDirs("path", paths)
+	if err != nil {
+		return nil, err
+	}
+	files, below, dirs, err := collect(ctx, roots, c.recurse, c.jobs)
+	defer func() {
+		for _, d := range dirs {
+			d.Close()
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	c.dirs = dirs
+	if c.claims == nil {
+		c.claims = newClaimBudget()
+	}
+	c.share = newShare(files, c.jobs)
+	defer c.share.close()
+	c.big = newBigGate(c.bigTable)
+	ix, err := c.newIndex(ctx, c, roots, below)
+	if err != nil {
+		return nil, err
+	}
+	target := c.interpreterTarget()
+	if target != nil && c.pageSize > 0 {
+		// Every file Run writes has the interpreter's machine: one
+		// refusal for the run, not one a file.
+		if msg := c.pageSizeProblem(target.Machine); msg != "" {
+			return nil, errors.New(msg)
+		}
+	}
+	// A dry run writes nothing, and a write that keeps old sections plans
+	// afresh: no plan is kept for either.
+	if !c.dryRun && !c.keepOld {
+		c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
+	}
+	rep := &Report{Files: make([]*File, len(files))}
+	defer func() {
+		for _, f := range rep.Files {
+			if f != nil && f.claim != nil {
+				f.claim.Close() // not written: released
+			}
+		}
+	}()
+	total := len(files)
+	done := 0
+	var mu sync.Mutex
+	step := func() {
+		if c.progress != nil {
+			mu.Lock()
+			done++
+			c.progress(done, total*2)
+			mu.Unlock()
+		}
+	}
+	if err := c.big.gatedParallel(ctx, c.jobs, len(files), func(i int, held bool) bool {
+		f := c.decideSafe(files[i], ix, target, held, nil)
+		if f == nil {
+			return false // a big file, while another is decided
+		}
+		rep.Files[i] = f
+		step()
+		return true
+	}); err != nil {
+		// Canceled: the report holds the files decided so far.
+		rep.Files = slices.DeleteFunc(rep.Files, func(f *File) bool { return f == nil })
+		return rep, err
+	}
+	if err := c.dlopenCallers(ctx, rep, files, ix, target); err != nil {
+		return rep, err
+	}
+	c.logDecisions(ctx, rep.Files)
+	var errs []error
+	for _, f := range rep.Files {
+		for _, d := range f.Deps {
+			if d.How == policy.HowMissing {
+				rep.Missing = append(rep.Missing, Missing{Name: d.Name, File: f.Path, Hint: d.Hint})
+			}
+		}
+		for _, e := range f.Errors {
+			errs = append(errs, fileError(f.Path, e))
+		}
+		switch {
+		case len(f.Errors) > 0:
+			rep.Failed++
+		case f.Skipped != "":
+			rep.Skipped++
+		case f.Changed:
+			rep.Changed++
+		default:
+			rep.Unchanged++
+		}
+	}
+	if len(rep.Missing) > 0 {
+		errs = append(errs, fmt.Errorf("%w: %d missing", ErrUnsatisfied, len(rep.Missing)))
+	}
+	if len(errs) > 0 || c.dryRun {
+		return rep, errors.Join(errs...)
+	}
+	rep.WritePhase = true
+	return rep, c.write(ctx, rep, step)
+}
+
+// write is the write phase: every changed file of rep, the largest first,
+// through the plan and the claim decide kept for it, if any. A file that
+// fails is counted failed instead of changed; rep.Written says none did.
+func (c *config) write(ctx context.Context, rep *Report, step func()) error {
+	var werrs []error
+	var wmu sync.Mutex
+	order := writeOrder(rep.Files)
+	for range len(rep.Files) - len(order) {
+		step() // nothing to write
+	}
+	if err := c.big.gatedParallel(ctx, c.jobs, len(order), func(i int, held bool) bool {
+		f := rep.Files[order[i]]
+		leave, ok := c.big.enter(f.strSize, held)
+		if !ok {
+			return false // written when the gate is free
+		}
+		defer leave()
+		defer step()
+		if c.beforeWrite != nil {
+			c.beforeWrite(f.Path)
+		}
+		// Written through the descriptor decide opened below the root and
+		// locked, which must still be the file at f.Path (elfedit.Claim).
+		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan, KeepOldSections: c.keepOld, Claim: f.claim})
+		f.claim.Close()
+		f.claim = nil
+		c.kept.give(f.plan)
+		reused := res != nil && f.plan != nil && res.Plan == f.plan
+		f.plan = nil
+		if err != nil {
+			f.addError(ErrorWrite, withoutPath(f.Path, err))
+			wmu.Lock()
+			werrs = append(werrs, err)
+			rep.Changed--
+			rep.Failed++
+			wmu.Unlock()
+			return true
+		}
+		f.Strategy, f.Written = res.Plan.Strategy, res.Plan.Written
+		c.log.Debug("patched", "file", f.Path, "runpath", f.RunPath, "strategy", f.Strategy, "planned", planned(reused))
+		return true
+	}); err != nil {
+		return err
+	}
+	rep.Written = len(werrs) == 0
+	return errors.Join(werrs...)
+}
+
+// planned says, for the debug log, how often a written file was planned:
+// "once" when the write reused the plan decide made and kept, "again"
+// when it planned the file anew (the plan was not kept, or the file
+// changed since).
+func planned(reused bool) string {
+	if reused {
+		return "once"
+	}
+	return "again"
+}
+
+// writeOrder lists the files to write, the largest first: the jobs take
+// them in turn, and a large file taken last keeps one job busy while the
+// others have nothing left to do. Ties keep the order of the tree.
+func writeOrder(files []*File) []int {
+	var order []int
+	for i, f := range files {
+		if f.Changed {
+			order = append(order, i)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(files[b].size, files[a].size) })
+	return order
+}
+
+// The write phase writes the plans decide prepared when the files still
+// hold the bytes they were made from (elfedit.File.Prepare: for a file
+// unchanged since well before it was read, its identity and the bytes the
+// write takes from it say so; for another, every byte read again), instead
+// of reading, planning and verifying every file a second time. What a kept
+// plan holds is live until the write phase, so it is bounded: a plan
+// holding more than keptPlanMax, or one past keptPlanPerJob times the jobs
+// for the whole run, is dropped and its file planned again when written.
+// A kept plan holds its file's bytes by offset and only what is new as
+// bytes of its own (elfedit's detach.go), a few KiB a file; 4 MiB a job
+// keeps nearly every plan (bench/HISTORY.md has the measurements). The
+// budget grows with the jobs, as cmd/cudapatch's heap limit does.
+const (
+	keptPlanMax    = 256 << 10
+	keptPlanPerJob = 4 << 20
+	// keptPlanMin is what a budget must have left to be worth asking:
+	// less than a small file's plan holds.
+	keptPlanMin = 2 << 10
+)
+
+// planBudget counts the bytes the kept plans may still take.
+type planBudget struct {
+	mu   sync.Mutex
+	left int64
+}
+
+// take reports whether a plan holding held bytes may be kept, and if so
+// counts it; asked with 0 (elfedit.File.Prepare does before it detaches a
+// plan), whether the budget has keptPlanMin left. A nil budget keeps
+// nothing.
+func (b *planBudget) take(held int64) bool {
+	if b == nil || held > keptPlanMax {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if held == 0 {
+		return b.left >= keptPlanMin
+	}
+	if held > b.left {
+		return false
+	}
+	b.left -= held
+	return true
+}
+
+// give returns what a kept plan took (nothing for nil).
+func (b *planBudget) give(p *elfedit.Plan) {
+	if b != nil && p != nil {
+		b.mu.Lock()
+		b.left += p.HeldBytes()
+		b.mu.Unlock()
+	}
+}
+
+// parallel runs fn(0..n-1) on jobs goroutines, stopping early when ctx ends.
+// Each goroutine takes the next index from a shared counter: a channel
+// would hand every item over through the scheduler, a wake-up per file.
+func parallel(ctx context.Context, jobs, n int, fn func(int)) error {
+	var next atomic.Int64
+	var stopped atomic.Bool
+	work := func() {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= n {
+				return
+			}
+			if ctx.Err() != nil {
+				stopped.Store(true)
+				return
+			}
+			fn(i)
+		}
+	}
+	runWorkers(min(jobs, n), work)
+	if stopped.Load() {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// runWorkers runs work on k goroutines, the caller being the last, and
+// returns when all have returned.
+func runWorkers(k int, work func()) {
+	var wg sync.WaitGroup
+	for range k - 1 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work()
+		}()
+	}
+	if k > 0 {
+		work()
+	}
+	wg.Wait()
+}
+
+// found is a file to patch and the path to patch it was found under.
+type found struct{ path, root string }
+
+// collect lists the regular files below the roots, root by root, each
+// root's files in sorted order (walkTree, jobs directories at a time), and,
+// when it recurses, the directories below each root that is a directory,
+// for the index. Symbolic links are never followed: a link may point out
+// of the tree being patched. It opens each root that is a directory (and
+// the directory of each that is a file): what Run opens to decide and
+// write below a root, it opens from that directory's descriptor without
+// following a link (confine.Dir), so a directory swapped for a link out of
+// the tree while the job runs is not followed. The caller closes them.
+func collect(ctx context.Context, roots []string, recurse bool, jobs int) ([]found, map[string][]string, []*confine.Dir, error) {
+	var out []found
+	var opened []*confine.Dir
+	below := map[string][]string{}
+	for _, r := range roots {
+		st, err := os.Lstat(r)
+		if err != nil {
+			return nil, nil, opened, err
+		}
+		if st.Mode().IsRegular() || special(st.Mode().Type()) {
+			d, err := confine.Open(filepath.Dir(r))
+			if err != nil {
+				return nil, nil, opened, err
+			}
+			opened = append(opened, d)
+			out = append(out, found{r, r})
+			continue
+		}
+		if !st.IsDir() {
+			continue
+		}
+		d, err := confine.Open(r)
+		if err != nil {
+			return nil, nil, opened, err
+		}
+		opened = append(opened, d)
+		files, dirs, err := walkTree(ctx, d, jobs, recurse)
+		if err != nil {
+			return nil, nil, opened, err
+		}
+		for _, p := range files {
+			out = append(out, found{p, r})
+		}
+		if recurse {
+			below[r] = dirs
+		}
+	}
+	// A file reached from two roots (a directory and a file below it) is
+	// decided once, under the first: two decisions would claim it twice
+	// (the second finding it locked) and write it twice.
+	seen := make(map[string]bool, len(out))
+	out = slices.DeleteFunc(out, func(f found) bool {
+		dup := seen[f.path]
+		seen[f.path] = true
+		return dup
+	})
+	return out, below, opened, nil
+}
+
+// dirOf is the opened root (collect) path lies below, the deepest if
+// several; nil if none.
+func (c *config) dirOf(path string) *confine.Dir {
+	var best *confine.Dir
+	for _, d := range c.dirs {
+		if _, err := d.Rel(path); err == nil && (best == nil || len(d.Path()) > len(best.Path())) {
+			best = d
+		}
+	}
+	return best
+}
+
+// claimBudget bounds the claims (elfedit.Claim) decide keeps open for the
+// write phase: a descriptor each. Past it a claim is released after
+// deciding, and taken again, checked, when its file is written.
+type claimBudget struct{ left atomic.Int64 }
+
+// claimReserve is the descriptors left to everything else: the jobs'
+// reads, the index's, the runtime's.
+const claimReserve = 512
+
+func newClaimBudget() *claimBudget {
+	b := &claimBudget{}
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur > claimReserve {
+		b.left.Store(int64(min(lim.Cur-claimReserve, 1<<30)))
+	}
+	return b
+}
+
+// take reports whether one more claim may stay open.
+func (b *claimBudget) take() bool {
+	return b != nil && b.left.Add(-1) >= 0
+}
+
+// interpreterTarget is the interpreter's architecture, nil when there is
+// no interpreter or it cannot be read (then no file is skipped for its
+// architecture).
+func (c *config) interpreterTarget() *policy.Target {
+	if c.Interpreter == "" {
+		return nil
+	}
+	f, err := c.bufs.Open(c.Interpreter)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	return &policy.Target{Class: f.Header.Class, Machine: f.Header.Machine, OSABI: f.Header.OSABI}
+}
+
+// decideSafe is decide, with a bug in the reader reported against the file
+// instead of killing a whole build.
+func (c *config) decideSafe(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep) (out *File) {
+	defer func() {
+		if r := recover(); r != nil {
+			out = &File{Path: fd.path, Root: fd.root}
+			out.addError(ErrorInternal, fmt.Errorf("internal error (please report): %v", r))
+		}
+	}()
+	return c.decide(fd, ix, t, held, inherit)
+}
+
+// decide reads one file and works out its new interpreter and RUNPATH.
+// inherit are the dlopen-string names of other files this one may be the
+// dlopen caller of (dlopenCallers), resolved there. A file with a big string table needs the gate (bigGate), which held
+// says is taken for it: when it is not and the gate is taken, decide
+// closes the file and returns nil, and is called again with the gate
+// held.
+func (c *config) decide(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep) *File {
+	path := fd.path
+	out := &File{Path: path, Root: fd.root}
+	f := c.share.take(path) // read by a probe already, or nil
+	var err error
+	if f == nil {
+		f, err = c.open(path, true)
+	}
+	if err != nil {
+		switch {
+		case errors.Is(err, elfedit.ErrNotELF):
+			out.Skipped = policy.SkippedNotELF
+			out.skip = policy.SkipNotELF
+		case errors.Is(err, elfedit.ErrNotRegular):
+			// A FIFO, socket or device (refused before it is opened).
+			out.Skipped = elfedit.ErrNotRegular.Error()
+			out.skip = policy.SkipNotRegular
+		default:
+			out.addError(ErrorRead, withoutPath(path, err))
+		}
+		return out
+	}
+	// A file with a big string table is decided alone (see bigGate). When
+	// another one is being decided, it is closed, so that it holds no big
+	// buffers while it waits, and read again when its turn comes. Every
+	// other file is read once.
+	leave, ok := c.big.enter(f.StringTableSize(), held)
+	if !ok {
+		f.Close()
+		return nil
+	}
+	defer leave()
+	defer f.Close()
+	info := f.Info()
+	c.share.seed(path, f)
+	out.strSize, out.size = f.StringTableSize(), f.Size()
+	out.Kind = info.Kind
+	out.OldInterpreter, out.OldRunPath, out.OldRPath = info.Interpreter, info.RunPath, info.RPath
+	machine, osabi := info.ELFMachine(), info.ELFOSABI()
+	out.machine, out.osabi = machine, osabi
+	if why, reason := policy.SkipOf(info, t); why != policy.SkipNone {
+		out.Skipped, out.skip = reason, why
+		if t != nil {
+			out.target = *t
+		}
+		return out
+	}
+	// FreeBSD and OpenBSD ship ld.so apart from libc in nixpkgs: libc must
+	// get its RUNPATH entry there (auto-patchelf forces keep-libc too).
+	keepLibc := c.keepLibc || osabi == elf.ELFOSABI_FREEBSD || osabi == elf.ELFOSABI_OPENBSD
+
+	deps, err := c.resolveDeps(f, info, ix, keepLibc, out)
+	if err != nil {
+		// Reported as far as they were resolved.
+		out.Deps = policy.Classify(deps, c.Dlopen)
+		out.addError(ErrorResolve, err)
+		return out
+	}
+	facts := policy.Facts{Path: path, Root: fd.root, Machine: machine, Interpreter: info.Interpreter, OldPath: runpathDirs(info)}
+	d := policy.Decide(facts, deps, inherit, &c.Config)
+	out.Deps, out.RunPath, out.AsRPath, out.Interpreter = d.Deps, d.RunPath, d.AsRPath, d.Interpreter
+	for _, p := range d.Problems {
+		out.addError(ErrorAudit, p)
+	}
+	c.prepare(f, info, d.NoteNames, out)
+	return out
+}
+
+// prepare makes out's decision an edit of f (the RUNPATH, or the kept one
+// shrunk; the interpreter; the resolution note for noteNames), plans and
+// verifies it, and checks before anything is written what would stop the
+// write: the page size, hard links, the claim on the file.
+func (c *config) prepare(f *elfedit.File, info elfedit.Info, noteNames []string, out *File) {
+	var e elfedit.Edit
+	if out.RunPath != "" {
+		rp := out.RunPath
+		e.SetPath = &rp
+		if out.AsRPath {
+			e.Tag = elfedit.TagRPath
+		}
+	} else if c.shrinkKept {
+		shrinkKept(info, &e)
+		if e.SetPath != nil {
+			out.RunPath = *e.SetPath
+		}
+	}
+	if out.Interpreter != "" {
+		ip := out.Interpreter
+		e.Interpreter = &ip
+	}
+	var err error
+	out.ResolutionCache, out.Note, err = c.resolutionNote(f, noteNames, finalPath(info, &e), &e)
+	if err != nil {
+		out.addError(ErrorNote, err)
+		return
+	}
+	// Prepare verifies the planned result now wherever the read cache
+	// held the file's tables, so a verifier failure stops the tree before
+	// anything is written. The write phase reuses the plans the budget
+	// keeps; it plans and verifies the others again.
+	plan, err := f.Prepare(e, c.kept.take)
+	if err != nil {
+		out.addError(ErrorPlan, err)
+		return
+	}
+	out.Changed = !plan.IsNoOp()
+	out.Strategy = plan.Strategy
+	if msg := c.pageSizeProblem(info.ELFMachine()); out.Changed && msg != "" {
+		out.addError(ErrorPageSize, errors.New(msg))
+		return
+	}
+	out.edit = e
+	if out.Changed && plan.Prepared() {
+		out.plan = plan
+	}
+	// EditFile refuses a file with other hard links (writing it would
+	// change them too); finding out now, before anything is written,
+	// keeps the rule that a tree is written only when every file can be.
+	if n := linkCount(out.Path); out.Changed && n > 1 {
+		out.addError(ErrorHardLinks, fmt.Errorf("%w (%d links): refusing to change the other paths too", elfedit.ErrHardLinks, n))
+		return
+	}
+	// So does opening it for writing now, and locking it until it is
+	// written (claim).
+	if out.Changed {
+		c.claim(f, out)
+	}
+}
+
+// resolveDeps resolves what f needs: DT_NEEDED in order, then
+// .note.dlopen entries, then (with --dlopen) the names its read-only data
+// spells, each with its Source. The error says a name could not be
+// resolved at all; the deps are then those resolved before it.
+func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, keepLibc bool, out *File) ([]policy.Dep, error) {
+	class, machine, osabi := info.ELFClass(), info.ELFMachine(), info.ELFOSABI()
+	type want struct {
+		alts   []string
+		source string
+	}
+	var wants []want
+	for _, n := range info.Needed {
+		wants = append(wants, want{[]string{n}, policy.SourceNeeded})
+	}
+	for _, d := range info.Dlopen {
+		if len(d.Soname) > 0 {
+			wants = append(wants, want{d.Soname, policy.SourceDlopen})
+		}
+	}
+	// Then the names a dlopen caller's read-only data spells (none when
+	// a .note.dlopen says what it dlopens: the note is authoritative).
+	if c.Dlopen != policy.DlopenOff {
+		// The names are a hint: a file whose read-only data cannot be
+		// read (a section header past its end) is patched without them,
+		// and says why.
+		d, err := policy.Discover(f, false)
+		if err != nil {
+			out.DlopenError = err.Error()
+		}
+		out.dlopen = d
+		for _, n := range d.Names {
+			wants = append(wants, want{[]string{n}, policy.SourceStrings})
+		}
+	}
+	var deps []policy.Dep
+	for _, w := range wants {
+		dep, err := c.resolve(w.alts, ix, class, machine, osabi, keepLibc, w.source != policy.SourceStrings)
+		if err != nil {
+			return deps, err
+		}
+		dep.Source = w.source
+		if w.source == policy.SourceStrings {
+			if dep, err = c.resolveVersioned(dep, ix, class, machine, osabi); err != nil {
+				return deps, err
+			}
+		}
+		deps = append(deps, dep)
+	}
+	return deps, nil
+}
+
+// claim opens f for writing and locks it until it is written: a file this
+// user may not write, or that another run (or any writer that locks)
+// holds, fails before anything is written. A dry run only asks, and lets
+// go.
+func (c *config) claim(f *elfedit.File, out *File) {
+	cl, err := f.Claim()
+	switch {
+	case err != nil:
+		out.addError(ErrorClaim, err)
+	case c.dryRun:
+		cl.Close()
+	default:
+		if !c.claims.take() {
+			cl.Release()
+		}
+		out.claim = cl
+	}
+}
+
+// linkCount is the number of hard links of path, 0 if unknown.
+func linkCount(path string) uint64 {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return 0
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		return uint64(sys.Nlink)
+	}
+	return 0
+}
+
+// resolve satisfies one dependency, given its alternatives (one name for
+// DT_NEEDED, several for a .note.dlopen entry). The error says the index
+// could not be searched far enough to decide.
+// A missing one gets a hint when hint says so: the hint reads the headers
+// of every library of the index.
+func (c *config) resolve(alts []string, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI, keepLibc, hint bool) (policy.Dep, error) {
+	for _, name := range alts {
+		switch {
+		case c.driverLibs.Match(name):
+			return policy.Dep{Name: name, How: policy.HowDriver, Pattern: c.ignorePattern(name, nil)}, nil
+		case filepath.IsAbs(name):
+			if _, err := os.Stat(name); err == nil {
+				return policy.Dep{Name: name, How: policy.HowAbsolute, Path: name}, nil
+			}
+		case !keepLibc && c.libcDir != "" && c.inLibc(name):
+			return policy.Dep{Name: name, How: policy.HowLibc, Path: filepath.Join(c.libcDir, name)}, nil
+		}
+		cand, ok, err := ix.lookup(name, class, machine, osabi)
+		if err != nil {
+			return policy.Dep{}, fmt.Errorf("resolving %s: %w", name, err)
+		}
+		if ok {
+			return policy.Dep{Name: name, How: policy.HowStore, Path: cand.path, Dir: cand.dir}, nil
+		}
+		// With keep-libc, a libc name no search directory has is still
+		// found by the interpreter (auto-patchelf.py's "step 4").
+		if keepLibc && c.libcDir != "" && !filepath.IsAbs(name) && c.inLibc(name) {
+			return policy.Dep{Name: name, How: policy.HowLibc, Path: filepath.Join(c.libcDir, name)}, nil
+		}
+	}
+	// A .note.dlopen entry with several alternatives is named as
+	// auto-patchelf names it, "any(a, b)". Ignore patterns match that name
+	// or any one alternative.
+	name := alts[0]
+	if len(alts) > 1 {
+		name = "any(" + strings.Join(alts, ", ") + ")"
+	}
+	if p := c.ignorePattern(name, alts); p != "" {
+		return policy.Dep{Name: name, How: policy.HowIgnored, Pattern: p}, nil
+	}
+	if !hint {
+		return policy.Dep{Name: name, How: policy.HowMissing}, nil
+	}
+	return policy.Dep{Name: name, How: policy.HowMissing, Hint: ix.sonameHint(alts[0], class, machine, osabi)}, nil
+}
+
+// resolveVersioned resolves a dlopen-string name found nowhere (or
+// ignored as such) that has
+// no version ("libX.so") to the first file of the index, in its
+// precedence, that has a version ("libX.so.9"): policy.HowVersioned under
+// policy.DlopenResolve, policy.HowFound under policy.DlopenReport. Any other dep is returned as
+// it is.
+func (c *config) resolveVersioned(dep policy.Dep, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI) (policy.Dep, error) {
+	prefix := policy.Unversioned(dep.Name)
+	// An ignore pattern is for what is found nowhere: a versioned file
+	// found wins over it.
+	if dep.How != policy.HowMissing && dep.How != policy.HowIgnored || prefix == "" {
+		return dep, nil
+	}
+	cand, ok, err := ix.lookupVersioned(prefix, class, machine, osabi)
+	if err != nil {
+		return dep, fmt.Errorf("resolving %s: %w", dep.Name, err)
+	}
+	if !ok {
+		return dep, nil
+	}
+	how := policy.HowVersioned
+	if c.Dlopen == policy.DlopenReport {
+		how = policy.HowFound
+	}
+	return policy.Dep{Name: dep.Name, Source: dep.Source, How: how, Path: cand.path, Dir: cand.dir}, nil
+}
+
+// ignorePattern returns the first ignore-missing pattern that matches the
+// basename of name or of one of alts, or "".
+func (c *config) ignorePattern(name string, alts []string) string {
+	for _, p := range c.ignoreMissing {
+		if p.Match(filepath.Base(name)) {
+			return p.String()
+		}
+		for _, a := range alts {
+			if p.Match(filepath.Base(a)) {
+				return p.String()
+			}
+		}
+	}
+	return ""
+}
+
+// inLibc says whether the libc directory has name. Every file asks for
+// the same few names (libc.so.6, libm.so.6...): each is looked up once.
+func (c *config) inLibc(name string) bool {
+	if v, ok := c.libcHas.Load(name); ok {
+		return v.(bool)
+	}
+	ok := exists(filepath.Join(c.libcDir, name))
+	c.libcHas.Store(name, ok)
+	return ok
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// SkippedForTarget says the file was skipped for its architecture or OS
+// ABI, not for its kind.
+func (f *File) SkippedForTarget() bool {
+	return f.skip == policy.SkipArch || f.skip == policy.SkipOSABI
+}

@@ -1,0 +1,66 @@
+package policy
+
+import "errors"
+
+// ErrAudit means a planned RUNPATH failed the audit.
+var ErrAudit = errors.New("RUNPATH audit failed")
+
+// How a dependency was satisfied.
+const (
+	HowStore    = "resolved" // found in the index; its directory is in the RUNPATH
+	HowLibc     = "libc"     // in the libc directory, found by the interpreter
+	HowDriver   = "driver"   // an NVIDIA driver library, found through the driver link
+	HowAbsolute = "absolute" // DT_NEEDED is an absolute path that exists
+	HowIgnored  = "ignored"  // missing, but matched an ignore pattern
+	HowMissing  = "missing"
+	// HowFound is a name DiscoverDlopen found that the index resolves,
+	// under DlopenReport, or in a file that does not import dlopen (its
+	// callers get the directory, see dlopenCallers): reported, given no
+	// RUNPATH entry in this file.
+	HowFound = "found"
+	// HowUnresolved is a name DiscoverDlopen found that nothing
+	// satisfies: reported, never an error (it may be optional, or no
+	// library name at all).
+	HowUnresolved = "unresolved"
+	// HowVersioned is a name DiscoverDlopen found without a version
+	// ("libcudnn_graph.so") that no file has, where a file of that name
+	// and a version does ("libcudnn_graph.so.9"): its caller appends the
+	// version at run time. Under DlopenResolve its directory is in the
+	// RUNPATH; it gets no note entry (the program never asks for the
+	// Unversioned name, and which version it asks for is not known).
+	HowVersioned = "versioned"
+)
+
+// Where a dependency comes from (Dep.Source).
+const (
+	SourceNeeded  = "needed"        // DT_NEEDED
+	SourceDlopen  = "dlopen"        // a .note.dlopen entry
+	SourceStrings = "dlopen-string" // a string of a dlopen caller's read-only data (DiscoverDlopen)
+)
+
+// Dep is the decision about one dependency.
+type Dep struct {
+	Name   string `json:"name"`
+	Source string `json:"source"` // SourceNeeded, SourceDlopen or SourceStrings
+	How    string `json:"how"`
+	Path   string `json:"path,omitempty"` // the library file chosen
+	Dir    string `json:"dir,omitempty"`  // the directory it was found in
+	// Entry is the RUNPATH entry that reaches Dir when it is not Dir
+	// itself: an old $ORIGIN entry kept by WithPreserveOrigin, or Dir made
+	// relative by WithRelativeRpaths or WithRelativizeRpath.
+	Entry string `json:"entry,omitempty"`
+	// Pattern is the first ignore-missing pattern that matches a
+	// dependency nothing satisfied (or a driver library).
+	Pattern string `json:"pattern,omitempty"`
+	Hint    string `json:"hint,omitempty"`
+	// From is, for a dlopen-string name this file did not find itself,
+	// the file whose read-only data holds it: this file imports dlopen and
+	// is in that file's DT_NEEDED closure, so it may be the caller that
+	// dlopens the name (see dlopenCallers).
+	From string `json:"from,omitempty"`
+
+	// ResolvedHow is how a HowFound name of a file that cannot call
+	// dlopen was resolved (HowStore, HowVersioned), for its callers; not
+	// reported.
+	ResolvedHow string `json:"-"`
+}

@@ -1,0 +1,168 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
+
+// DlopenMode says what the main job does with the library names a file that
+// calls dlopen holds in its read-only data (see DiscoverDlopen).
+type DlopenMode string
+
+const (
+	// DlopenOff looks for none.
+	DlopenOff DlopenMode = "off"
+	// DlopenReport finds them and reports where each would resolve, but
+	// changes no RUNPATH and no note for them.
+	DlopenReport DlopenMode = "report"
+	// DlopenResolve adds the directory of each one found, like a
+	// DT_NEEDED's, after the DT_NEEDED and .note.dlopen directories, and
+	// gives it an entry in the resolution note. One found nowhere is
+	// reported, never an error. The main job's default: a dlopen by name
+	// that no RUNPATH reaches fails at run time, after a green build
+	// (libnvrtc's builtins, cuFFT's nvJitLink, cuDNN's sub-libraries),
+	// while a name that resolves only adds a library the build inputs
+	// already hold to the closure.
+	DlopenResolve DlopenMode = "resolve"
+)
+
+// DlopenModes lists the modes, for flag help and validation.
+var DlopenModes = []DlopenMode{DlopenOff, DlopenReport, DlopenResolve}
+
+// dlopenSymbols are the functions that open a library by name at run time.
+var dlopenSymbols = []string{"dlopen", "dlmopen"}
+
+// maxDiscovered bounds the names taken from one file: beyond it the rest
+// are dropped (a file naming hundreds of libraries is a plugin table, not
+// a list of what it needs).
+const maxDiscovered = 64
+
+// DiscoverDlopen returns the library names a file may dlopen, as its
+// read-only data spells them: nil unless the file imports dlopen or
+// dlmopen, and nil for a file with a .note.dlopen, which says what it
+// dlopens with authority (its authors' list; guessing past it would add
+// to the closure what they left out). A name is a string constant that
+// is exactly a soname (IsSonameShaped), so a soname inside a message, a
+// path (the loader opens a path as is, whatever the RUNPATH), or a format
+// such as "libfoo.so.%d" is not; the file's own SONAME and DT_NEEDED
+// names are not new. Names come in file order, each once, at most
+// maxDiscovered.
+func DiscoverDlopen(f *elfedit.File) ([]string, error) {
+	d, err := Discover(f, false)
+	return d.Names, err
+}
+
+// Discovered is what Discover found in one file.
+type Discovered struct {
+	Names   []string
+	Imports bool // the file imports dlopen or dlmopen: it may be a caller
+	Noted   bool // the file has a .note.dlopen: no discovery, and no caller
+}
+
+// Discover is DiscoverDlopen; with anyFile it reads the names of a
+// file that does not import dlopen too (a file that hands them to a
+// dlopen caller among its dependencies, see dlopenCallers).
+func Discover(f *elfedit.File, anyFile bool) (Discovered, error) {
+	if notes, _ := f.DlopenNotes(); len(notes) > 0 {
+		return Discovered{Noted: true}, nil
+	}
+	ok, err := f.ImportsSymbol(dlopenSymbols...)
+	if err != nil || !ok && !anyFile {
+		return Discovered{}, err
+	}
+	d := Discovered{Imports: ok}
+	known := map[string]bool{f.Soname(): true}
+	for _, n := range f.Needed() {
+		known[n] = true
+	}
+	err = f.ReadOnlyStrings([]byte(".so"), func(s []byte) bool {
+		if !IsSonameShaped(s) || known[string(s)] {
+			return true
+		}
+		name := string(s)
+		known[name] = true
+		d.Names = append(d.Names, name)
+		return len(d.Names) < maxDiscovered
+	})
+	if err != nil {
+		return d, fmt.Errorf("reading library names: %w", err)
+	}
+	return d, nil
+}
+
+// Unversioned returns "libX.so." for a name "libX.so" with no version
+// suffix, the prefix of the versioned files a caller that appends its
+// major version at run time opens ("libcudnn_graph.so" +".9"); "" for
+// any other name.
+func Unversioned(name string) string {
+	if strings.HasSuffix(name, ".so") && IsSonameShaped([]byte(name)) {
+		return name + "."
+	}
+	return ""
+}
+
+// IsVersionOf reports whether file is prefix (see Unversioned) followed
+// by one or more dot-separated decimal numbers ("libX.so." + "9.1.0").
+func IsVersionOf(file, prefix string) bool {
+	rest, ok := strings.CutPrefix(file, prefix)
+	if !ok || rest == "" {
+		return false
+	}
+	for _, p := range strings.Split(rest, ".") {
+		if p == "" || !allDigits([]byte(p)) {
+			return false
+		}
+	}
+	return true
+}
+
+// IsSonameShaped reports whether s is a library file name as dlopen
+// callers spell one: "lib", at least one character of [A-Za-z0-9_+-.],
+// ".so", and any number of ".N" suffixes of decimal digits
+// ("libnvrtc-builtins.so.11.8", "libstdc++.so.6", "libcudnn_graph.so.9").
+// Anything with a '/', a space, a '%' or other punctuation is not: it is
+// a path, a sentence or a format.
+func IsSonameShaped(s []byte) bool {
+	if len(s) < len("libx.so") || len(s) > 255 || string(s[:3]) != "lib" {
+		return false
+	}
+	// The last ".so" followed only by version suffixes.
+	i := len(s)
+	for {
+		j := lastIndex(s[:i], '.')
+		if j < 0 {
+			return false
+		}
+		if string(s[j:i]) == ".so" {
+			i = j
+			break
+		}
+		if j+1 == i || !allDigits(s[j+1:i]) {
+			return false
+		}
+		i = j
+	}
+	name := s[3:i]
+	return len(name) > 0 && !slices.ContainsFunc(name, func(c byte) bool { return !nameByte(c) })
+}
+
+func nameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		c == '_' || c == '-' || c == '+' || c == '.'
+}
+
+func allDigits(b []byte) bool {
+	return !slices.ContainsFunc(b, func(c byte) bool { return c < '0' || c > '9' })
+}
+
+func lastIndex(b []byte, c byte) int {
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == c {
+			return i
+		}
+	}
+	return -1
+}
