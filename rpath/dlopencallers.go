@@ -3,6 +3,7 @@ package rpath
 import (
 	"context"
 	"debug/elf"
+	"maps"
 	"os"
 	"slices"
 	"syscall"
@@ -22,7 +23,11 @@ import (
 // which says with authority what it dlopens). H's names are read even
 // when H does not import dlopen, as long as its closure has such a
 // caller; H's own RUNPATH and note are then unchanged (it cannot make the
-// call), its names are reported as found.
+// call), its names are reported as found. A name can also travel by a
+// path no DT_NEEDED shows: PyTorch's libcaffe2_nvrtc, itself dlopened,
+// holds "libnvrtc.so.13" and libtorch_cpu makes the call. So every caller
+// of an output (a root being patched) is also a possible caller of the
+// names any file of that output holds.
 //
 // Under DlopenResolve each caller is decided again with those names
 // (Dep.From the file holding them): their directories follow its own in
@@ -33,12 +38,87 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 		return nil
 	}
 	fs := rep.Files
-	usable := func(f *File) bool { return f != nil && f.Skipped == "" && len(f.Errors) == 0 }
 	if !slices.ContainsFunc(fs, func(f *File) bool { return usable(f) && f.dlopen.imports }) {
 		return nil
 	}
-	// The outputs by identity: a DT_NEEDED resolves to a file of the
-	// index, which may be a link to an output.
+	callersOf, err := c.possibleCallers(fs, files, ix)
+	if err != nil || c.dlopen != DlopenResolve || len(callersOf) == 0 {
+		return err
+	}
+	inherit := inheritedNames(fs, callersOf)
+	var redo []int
+	for i := range fs {
+		if len(inherit[i]) > 0 {
+			redo = append(redo, i)
+			if fs[i].claim != nil {
+				fs[i].claim.Close()
+				fs[i].claim = nil
+			}
+			c.kept.give(fs[i].plan)
+			fs[i].plan = nil
+		}
+	}
+	return c.big.gatedParallel(ctx, c.jobs, len(redo), func(k int, held bool) bool {
+		i := redo[k]
+		f := c.decideSafe(files[i], ix, t, held, inherit[i])
+		if f == nil {
+			return false
+		}
+		fs[i] = f
+		return true
+	})
+}
+
+// usable: decided, neither skipped nor failed.
+func usable(f *File) bool { return f != nil && f.Skipped == "" && len(f.Errors) == 0 }
+
+// possibleCallers maps each file holding dlopen names to the files that
+// may make the call for it: the callers in its DT_NEEDED closure and the
+// callers of its output. A holder that imports no dlopen has its names
+// read and resolved here (readHolder).
+func (c *config) possibleCallers(fs []*File, files []found, ix resolver) (map[int][]int, error) {
+	adj := neededGraph(fs)
+	caller := func(j int) bool { return fs[j].dlopen.imports && !fs[j].dlopen.noted }
+	inRoot := map[string][]int{}
+	for j, f := range fs {
+		if usable(f) && caller(j) {
+			inRoot[files[j].root] = append(inRoot[files[j].root], j)
+		}
+	}
+	callersOf := map[int][]int{}
+	for h, f := range fs {
+		if !usable(f) || f.dlopen.noted {
+			continue
+		}
+		cs := closureWhere(adj, h, caller)
+		for _, j := range inRoot[files[h].root] {
+			if j != h && !slices.Contains(cs, j) {
+				cs = append(cs, j)
+			}
+		}
+		if len(cs) == 0 {
+			continue
+		}
+		slices.Sort(cs)
+		if !f.dlopen.imports {
+			if err := c.readHolder(f, ix); err != nil {
+				return nil, err
+			}
+		}
+		if slices.ContainsFunc(f.Deps, ownName) {
+			callersOf[h] = cs
+		}
+	}
+	return callersOf, nil
+}
+
+// ownName: a name discovered in the file's own read-only data.
+func ownName(d Dep) bool { return d.Source == SourceStrings && d.From == "" }
+
+// neededGraph links each output to the outputs its DT_NEEDED entries
+// resolved to, by identity: a DT_NEEDED resolves to a file of the index,
+// which may be a link to an output.
+func neededGraph(fs []*File) [][]int {
 	byID := map[fileID]int{}
 	for i, f := range fs {
 		if usable(f) {
@@ -72,43 +152,20 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 			}
 		}
 	}
-	caller := func(j int) bool { return fs[j].dlopen.imports && !fs[j].dlopen.noted }
-	// The names each holder passes on, resolved.
-	var holders []int
-	callersOf := map[int][]int{}
-	names := map[int][]Dep{}
-	for h, f := range fs {
-		if !usable(f) || f.dlopen.noted {
-			continue
-		}
-		cs := closureWhere(adj, h, caller)
-		if len(cs) == 0 {
-			continue
-		}
-		if !f.dlopen.imports {
-			if err := c.readHolder(f, ix); err != nil {
-				return err
-			}
-		}
-		var own []Dep
-		for _, d := range f.Deps {
-			if d.Source == SourceStrings && d.From == "" {
-				own = append(own, d)
-			}
-		}
-		if len(own) == 0 {
-			continue
-		}
-		holders = append(holders, h)
-		callersOf[h], names[h] = cs, own
-	}
-	if c.dlopen != DlopenResolve || len(holders) == 0 {
-		return nil
-	}
+	return adj
+}
+
+// inheritedNames lists, per caller, the resolved names its holders pass
+// on, each once, marked with the holder it came from.
+func inheritedNames(fs []*File, callersOf map[int][]int) map[int][]Dep {
+	holders := slices.Sorted(maps.Keys(callersOf))
 	inherit := map[int][]Dep{}
 	for _, h := range holders {
 		for _, cl := range callersOf[h] {
-			for _, d := range names[h] {
+			for _, d := range fs[h].Deps {
+				if !ownName(d) {
+					continue
+				}
 				switch d.How {
 				case HowStore, HowVersioned, HowDriver:
 				case HowFound:
@@ -126,27 +183,7 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 			}
 		}
 	}
-	var redo []int
-	for i := range fs {
-		if len(inherit[i]) > 0 {
-			redo = append(redo, i)
-			if fs[i].claim != nil {
-				fs[i].claim.Close()
-				fs[i].claim = nil
-			}
-			c.kept.give(fs[i].plan)
-			fs[i].plan = nil
-		}
-	}
-	return c.big.gatedParallel(ctx, c.jobs, len(redo), func(k int, held bool) bool {
-		i := redo[k]
-		f := c.decideSafe(files[i], ix, t, held, inherit[i])
-		if f == nil {
-			return false
-		}
-		fs[i] = f
-		return true
-	})
+	return inherit
 }
 
 // readHolder reads the dlopen names of a file that does not import

@@ -258,3 +258,71 @@ func TestDlopenCallerDriver(t *testing.T) {
 		})
 	}
 }
+
+// A holder that no DT_NEEDED links to its caller, as PyTorch's
+// libcaffe2_nvrtc holds "libnvrtc.so.13" and libtorch_cpu calls dlopen:
+// the program has libloader dlopen libholder, and libholder's use()
+// calls load() (bound through the global scope, not a DT_NEEDED) with the
+// plugin's name.
+const (
+	srcHolder = `#include <dlfcn.h>
+void *load(const char *name);
+int use(void) {
+	void *h = load("libplugin.so.1");
+	if (!h)
+		return -1;
+	int (*plugin)(void) = (int (*)(void))dlsym(h, "plugin");
+	return plugin();
+}
+`
+	srcHolderApp = `#include <dlfcn.h>
+#include <stdio.h>
+void *load(const char *name);
+int main(void) {
+	void *h = load("libholder.so");
+	if (!h) {
+		printf("%s\n", dlerror());
+		return 1;
+	}
+	int (*use)(void) = (int (*)(void))dlsym(h, "use");
+	int r = use();
+	if (r < 0) {
+		printf("%s\n", dlerror());
+		return 1;
+	}
+	printf("plugin=%d\n", r);
+	return 0;
+}
+`
+)
+
+// TestDlopenCallerSameOutput: libholder's name reaches libloader, the
+// dlopen caller of the same output, though neither needs the other; the
+// program runs (loader cache inhibited, no LD_LIBRARY_PATH) only under
+// resolve.
+func TestDlopenCallerSameOutput(t *testing.T) {
+	const fail = "libholder.so: cannot open shared object file: No such file or directory"
+	for _, c := range []struct {
+		mode          rpath.DlopenMode
+		loaderRunpath string
+		run           string
+	}{
+		{rpath.DlopenResolve, "{root}/pkg/lib:{root}/store/aaa-plugin/lib", "plugin=7"},
+		{rpath.DlopenReport, "", fail},
+	} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			tr := newTree(t)
+			loader := cfix.Build(t, cfix.Spec{Soname: "libloader.so", Libc: true, Source: srcLoader})
+			cfix.Copy(t, loader, tr.p("pkg/lib/libloader.so"))
+			tr.place("pkg/lib/libholder.so", cfix.Spec{Soname: "libholder.so", Libc: true, Source: srcHolder})
+			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcHolderApp, Link: []string{loader}})
+			tr.place("store/aaa-plugin/lib/libplugin.so.1", cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
+			tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, c.mode)...)
+			require.Equal(t, tr.x(c.loaderRunpath), tr.runpathOf("pkg/lib/libloader.so"))
+			require.Empty(t, tr.runpathOf("pkg/lib/libholder.so"), "libholder cannot call dlopen and needs nothing but libc")
+			out, err := runApp(t, tr.p("pkg/bin/app"))
+			require.Equal(t, c.run, out)
+			require.Equal(t, c.run == "plugin=7", err == nil, "exit status: %v", err)
+		})
+	}
+}
