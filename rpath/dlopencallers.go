@@ -15,24 +15,25 @@ import (
 // RUNPATH of the object that calls it (_dl_map_object searches the
 // caller's DT_RUNPATH; a caller with one gets no DT_RPATH of its loaders
 // or of the executable), and a library often hands a name to a loader
-// routine of a library it depends on: PyTorch's libtorch_cuda holds
-// "libnvrtc.so.13", at::DynamicLibrary in libtorch_cpu calls dlopen. So
-// the possible callers of a name that a file H holds are H itself when it
-// imports dlopen, and every output in H's DT_NEEDED closure, as this run
-// resolved it, that imports dlopen or dlmopen (and has no .note.dlopen,
-// which says with authority what it dlopens). H's names are read even
-// when H does not import dlopen, as long as its closure has such a
-// caller; H's own RUNPATH and note are then unchanged (it cannot make the
-// call), its names are reported as found. A name can also travel by a
-// path no DT_NEEDED shows: PyTorch's libcaffe2_nvrtc, itself dlopened,
-// holds "libnvrtc.so.13" and libtorch_cpu makes the call. So every caller
-// of an output (a root being patched) is also a possible caller of the
-// names any file of that output holds.
+// routine of another library. The possible callers of a name that a file
+// H holds are H itself when it imports dlopen, every output in H's
+// DT_NEEDED closure, as this run resolved it, that imports dlopen or
+// dlmopen (and has no .note.dlopen, which says with authority what it
+// dlopens), and every such file of H's output (a root being patched).
+// H's names are read even when H does not import dlopen, as long as it
+// has such a caller; H's own RUNPATH and note are then unchanged (it
+// cannot make the call), its names are reported as found.
+//
+// A name may also be built at run time and spelled nowhere: PyTorch's
+// libtorch_cpu dlopens "libnvrtc.so." + a version for the jiterator, and
+// only libcaffe2_nvrtc's DT_NEEDED names libnvrtc.so.13. So the callers
+// of an output also get the directories of what its other files need
+// (SourceOutput): the closure does not grow, only their RUNPATHs.
 //
 // Under DlopenResolve each caller is decided again with those names
-// (Dep.From the file holding them): their directories follow its own in
-// its RUNPATH, with no note entry. A file no rule touches is decided once
-// and comes out as before.
+// (Dep.From the file holding or needing them): their directories follow
+// its own in its RUNPATH, with no note entry. A file no rule touches is
+// decided once and comes out as before.
 func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, ix resolver, t *Target) error {
 	if c.dlopen == DlopenOff {
 		return nil
@@ -72,11 +73,15 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 // usable: decided, neither skipped nor failed.
 func usable(f *File) bool { return f != nil && f.Skipped == "" && len(f.Errors) == 0 }
 
-// possibleCallers maps each file holding dlopen names to the files that
-// may make the call for it: the callers in its DT_NEEDED closure and the
-// callers of its output. A holder that imports no dlopen has its names
-// read and resolved here (readHolder).
-func (c *config) possibleCallers(fs []*File, files []found, ix resolver) (map[int][]int, error) {
+// passOn lists the callers a file passes names on to: those of the
+// names it holds (its DT_NEEDED closure's and its output's), and those of
+// the libraries it needs (its output's).
+type passOn struct{ names, needed []int }
+
+// possibleCallers maps each file to the files that may make a dlopen call
+// for it. A holder that imports no dlopen has its names read and resolved
+// here (readHolder).
+func (c *config) possibleCallers(fs []*File, files []found, ix resolver) (map[int]passOn, error) {
 	adj := neededGraph(fs)
 	caller := func(j int) bool { return fs[j].dlopen.imports && !fs[j].dlopen.noted }
 	inRoot := map[string][]int{}
@@ -85,31 +90,44 @@ func (c *config) possibleCallers(fs []*File, files []found, ix resolver) (map[in
 			inRoot[files[j].root] = append(inRoot[files[j].root], j)
 		}
 	}
-	callersOf := map[int][]int{}
+	out := map[int]passOn{}
 	for h, f := range fs {
-		if !usable(f) || f.dlopen.noted {
+		if !usable(f) {
 			continue
 		}
-		cs := closureWhere(adj, h, caller)
-		for _, j := range inRoot[files[h].root] {
-			if j != h && !slices.Contains(cs, j) {
-				cs = append(cs, j)
+		same := slices.DeleteFunc(slices.Clone(inRoot[files[h].root]), func(j int) bool { return j == h })
+		var p passOn
+		if slices.ContainsFunc(f.Deps, isOutputNeeded) {
+			p.needed = same
+		}
+		if !f.dlopen.noted {
+			cs := closureWhere(adj, h, caller)
+			for _, j := range same {
+				if !slices.Contains(cs, j) {
+					cs = append(cs, j)
+				}
+			}
+			slices.Sort(cs)
+			if len(cs) > 0 && !f.dlopen.imports {
+				if err := c.readHolder(f, ix); err != nil {
+					return nil, err
+				}
+			}
+			if len(cs) > 0 && slices.ContainsFunc(f.Deps, ownName) {
+				p.names = cs
 			}
 		}
-		if len(cs) == 0 {
-			continue
-		}
-		slices.Sort(cs)
-		if !f.dlopen.imports {
-			if err := c.readHolder(f, ix); err != nil {
-				return nil, err
-			}
-		}
-		if slices.ContainsFunc(f.Deps, ownName) {
-			callersOf[h] = cs
+		if len(p.names)+len(p.needed) > 0 {
+			out[h] = p
 		}
 	}
-	return callersOf, nil
+	return out, nil
+}
+
+// isOutputNeeded: a DT_NEEDED this file's output passes on to its dlopen
+// callers, one resolved to a directory.
+func isOutputNeeded(d Dep) bool {
+	return d.Source == SourceNeeded && (d.How == HowStore || d.How == HowDriver)
 }
 
 // ownName: a name discovered in the file's own read-only data.
@@ -156,12 +174,20 @@ func neededGraph(fs []*File) [][]int {
 }
 
 // inheritedNames lists, per caller, the resolved names its holders pass
-// on, each once, marked with the holder it came from.
-func inheritedNames(fs []*File, callersOf map[int][]int) map[int][]Dep {
+// on, each once, marked with the holder it came from: first the names
+// files hold, then what files of its output need.
+func inheritedNames(fs []*File, callersOf map[int]passOn) map[int][]Dep {
 	holders := slices.Sorted(maps.Keys(callersOf))
 	inherit := map[int][]Dep{}
+	add := func(cl, h int, d Dep) {
+		if d.How == "" || d.Path == fs[cl].Path || slices.ContainsFunc(inherit[cl], func(o Dep) bool { return o.Name == d.Name }) {
+			return
+		}
+		d.From, d.Entry, d.resolvedHow = fs[h].Path, "", ""
+		inherit[cl] = append(inherit[cl], d)
+	}
 	for _, h := range holders {
-		for _, cl := range callersOf[h] {
+		for _, cl := range callersOf[h].names {
 			for _, d := range fs[h].Deps {
 				if !ownName(d) {
 					continue
@@ -175,11 +201,17 @@ func inheritedNames(fs []*File, callersOf map[int][]int) map[int][]Dep {
 				default:
 					continue
 				}
-				if d.How == "" || slices.ContainsFunc(inherit[cl], func(o Dep) bool { return o.Name == d.Name }) {
-					continue
+				add(cl, h, d)
+			}
+		}
+	}
+	for _, h := range holders {
+		for _, cl := range callersOf[h].needed {
+			for _, d := range fs[h].Deps {
+				if isOutputNeeded(d) {
+					d.Source = SourceOutput
+					add(cl, h, d)
 				}
-				d.From, d.Entry, d.resolvedHow = fs[h].Path, "", ""
-				inherit[cl] = append(inherit[cl], d)
 			}
 		}
 	}
