@@ -42,7 +42,7 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 	if !slices.ContainsFunc(fs, func(f *File) bool { return usable(f) && f.dlopen.imports }) {
 		return nil
 	}
-	callersOf, err := c.possibleCallers(fs, files, ix)
+	callersOf, err := c.possibleCallers(ctx, fs, files, ix)
 	if err != nil || c.dlopen != DlopenResolve || len(callersOf) == 0 {
 		return err
 	}
@@ -81,7 +81,7 @@ type passOn struct{ names, needed []int }
 // possibleCallers maps each file to the files that may make a dlopen call
 // for it. A holder that imports no dlopen has its names read and resolved
 // here (readHolder).
-func (c *config) possibleCallers(fs []*File, files []found, ix resolver) (map[int]passOn, error) {
+func (c *config) possibleCallers(ctx context.Context, fs []*File, files []found, ix resolver) (map[int]passOn, error) {
 	adj := neededGraph(fs)
 	caller := func(j int) bool { return fs[j].dlopen.imports && !fs[j].dlopen.noted }
 	inRoot := map[string][]int{}
@@ -91,6 +91,7 @@ func (c *config) possibleCallers(fs []*File, files []found, ix resolver) (map[in
 		}
 	}
 	out := map[int]passOn{}
+	var read []int // holders whose names are still to be read
 	for h, f := range fs {
 		if !usable(f) {
 			continue
@@ -108,16 +109,29 @@ func (c *config) possibleCallers(fs []*File, files []found, ix resolver) (map[in
 				}
 			}
 			slices.Sort(cs)
+			p.names = cs
 			if len(cs) > 0 && !f.dlopen.imports {
-				if err := c.readHolder(f, ix); err != nil {
-					return nil, err
-				}
-			}
-			if len(cs) > 0 && slices.ContainsFunc(f.Deps, ownName) {
-				p.names = cs
+				read = append(read, h)
 			}
 		}
-		if len(p.names)+len(p.needed) > 0 {
+		out[h] = p
+	}
+	errs := make([]error, len(read))
+	if err := parallel(ctx, c.jobs, len(read), func(k int) { errs[k] = c.readHolder(fs[read[k]], ix) }); err != nil {
+		return nil, err
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err // the first in file order, as a serial run would
+		}
+	}
+	for h, p := range out {
+		if !slices.ContainsFunc(fs[h].Deps, ownName) {
+			p.names = nil
+		}
+		if len(p.names)+len(p.needed) == 0 {
+			delete(out, h)
+		} else {
 			out[h] = p
 		}
 	}
@@ -208,7 +222,10 @@ func inheritedNames(fs []*File, callersOf map[int]passOn) map[int][]Dep {
 	for _, h := range holders {
 		for _, cl := range callersOf[h].needed {
 			for _, d := range fs[h].Deps {
-				if isOutputNeeded(d) {
+				// Only a directory the caller lacks: the rest would
+				// decide it again for nothing.
+				sameDir := func(o Dep) bool { return o.How == d.How && o.Dir == d.Dir }
+				if isOutputNeeded(d) && !slices.ContainsFunc(fs[cl].Deps, sameDir) && !slices.ContainsFunc(inherit[cl], sameDir) {
 					d.Source = SourceOutput
 					add(cl, h, d)
 				}
