@@ -160,7 +160,8 @@ func TestAutoPatchelfNoDiscovery(t *testing.T) {
 }
 
 // TestDlopenCallerCLI: a name held by libuser, dlopened by libloader
-// (in libuser's DT_NEEDED closure), reaches libloader's RUNPATH through
+// (in libuser's DT_NEEDED closure), reaches libloader's RUNPATH (then
+// pkg/lib, where a library its output needs lies) through
 // the CLI's default --dlopen; --json says from which file; the program
 // runs with the loader cache inhibited; lint finds nothing to say about
 // the caller's RUNPATH or note.
@@ -203,7 +204,7 @@ int main(void) { int r = use(); if (r < 0) { printf("%s\n", dlerror()); return 1
 		}
 	}
 	assert.Equal(t, map[string]string{
-		c.p("pkg/lib/libloader.so"): "dlopen-string resolved " + c.p("pkg/lib/libuser.so") + " | " + c.p("store/aaa-plugin/lib"),
+		c.p("pkg/lib/libloader.so"): "dlopen-string resolved " + c.p("pkg/lib/libuser.so") + " | " + c.p("store/aaa-plugin/lib") + ":" + c.p("pkg/lib"),
 		c.p("pkg/lib/libuser.so"):   "dlopen-string found  | " + c.p("pkg/lib"),
 	}, got)
 

@@ -3,6 +3,7 @@ package patch
 import (
 	"context"
 	"debug/elf"
+	"maps"
 	"os"
 	"slices"
 	"syscall"
@@ -16,31 +17,142 @@ import (
 // RUNPATH of the object that calls it (_dl_map_object searches the
 // caller's DT_RUNPATH; a caller with one gets no DT_RPATH of its loaders
 // or of the executable), and a library often hands a name to a loader
-// routine of a library it depends on: PyTorch's libtorch_cuda holds
-// "libnvrtc.so.13", at::DynamicLibrary in libtorch_cpu calls dlopen. So
-// the possible callers of a name that a file H holds are H itself when it
-// imports dlopen, and every output in H's DT_NEEDED closure, as this run
-// resolved it, that imports dlopen or dlmopen (and has no .note.dlopen,
-// which says with authority what it dlopens). H's names are read even
-// when H does not import dlopen, as long as its closure has such a
-// caller; H's own RUNPATH and note are then unchanged (it cannot make the
-// call), its names are reported as found.
+// routine of another library. The possible callers of a name that a file
+// H holds are H itself when it imports dlopen, every output in H's
+// DT_NEEDED closure, as this run resolved it, that imports dlopen or
+// dlmopen (and has no .note.dlopen, which says with authority what it
+// dlopens), and every such file of H's output (a root being patched).
+// H's names are read even when H does not import dlopen, as long as it
+// has such a caller; H's own RUNPATH and note are then unchanged (it
+// cannot make the call), its names are reported as found.
+//
+// A name may also be built at run time and spelled nowhere: PyTorch's
+// libtorch_cpu dlopens "libnvrtc.so." + a version for the jiterator, and
+// only libcaffe2_nvrtc's DT_NEEDED names libnvrtc.so.13. So the callers
+// of an output also get the directories of what its other files need
+// (policy.SourceOutput): the closure does not grow, only their RUNPATHs.
 //
 // Under policy.DlopenResolve each caller is decided again with those names
-// (policy.Dep.From the file holding them): their directories follow its own in
-// its RUNPATH, with no note entry. A file no rule touches is decided once
-// and comes out as before.
+// (policy.Dep.From the file holding or needing them): their directories follow
+// its own in its RUNPATH, with no note entry. A file no rule touches is
+// decided once and comes out as before.
 func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, ix resolver, t *policy.Target) error {
 	if c.Dlopen == policy.DlopenOff {
 		return nil
 	}
 	fs := rep.Files
-	usable := func(f *File) bool { return f != nil && f.Skipped == "" && len(f.Errors) == 0 }
 	if !slices.ContainsFunc(fs, func(f *File) bool { return usable(f) && f.dlopen.Imports }) {
 		return nil
 	}
-	// The outputs by identity: a DT_NEEDED resolves to a file of the
-	// index, which may be a link to an output.
+	callersOf, err := c.possibleCallers(ctx, fs, files, ix)
+	if err != nil || c.Dlopen != policy.DlopenResolve || len(callersOf) == 0 {
+		return err
+	}
+	inherit := inheritedNames(fs, callersOf)
+	var redo []int
+	for i := range fs {
+		if len(inherit[i]) > 0 {
+			redo = append(redo, i)
+			if fs[i].claim != nil {
+				fs[i].claim.Close()
+				fs[i].claim = nil
+			}
+			c.kept.give(fs[i].plan)
+			fs[i].plan = nil
+		}
+	}
+	return c.big.gatedParallel(ctx, c.jobs, len(redo), func(k int, held bool) bool {
+		i := redo[k]
+		f := c.decideSafe(files[i], ix, t, held, inherit[i])
+		if f == nil {
+			return false
+		}
+		fs[i] = f
+		return true
+	})
+}
+
+// usable: decided, neither skipped nor failed.
+func usable(f *File) bool { return f != nil && f.Skipped == "" && len(f.Errors) == 0 }
+
+// passOn lists the callers a file passes names on to: those of the
+// names it holds (its DT_NEEDED closure's and its output's), and those of
+// the libraries it needs (its output's).
+type passOn struct{ names, needed []int }
+
+// possibleCallers maps each file to the files that may make a dlopen call
+// for it. A holder that imports no dlopen has its names read and resolved
+// here (readHolder).
+func (c *config) possibleCallers(ctx context.Context, fs []*File, files []found, ix resolver) (map[int]passOn, error) {
+	adj := neededGraph(fs)
+	caller := func(j int) bool { return fs[j].dlopen.Imports && !fs[j].dlopen.Noted }
+	inRoot := map[string][]int{}
+	for j, f := range fs {
+		if usable(f) && caller(j) {
+			inRoot[files[j].root] = append(inRoot[files[j].root], j)
+		}
+	}
+	out := map[int]passOn{}
+	var read []int // holders whose names are still to be read
+	for h, f := range fs {
+		if !usable(f) {
+			continue
+		}
+		same := slices.DeleteFunc(slices.Clone(inRoot[files[h].root]), func(j int) bool { return j == h })
+		var p passOn
+		if slices.ContainsFunc(f.Deps, isOutputNeeded) {
+			p.needed = same
+		}
+		if !f.dlopen.Noted {
+			cs := closureWhere(adj, h, caller)
+			for _, j := range same {
+				if !slices.Contains(cs, j) {
+					cs = append(cs, j)
+				}
+			}
+			slices.Sort(cs)
+			p.names = cs
+			if len(cs) > 0 && !f.dlopen.Imports {
+				read = append(read, h)
+			}
+		}
+		out[h] = p
+	}
+	errs := make([]error, len(read))
+	if err := parallel(ctx, c.jobs, len(read), func(k int) { errs[k] = c.readHolder(fs[read[k]], ix) }); err != nil {
+		return nil, err
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err // the first in file order, as a serial run would
+		}
+	}
+	for h, p := range out {
+		if !slices.ContainsFunc(fs[h].Deps, ownName) {
+			p.names = nil
+		}
+		if len(p.names)+len(p.needed) == 0 {
+			delete(out, h)
+		} else {
+			out[h] = p
+		}
+	}
+	return out, nil
+}
+
+// isOutputNeeded: a DT_NEEDED this file's output passes on to its dlopen
+// callers, one resolved to a directory.
+func isOutputNeeded(d policy.Dep) bool {
+	return d.Source == policy.SourceNeeded && (d.How == policy.HowStore || d.How == policy.HowDriver)
+}
+
+// ownName: a name policy.Discovered in the file's own read-only data.
+func ownName(d policy.Dep) bool { return d.Source == policy.SourceStrings && d.From == "" }
+
+// neededGraph links each output to the outputs its DT_NEEDED entries
+// resolved to, by identity: a DT_NEEDED resolves to a file of the index,
+// which may be a link to an output.
+func neededGraph(fs []*File) [][]int {
 	byID := map[fileID]int{}
 	for i, f := range fs {
 		if usable(f) {
@@ -74,43 +186,28 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 			}
 		}
 	}
-	caller := func(j int) bool { return fs[j].dlopen.Imports && !fs[j].dlopen.Noted }
-	// The names each holder passes on, resolved.
-	var holders []int
-	callersOf := map[int][]int{}
-	names := map[int][]policy.Dep{}
-	for h, f := range fs {
-		if !usable(f) || f.dlopen.Noted {
-			continue
-		}
-		cs := closureWhere(adj, h, caller)
-		if len(cs) == 0 {
-			continue
-		}
-		if !f.dlopen.Imports {
-			if err := c.readHolder(f, ix); err != nil {
-				return err
-			}
-		}
-		var own []policy.Dep
-		for _, d := range f.Deps {
-			if d.Source == policy.SourceStrings && d.From == "" {
-				own = append(own, d)
-			}
-		}
-		if len(own) == 0 {
-			continue
-		}
-		holders = append(holders, h)
-		callersOf[h], names[h] = cs, own
-	}
-	if c.Dlopen != policy.DlopenResolve || len(holders) == 0 {
-		return nil
-	}
+	return adj
+}
+
+// inheritedNames lists, per caller, the resolved names its holders pass
+// on, each once, marked with the holder it came from: first the names
+// files hold, then what files of its output need.
+func inheritedNames(fs []*File, callersOf map[int]passOn) map[int][]policy.Dep {
+	holders := slices.Sorted(maps.Keys(callersOf))
 	inherit := map[int][]policy.Dep{}
+	add := func(cl, h int, d policy.Dep) {
+		if d.How == "" || d.Path == fs[cl].Path || slices.ContainsFunc(inherit[cl], func(o policy.Dep) bool { return o.Name == d.Name }) {
+			return
+		}
+		d.From, d.Entry, d.ResolvedHow = fs[h].Path, "", ""
+		inherit[cl] = append(inherit[cl], d)
+	}
 	for _, h := range holders {
-		for _, cl := range callersOf[h] {
-			for _, d := range names[h] {
+		for _, cl := range callersOf[h].names {
+			for _, d := range fs[h].Deps {
+				if !ownName(d) {
+					continue
+				}
 				switch d.How {
 				case policy.HowStore, policy.HowVersioned, policy.HowDriver:
 				case policy.HowFound:
@@ -120,35 +217,24 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 				default:
 					continue
 				}
-				if d.How == "" || slices.ContainsFunc(inherit[cl], func(o policy.Dep) bool { return o.Name == d.Name }) {
-					continue
+				add(cl, h, d)
+			}
+		}
+	}
+	for _, h := range holders {
+		for _, cl := range callersOf[h].needed {
+			for _, d := range fs[h].Deps {
+				// Only a directory the caller lacks: the rest would
+				// decide it again for nothing.
+				sameDir := func(o policy.Dep) bool { return o.How == d.How && o.Dir == d.Dir }
+				if isOutputNeeded(d) && !slices.ContainsFunc(fs[cl].Deps, sameDir) && !slices.ContainsFunc(inherit[cl], sameDir) {
+					d.Source = policy.SourceOutput
+					add(cl, h, d)
 				}
-				d.From, d.Entry, d.ResolvedHow = fs[h].Path, "", ""
-				inherit[cl] = append(inherit[cl], d)
 			}
 		}
 	}
-	var redo []int
-	for i := range fs {
-		if len(inherit[i]) > 0 {
-			redo = append(redo, i)
-			if fs[i].claim != nil {
-				fs[i].claim.Close()
-				fs[i].claim = nil
-			}
-			c.kept.give(fs[i].plan)
-			fs[i].plan = nil
-		}
-	}
-	return c.big.gatedParallel(ctx, c.jobs, len(redo), func(k int, held bool) bool {
-		i := redo[k]
-		f := c.decideSafe(files[i], ix, t, held, inherit[i])
-		if f == nil {
-			return false
-		}
-		fs[i] = f
-		return true
-	})
+	return inherit
 }
 
 // readHolder reads the dlopen names of a file that does not import

@@ -64,9 +64,10 @@ func callerTree(t *testing.T) *tree {
 // libloader, the library in libuser's DT_NEEDED closure that calls
 // dlopen (glibc searches the caller's RUNPATH), after its DT_NEEDED
 // directories, with no note entry; libuser, which cannot make the call,
-// reports the name and keeps its RUNPATH. The program, run with the
-// loader cache inhibited and no LD_LIBRARY_PATH, loads the plugin only
-// then.
+// reports the name and keeps its RUNPATH. libloader also gets pkg/lib,
+// where libuser (the program's DT_NEEDED) lies: a library its output
+// needs. The program, run with the loader cache inhibited and no
+// LD_LIBRARY_PATH, loads the plugin only then.
 func TestDlopenCaller(t *testing.T) {
 	const fail = "libplugin.so.1: cannot open shared object file: No such file or directory"
 	for _, c := range []struct {
@@ -76,7 +77,7 @@ func TestDlopenCaller(t *testing.T) {
 		loaderDep     string // HOW FROM of libplugin.so.1 in libloader's decisions
 		userDep       string // HOW of libplugin.so.1 in libuser's decisions
 	}{
-		{policy.DlopenResolve, "{root}/store/aaa-plugin/lib", "plugin=7", "resolved {root}/pkg/lib/libuser.so", "found"},
+		{policy.DlopenResolve, "{root}/store/aaa-plugin/lib:{root}/pkg/lib", "plugin=7", "resolved {root}/pkg/lib/libuser.so", "found"},
 		{policy.DlopenReport, "", fail, "", "found"},
 		{policy.DlopenOff, "", fail, "", ""},
 	} {
@@ -227,14 +228,15 @@ func TestDlopenVersioned(t *testing.T) {
 
 // TestDlopenCallerDriver: a driver library name held by libuser makes
 // libloader, its possible caller, need the driver link under
-// --driver-link-for needed; the driver's library is loaded through it.
+// --driver-link-for needed; the driver's library is loaded through it
+// (pkg/lib: what its output needs).
 func TestDlopenCallerDriver(t *testing.T) {
 	for _, c := range []struct {
 		mode    policy.DlopenMode
 		runpath string
 		run     string
 	}{
-		{policy.DlopenResolve, "{root}/driver", "plugin=5"},
+		{policy.DlopenResolve, "{root}/driver:{root}/pkg/lib", "plugin=5"},
 		{policy.DlopenOff, "", "libcuda.so.1: cannot open shared object file: No such file or directory"},
 	} {
 		t.Run(string(c.mode), func(t *testing.T) {
@@ -256,6 +258,133 @@ func TestDlopenCallerDriver(t *testing.T) {
 			out, err := runApp(t, tr.p("pkg/bin/app"))
 			require.Equal(t, c.run, out)
 			require.Equal(t, c.run == "plugin=5", err == nil, "exit status: %v", err)
+		})
+	}
+}
+
+// A holder that no DT_NEEDED links to its caller, as PyTorch's
+// libcaffe2_nvrtc holds "libnvrtc.so.13" and libtorch_cpu calls dlopen:
+// the program has libloader dlopen libholder, and libholder's use()
+// calls load() (bound through the global scope, not a DT_NEEDED) with the
+// plugin's name.
+const (
+	srcHolder = `#include <dlfcn.h>
+void *load(const char *name);
+int use(void) {
+	void *h = load("libplugin.so.1");
+	if (!h)
+		return -1;
+	int (*plugin)(void) = (int (*)(void))dlsym(h, "plugin");
+	return plugin();
+}
+`
+	srcHolderApp = `#include <dlfcn.h>
+#include <stdio.h>
+void *load(const char *name);
+int main(void) {
+	void *h = load("libholder.so");
+	if (!h) {
+		printf("%s\n", dlerror());
+		return 1;
+	}
+	int (*use)(void) = (int (*)(void))dlsym(h, "use");
+	int r = use();
+	if (r < 0) {
+		printf("%s\n", dlerror());
+		return 1;
+	}
+	printf("plugin=%d\n", r);
+	return 0;
+}
+`
+)
+
+// TestDlopenCallerSameOutput: libholder's name reaches libloader, the
+// dlopen caller of the same output, though neither needs the other; the
+// program runs (loader cache inhibited, no LD_LIBRARY_PATH) only under
+// resolve.
+func TestDlopenCallerSameOutput(t *testing.T) {
+	const fail = "libholder.so: cannot open shared object file: No such file or directory"
+	for _, c := range []struct {
+		mode          policy.DlopenMode
+		loaderRunpath string
+		run           string
+	}{
+		{policy.DlopenResolve, "{root}/pkg/lib:{root}/store/aaa-plugin/lib", "plugin=7"},
+		{policy.DlopenReport, "", fail},
+	} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			tr := newTree(t)
+			loader := cfix.Build(t, cfix.Spec{Soname: "libloader.so", Libc: true, Source: srcLoader})
+			cfix.Copy(t, loader, tr.p("pkg/lib/libloader.so"))
+			tr.place("pkg/lib/libholder.so", cfix.Spec{Soname: "libholder.so", Libc: true, Source: srcHolder})
+			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcHolderApp, Link: []string{loader}})
+			tr.place("store/aaa-plugin/lib/libplugin.so.1", cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
+			tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, c.mode)...)
+			require.Equal(t, tr.x(c.loaderRunpath), tr.runpathOf("pkg/lib/libloader.so"))
+			require.Empty(t, tr.runpathOf("pkg/lib/libholder.so"), "libholder cannot call dlopen and needs nothing but libc")
+			out, err := runApp(t, tr.p("pkg/bin/app"))
+			require.Equal(t, c.run, out)
+			require.Equal(t, c.run == "plugin=7", err == nil, "exit status: %v", err)
+		})
+	}
+}
+
+// srcBuiltApp dlopens, through libloader, a name it builds at run time
+// and spells nowhere, as PyTorch's jiterator does for NVRTC.
+const srcBuiltApp = `#include <dlfcn.h>
+#include <stdio.h>
+void *load(const char *name);
+int main(int argc, char **argv) {
+	char name[32];
+	snprintf(name, sizeof name, "lib%s.so.%d", argc > 5 ? argv[1] : "plugin", argc);
+	void *h = load(name);
+	if (!h) {
+		printf("%s\n", dlerror());
+		return 1;
+	}
+	int (*plugin)(void) = (int (*)(void))dlsym(h, "plugin");
+	printf("plugin=%d\n", plugin());
+	return 0;
+}
+`
+
+// TestDlopenCallerOutputNeeded: a name built at run time reaches the
+// caller's RUNPATH because another file of its output, libwrap, needs
+// that library (Dep source "output", from libwrap; no note entry).
+func TestDlopenCallerOutputNeeded(t *testing.T) {
+	for _, c := range []struct {
+		mode          policy.DlopenMode
+		loaderRunpath string
+		run           string
+	}{
+		{policy.DlopenResolve, "{root}/store/aaa-plugin/lib", "plugin=7"},
+		{policy.DlopenReport, "", "libplugin.so.1: cannot open shared object file: No such file or directory"},
+	} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			tr := newTree(t)
+			loader := cfix.Build(t, cfix.Spec{Soname: "libloader.so", Libc: true, Source: srcLoader})
+			plugin := cfix.Build(t, cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
+			cfix.Copy(t, plugin, tr.p("store/aaa-plugin/lib/libplugin.so.1"))
+			cfix.Copy(t, loader, tr.p("pkg/lib/libloader.so"))
+			tr.place("pkg/lib/libwrap.so", cfix.Spec{Soname: "libwrap.so", Source: "int wrap(void) { return 0; }\n", Link: []string{plugin}})
+			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcBuiltApp, Link: []string{loader}})
+			rep := tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, c.mode)...)
+			require.Equal(t, tr.x(c.loaderRunpath), tr.runpathOf("pkg/lib/libloader.so"))
+			var got []string
+			for _, d := range tr.file(rep, "pkg/lib/libloader.so").Deps {
+				if d.Source == policy.SourceOutput {
+					got = append(got, d.Name+" "+d.How+" "+d.From)
+				}
+			}
+			if c.mode == policy.DlopenResolve {
+				require.Equal(t, []string{tr.x("libplugin.so.1 resolved {root}/pkg/lib/libwrap.so")}, got)
+			} else {
+				require.Empty(t, got)
+			}
+			out, err := runApp(t, tr.p("pkg/bin/app"))
+			require.Equal(t, c.run, out)
+			require.Equal(t, c.run == "plugin=7", err == nil, "exit status: %v", err)
 		})
 	}
 }

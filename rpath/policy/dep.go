@@ -36,12 +36,13 @@ const (
 	SourceNeeded  = "needed"        // DT_NEEDED
 	SourceDlopen  = "dlopen"        // a .note.dlopen entry
 	SourceStrings = "dlopen-string" // a string of a dlopen caller's read-only data (DiscoverDlopen)
+	SourceOutput  = "output"        // a DT_NEEDED of another file of the same output (Dep.From)
 )
 
 // Dep is the decision about one dependency.
 type Dep struct {
 	Name   string `json:"name"`
-	Source string `json:"source"` // SourceNeeded, SourceDlopen or SourceStrings
+	Source string `json:"source"` // SourceNeeded, SourceDlopen, SourceStrings or SourceOutput
 	How    string `json:"how"`
 	Path   string `json:"path,omitempty"` // the library file chosen
 	Dir    string `json:"dir,omitempty"`  // the directory it was found in
@@ -53,10 +54,10 @@ type Dep struct {
 	// dependency nothing satisfied (or a driver library).
 	Pattern string `json:"pattern,omitempty"`
 	Hint    string `json:"hint,omitempty"`
-	// From is, for a dlopen-string name this file did not find itself,
-	// the file whose read-only data holds it: this file imports dlopen and
-	// is in that file's DT_NEEDED closure, so it may be the caller that
-	// dlopens the name (see dlopenCallers).
+	// From is, for a name this file did not find itself, the file that
+	// holds it (a dlopen string) or needs it (SourceOutput): this file
+	// imports dlopen and may be the caller that dlopens the name (see
+	// dlopenCallers).
 	From string `json:"from,omitempty"`
 
 	// ResolvedHow is how a HowFound name of a file that cannot call
