@@ -48,6 +48,11 @@ compare() {
 	done
 	local n
 	n=$(find "$W/$name-$OLD" -type f | wc -l)
+	log "$name: $(grep -h '^cudapatch: .*files' "$W/$name-$OLD.err" | tail -1) / $(grep -h '^cudapatch: .*files' "$W/$name-$NEW.err" | tail -1)"
+	if grep -q '^exit\|nothing written' "$W/$name-$OLD.err" "$W/$name-$NEW.err"; then
+		log "$name: a run wrote nothing or failed ($W/$name-*.err): the comparison proves nothing"
+		status=1
+	fi
 	if diff -r --no-dereference "$W/$name-$OLD" "$W/$name-$NEW" >"$W/$name.diff" 2>&1 &&
 		diff <(cd "$W/$name-$OLD" && find . -printf '%p %m %l\n' | sort) \
 			<(cd "$W/$name-$NEW" && find . -printf '%p %m %l\n' | sort) >>"$W/$name.diff"; then
@@ -60,18 +65,23 @@ compare() {
 	rm -rf "${W:?}/$name-$OLD" "${W:?}/$name-$NEW"
 }
 
+# Copies keep no hard link (the main job refuses a file with several) and
+# the libc directory is an empty one, so that every library, libc's too,
+# resolves in the tree and most files grow a RUNPATH.
+mkdir -p "$W/nolibc"
+LIBC=(--interpreter "$(readlink -f /lib64/ld-linux-x86-64.so.2)" --libc "$W/nolibc")
 usr_setup() {
 	mkdir -p "$W/tree/bin" "$W/tree/lib"
-	cp -a /usr/bin/. "$W/tree/bin/"
-	cp -a "/usr/lib/$MULTI/." "$W/tree/lib/"
+	cp -a --no-preserve=links /usr/bin/. "$W/tree/bin/"
+	cp -a --no-preserve=links "/usr/lib/$MULTI/." "$W/tree/lib/"
 }
-usr_args() { printf '%s\n' --search "$W/tree/lib" --ignore-missing '*' "$W/tree/bin" "$W/tree/lib"; }
+usr_args() { printf '%s\n' "${LIBC[@]}" --search "$W/tree/lib" --ignore-missing '*' "$W/tree/bin" "$W/tree/lib"; }
 compare usr usr_setup usr_args
 
 if [ -d "$USERLAND/lib/$MULTI" ]; then
-	userland_setup() { cp -a "$USERLAND/." "$W/tree/"; }
+	userland_setup() { cp -a --no-preserve=links "$USERLAND/." "$W/tree/"; }
 	userland_args() {
-		printf '%s\n' --search "$W/tree/lib/$MULTI" --ignore-missing '*' \
+		printf '%s\n' "${LIBC[@]}" --search "$W/tree/lib/$MULTI" --ignore-missing '*' \
 			--append-rpath '$ORIGIN' "$W/tree/bin" "$W/tree/lib"
 	}
 	compare userland userland_setup userland_args
@@ -80,7 +90,7 @@ else
 fi
 
 if [ -d "$CORPUS/pristine/store" ]; then
-	corpus_setup() { cp -a "$CORPUS/pristine/store/." "$W/tree/"; }
+	corpus_setup() { cp -a --no-preserve=links "$CORPUS/pristine/store/." "$W/tree/"; }
 	corpus_args() {
 		local d
 		for d in "$W/tree"/*; do
