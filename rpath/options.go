@@ -62,6 +62,8 @@ type config struct {
 	buildDirs       []string
 	noteCache       bool
 	dlopen          DlopenMode
+	symbols         SymbolsMode // "": SymbolsError
+	ignoreSymbols   []*fnmatch.Pattern
 	shrinkKept      bool
 	forceRPath      bool
 	keepOld         bool

@@ -113,6 +113,8 @@ type File struct {
 	// DlopenError says why the names of dlopen discovery could not all be
 	// read; the file is patched with those read before it.
 	DlopenError string `json:"dlopen_error,omitempty"`
+	// Symbols are the symbol check's findings (WithSymbols).
+	Symbols []SymbolFinding `json:"symbols,omitempty"`
 
 	dlopen  discovered // what dlopen discovery found (names, imports)
 	edit    elfedit.Edit
@@ -124,6 +126,7 @@ type File struct {
 	target  Target // the interpreter's, for the reason of a skip
 	machine elf.Machine
 	osabi   elf.OSABI
+	class   elf.Class
 }
 
 // skipWhy says why a file was skipped, for auto-patchelf's SkipFile event.
@@ -167,6 +170,10 @@ type Report struct {
 	// Written says every changed file was written (false after a dry run
 	// or any error).
 	Written bool `json:"written"`
+	// SymbolErrors and SymbolWarnings count the symbol check's findings
+	// of those severities (File.Symbols).
+	SymbolErrors   int `json:"symbol_errors,omitempty"`
+	SymbolWarnings int `json:"symbol_warnings,omitempty"`
 }
 
 // Patch patches every ELF file below the given paths (see the package
@@ -274,6 +281,9 @@ func Patch(ctx context.Context, paths []string, opts ...Option) (*Report, error)
 	}
 	if len(rep.Missing) > 0 {
 		errs = append(errs, fmt.Errorf("%w: %d missing", ErrUnsatisfied, len(rep.Missing)))
+	}
+	if err := c.checkSymbols(ctx, rep); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 || c.dryRun {
 		return rep, errors.Join(errs...)
@@ -620,7 +630,7 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool, inherit []D
 	out.Kind = info.Kind
 	out.OldInterpreter, out.OldRunPath, out.OldRPath = info.Interpreter, info.RunPath, info.RPath
 	machine, osabi := info.ELFMachine(), info.ELFOSABI()
-	out.machine, out.osabi = machine, osabi
+	out.machine, out.osabi, out.class = machine, osabi, info.ELFClass()
 	if why, reason := skipOf(info, t); why != skipNone {
 		out.Skipped, out.skip = reason, why
 		if t != nil {

@@ -43,8 +43,10 @@ func TestLayers(t *testing.T) {
 		// The symbol check binds over the loader simulation's closures and
 		// reads its tables through elfedit.
 		{"rpath/symcheck", []string{module + "/rpath/ldso", module + "/rpath/elfedit", module + "/rpath/ldcache"}},
-		// Policy: the engine, fnmatch; no CLI, no terminal, no progress bars.
-		{"rpath", []string{module + "/rpath/elfedit", module + "/rpath/fnmatch", module + "/rpath/ldcache"}},
+		// Policy: the engine, fnmatch, and the loader simulation and symbol
+		// check the main job runs over its decisions; no CLI, no terminal,
+		// no progress bars.
+		{"rpath", []string{module + "/rpath/elfedit", module + "/rpath/fnmatch", module + "/rpath/ldcache", module + "/rpath/ldso", module + "/rpath/symcheck"}},
 		// The drop-in patchelf: its command line and messages, edits through
 		// elfedit, and what it shares with the main job (shrink-rpath, the
 		// resolution-cache rules) through rpath.
