@@ -18,6 +18,7 @@ import (
 	"github.com/cudapatch/cudapatch/internal/confine"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
+	"github.com/cudapatch/cudapatch/rpath/ldso"
 )
 
 // Errors Patch returns, wrapped; the CLI maps them to exit codes.
@@ -127,6 +128,7 @@ type File struct {
 	machine elf.Machine
 	osabi   elf.OSABI
 	class   elf.Class
+	loaded  *ldso.Object // what the symbol check's loader reads of it, as decided
 }
 
 // skipWhy says why a file was skipped, for auto-patchelf's SkipFile event.
@@ -631,6 +633,7 @@ func (c *config) decide(fd found, ix resolver, t *Target, held bool, inherit []D
 	out.OldInterpreter, out.OldRunPath, out.OldRPath = info.Interpreter, info.RunPath, info.RPath
 	machine, osabi := info.ELFMachine(), info.ELFOSABI()
 	out.machine, out.osabi, out.class = machine, osabi, info.ELFClass()
+	out.loaded = c.loadedObject(f)
 	if why, reason := skipOf(info, t); why != skipNone {
 		out.Skipped, out.skip = reason, why
 		if t != nil {

@@ -181,6 +181,7 @@ type symbolCheck struct {
 	stubs   []string // stub directories among the search directories
 	cfgMu   sync.Mutex
 	cfgs    map[[2]int]cfgResult
+	ids     *ldso.IdentityCache
 	decided map[string]*File // by path, and by path with links resolved
 }
 
@@ -190,12 +191,18 @@ type cfgResult struct {
 }
 
 func (c *config) newSymbolCheck(rep *Report) *symbolCheck {
-	sc := &symbolCheck{c: c, cfgs: map[[2]int]cfgResult{}, decided: map[string]*File{}}
+	sc := &symbolCheck{c: c, cfgs: map[[2]int]cfgResult{}, decided: map[string]*File{}, ids: &ldso.IdentityCache{}}
 	sc.stubs = c.stubDirs()
 	sc.chk = symcheck.New(symcheck.Options{
 		Opaque:       c.driverLibs.match,
 		StandIn:      sc.standIn,
 		OnlyProblems: true,
+		Open:         c.bufs.Open,
+		Binding:      true,
+		// Under the CLI's heap limit a smaller cache costs less: re-reading
+		// a library's tables is cheaper than the collections a larger one
+		// brings (bench/SYMBOLS.md).
+		CacheBytes: 4 << 20,
 	})
 	// A file is found by the loader simulation under the path the search
 	// names, which may resolve links the walk did not: the decided files
@@ -206,6 +213,9 @@ func (c *config) newSymbolCheck(rep *Report) *symbolCheck {
 			continue
 		}
 		sc.decided[f.Path] = f
+		if f.loaded != nil {
+			f.loaded = asDecided(f.loaded, f)
+		}
 		r, ok := real[f.Root]
 		if !ok {
 			r, _ = filepath.EvalSymlinks(f.Root)
@@ -218,27 +228,59 @@ func (c *config) newSymbolCheck(rep *Report) *symbolCheck {
 	base := sc.chk.Reader()
 	var resolved sync.Map // path → *File or nil
 	sc.read = func(path string) (*ldso.Object, error) {
-		o, err := base(path)
-		if err != nil {
-			return o, err
-		}
 		f := sc.decided[path]
 		if f == nil {
 			if v, ok := resolved.Load(path); ok {
 				f, _ = v.(*File)
 			} else {
-				if r, err := filepath.EvalSymlinks(path); err == nil {
-					f = sc.decided[r]
-				}
+				f = sc.decided[followLinks(path)]
 				resolved.Store(path, f)
 			}
 		}
-		if f == nil {
-			return o, nil
+		if f != nil && f.loaded != nil {
+			return f.loaded, nil
+		}
+		o, err := base(path)
+		if err != nil || f == nil {
+			return o, err
 		}
 		return asDecided(o, f), nil
 	}
 	return sc
+}
+
+// loadedObject is what the symbol check's loader simulation reads of f,
+// kept from decide so that the check does not open the outputs again for
+// it; nil when the check is off.
+func (c *config) loadedObject(f *elfedit.File) *ldso.Object {
+	if c.symbolsMode() == SymbolsOff {
+		return nil
+	}
+	return ldso.ObjectOf(f)
+}
+
+// followLinks is path with its last component's symbolic links followed
+// (libz.so.1 → libz.so.1.2.13), "" when it is none: the directories a
+// search names are the tree's own.
+func followLinks(path string) string {
+	for range 40 {
+		st, err := os.Lstat(path)
+		if err != nil || st.Mode()&os.ModeSymlink == 0 {
+			if err != nil {
+				return ""
+			}
+			return path
+		}
+		t, err := os.Readlink(path)
+		if err != nil {
+			return ""
+		}
+		if !filepath.IsAbs(t) {
+			t = filepath.Join(filepath.Dir(path), t)
+		}
+		path = filepath.Clean(t)
+	}
+	return ""
 }
 
 // asDecided is o as the loader will see it once f's edit is written: its
@@ -334,6 +376,7 @@ func (sc *symbolCheck) loaderConfig(class elf.Class, m elf.Machine) (ldso.Config
 	}
 	cfg, err := ldso.DefaultConfig("", class, m)
 	cfg.WorkDir = "/"
+	cfg.Identities = sc.ids
 	c := sc.c
 	libc := filepath.Clean(c.libcDir)
 	switch {
