@@ -138,7 +138,7 @@ type Checker struct {
 	mu    sync.Mutex
 	files map[string]*entry
 	memo  map[string][]int // library and the set it reaches → references it leaves unresolved
-	bytes int                  // kept by the entries read
+	bytes int              // kept by the entries read
 	tick  uint64
 }
 
