@@ -158,9 +158,10 @@ cudaPatchelf() {
 
     # concatTo reads both forms: a whitespace-separated string, or a bash
     # array under __structuredAttrs (where entries may contain spaces).
-    local -a ignoreMissing=() runtimeDeps=() appendRunpathsArray=()
+    local -a ignoreMissing=() ignoreSymbols=() runtimeDeps=() appendRunpathsArray=()
     local -a autoFlags=() ownFlags=() patchelfFlagsArray=()
     concatTo ignoreMissing autoPatchelfIgnoreMissingDeps cudaPatchelfIgnoreMissingDeps
+    concatTo ignoreSymbols cudaPatchelfIgnoreSymbols
     concatTo runtimeDeps runtimeDependencies
     concatTo appendRunpathsArray appendRunpaths
     concatTo autoFlags autoPatchelfFlags
@@ -178,6 +179,10 @@ cudaPatchelf() {
     if [[ -n ${cudaPatchelfDlopen-} ]]; then
         args+=(--dlopen "$cudaPatchelfDlopen")
     fi
+    # The symbol check: unset is cudapatch's default, error.
+    if [[ -n ${cudaPatchelfSymbols-} ]]; then
+        args+=(--symbols "$cudaPatchelfSymbols")
+    fi
 
     local entry
     for entry in "${ignoreMissing[@]}"; do
@@ -187,6 +192,9 @@ cudaPatchelf() {
             entry='*'
         fi
         args+=(--ignore-missing "$entry")
+    done
+    for entry in "${ignoreSymbols[@]}"; do
+        args+=(--ignore-symbol "$entry")
     done
 
     # Library directories that do not exist (a dependency without lib/)

@@ -46,6 +46,8 @@ func patchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "ignore-existing", Usage: "do not index the libraries of the PATHs being patched, only the search directories"},
 		&cli.StringSliceFlag{Name: "ignore-missing", Usage: "ignore missing libraries whose name matches `PATTERN` (Python fnmatch; repeatable)"},
 		&cli.StringFlag{Name: "dlopen", Value: string(policy.DlopenResolve), Usage: "library names in the read-only data of files that call dlopen: `off|report|resolve` (resolve: their directories join the RUNPATH after the DT_NEEDED ones; names found nowhere are reported, no error)", Validator: oneOf("off", "report", "resolve")},
+		&cli.StringFlag{Name: "symbols", Value: string(patch.SymbolsError), Usage: "bind every file's undefined symbols and version needs over its closure as the loader will: `off|warn|error` (error: one that fails at load, a missing version or data symbol, stops the job as a missing library does; functions bound lazily are warnings)", Validator: oneOf("off", "warn", "error")},
+		&cli.StringSliceFlag{Name: "ignore-symbol", Usage: "ignore symbol findings matching `PATTERN` (Python fnmatch over name, name@version, @version, or the file's base name; repeatable)"},
 		&cli.BoolFlag{Name: "no-resolution-cache", Usage: "write no resolution note (.note.nixos.ldcache); stale ones are still removed"},
 		&cli.BoolFlag{Name: "shrink-kept", Usage: "shrink the RUNPATH of files cudapatch gives none, as patchelf --shrink-rpath (the hook's take-over of fixupPhase's shrink pass)"},
 		&cli.BoolFlag{Name: "force-rpath", Usage: "write each RUNPATH as DT_RPATH, as patchelf --force-rpath does (such files get no resolution note)"},
@@ -161,6 +163,8 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]patch.Option, error) {
 		patch.WithIgnoreMissing(cmd.StringSlice("ignore-missing")...),
 		patch.WithResolutionCache(!cmd.Bool("no-resolution-cache")),
 		patch.WithDlopen(policy.DlopenMode(cmd.String("dlopen"))),
+		patch.WithSymbols(patch.SymbolsMode(cmd.String("symbols"))),
+		patch.WithIgnoreSymbols(cmd.StringSlice("ignore-symbol")...),
 		patch.WithShrinkKept(cmd.Bool("shrink-kept")),
 		patch.WithForceRPath(cmd.Bool("force-rpath") || pf.forceRPath),
 		patch.WithKeepOldSections(pf.keepOld),
@@ -321,6 +325,7 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Opt
 			printable.Fprintf(g.stderr, "  hint: %s\n", m.Hint)
 		}
 	}
+	g.writeSymbols(ctx, rep, out)
 	if len(rep.Missing) > 0 && g.noLibc != "" {
 		printable.Fprintf(g.stderr, "hint: no libc directory (%s): give --libc DIR and --interpreter FILE of the system the files are for ($NIX_BINTOOLS names them in a Nix build)\n", g.noLibc)
 	}

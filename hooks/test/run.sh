@@ -534,6 +534,44 @@ if ((status == 0)) || [[ -e $dir/done ]]; then
 fi
 expect_log "$dir/build.log" 'invalid value "bogus" for --dlopen'
 
+# --- 16: the symbol check: vapp needs VER_2 of libver.so, which the build
+# input's older libver.so lacks: the build fails with the finding and
+# nothing is written; cudaPatchelfIgnoreSymbols ignores it by pattern,
+# cudaPatchelfSymbols=warn reports it without failing, a bad value fails.
+oldver=$SAMPLE/deps/oldver
+verInstall='mkdir -p "$out" "$debug"
+cp -r "$SAMPLE/prebuilt-ver/." "$out"'
+build symbols-missing-version \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$oldver" installPhase="$verInstall"
+if ((status == 0)) || [[ -e $dir/done ]]; then
+	fail "symbols-missing-version: the build succeeded"
+fi
+expect_log "$dir/build.log" "error: $out/bin/vapp: fails-at-load: version VER_2 of libver.so (required by $out/bin/vapp)"
+expect_log "$dir/build.log" "cudapatch failed (exit status 1)"
+expect_interp "$out/bin/vapp" /nonexistent/ld.so
+build symbols-ignored \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$oldver" installPhase="$verInstall" \
+	cudaPatchelfIgnoreSymbols='*@VER_2 unrelated'
+if expect_success; then
+	expect_interp "$out/bin/vapp" "$loader"
+	expect_no_log "$dir/build.log" "error:"
+	expect_log "$dir/build.log" "cudapatch: symbols: 2 ignored by pattern"
+fi
+build symbols-warn \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$oldver" installPhase="$verInstall" \
+	cudaPatchelfSymbols=warn
+if expect_success; then
+	expect_interp "$out/bin/vapp" "$loader"
+	expect_log "$dir/build.log" "warning: $out/bin/vapp: fails-at-load: version VER_2 of libver.so"
+fi
+build symbols-bad \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$oldver" installPhase="$verInstall" \
+	cudaPatchelfSymbols=bogus
+if ((status == 0)) || [[ -e $dir/done ]]; then
+	fail "cudaPatchelfSymbols=bogus: the build succeeded"
+fi
+expect_log "$dir/build.log" 'invalid value "bogus" for --symbols'
+
 if ((failures > 0)); then
 	echo "$failures assertion(s) failed; scratch tree kept in $WORK"
 	exit 1

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 )
 
 // Config is the loader's environment: what ld.so would know at startup.
@@ -51,7 +52,14 @@ type Config struct {
 	// x86_64…) tried after the glibc-hwcaps ones, best first. glibc 2.37
 	// removed them; DefaultConfig leaves this empty.
 	LegacyHwcaps []string `json:"legacy_hwcaps,omitempty"`
+	// Identities, when set, remembers the canonical path of every file
+	// found, across Resolve calls: for many calls over a tree that does
+	// not change meanwhile (the symbol check of every file of a tree).
+	Identities *IdentityCache `json:"-"`
 }
+
+// IdentityCache is Config.Identities. It is safe for concurrent use.
+type IdentityCache struct{ m sync.Map }
 
 // machineInfo is what a machine's glibc port uses for paths.
 type machineInfo struct {

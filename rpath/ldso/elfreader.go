@@ -19,6 +19,13 @@ func ElfReader() Reader { return elfReader(nil, nil) }
 // files (the symbol check) reads them in the same open.
 func ElfReaderWith(also func(path string, f *elfedit.File)) Reader { return elfReader(also, nil) }
 
+// ElfReaderOpen is ElfReaderWith opening each file with open (nil:
+// elfedit.Open): a caller reading many files lends its buffers
+// (elfedit.Buffers.Open).
+func ElfReaderOpen(open func(path string) (*elfedit.File, error), also func(path string, f *elfedit.File)) Reader {
+	return elfReaderOpen(open, also, nil)
+}
+
 // ElfReaderDlopen is ElfReader whose objects' Dlopen names are what
 // discover finds in each file (nil: none).
 func ElfReaderDlopen(discover func(*elfedit.File) ([]string, error)) Reader {
@@ -26,6 +33,13 @@ func ElfReaderDlopen(discover func(*elfedit.File) ([]string, error)) Reader {
 }
 
 func elfReader(also func(path string, f *elfedit.File), discover func(*elfedit.File) ([]string, error)) Reader {
+	return elfReaderOpen(nil, also, discover)
+}
+
+func elfReaderOpen(open func(string) (*elfedit.File, error), also func(path string, f *elfedit.File), discover func(*elfedit.File) ([]string, error)) Reader {
+	if open == nil {
+		open = elfedit.Open
+	}
 	type result struct {
 		o   *Object
 		err error
@@ -36,14 +50,14 @@ func elfReader(also func(path string, f *elfedit.File), discover func(*elfedit.F
 			r := v.(result)
 			return r.o, r.err
 		}
-		o, err := readElfedit(path, also, discover)
+		o, err := readElfedit(open, path, also, discover)
 		m.Store(path, result{o, err})
 		return o, err
 	}
 }
 
-func readElfedit(path string, also func(string, *elfedit.File), discover func(*elfedit.File) ([]string, error)) (*Object, error) {
-	f, err := elfedit.Open(path)
+func readElfedit(open func(string) (*elfedit.File, error), path string, also func(string, *elfedit.File), discover func(*elfedit.File) ([]string, error)) (*Object, error) {
+	f, err := open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -51,6 +65,17 @@ func readElfedit(path string, also func(string, *elfedit.File), discover func(*e
 	if also != nil {
 		also(path, f)
 	}
+	o := ObjectOf(f)
+	if discover != nil {
+		// A file whose names cannot be read is searched for none: the
+		// names are a hint, never a reason to fail the search.
+		o.Dlopen, _ = discover(f)
+	}
+	return o, nil
+}
+
+// ObjectOf is what the loader simulation reads of an open file.
+func ObjectOf(f *elfedit.File) *Object {
 	in := f.Info()
 	o := &Object{
 		Class: in.ELFClass(), Machine: in.ELFMachine(), OSABI: in.ELFOSABI(),
@@ -63,12 +88,7 @@ func readElfedit(path string, also func(string, *elfedit.File), discover func(*e
 		o.RunPath, o.HasRunPath = *in.RunPath, true
 	}
 	o.Note = ReadNote(f)
-	if discover != nil {
-		// A file whose names cannot be read is searched for none: the
-		// names are a hint, never a reason to fail the search.
-		o.Dlopen, _ = discover(f)
-	}
-	return o, nil
+	return o
 }
 
 // ReadNote returns f's resolution-cache note, nil when it has none. A note

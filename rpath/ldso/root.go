@@ -16,10 +16,11 @@ const maxSymlinks = 40
 type fsys struct {
 	root string // "" for the host
 	wd   string // logical working directory
+	ids  *IdentityCache
 }
 
 func newFsys(cfg Config) (*fsys, error) {
-	f := &fsys{root: cfg.Root, wd: cfg.WorkDir}
+	f := &fsys{root: cfg.Root, wd: cfg.WorkDir, ids: cfg.Identities}
 	if f.root == "/" {
 		f.root = ""
 	}
@@ -62,6 +63,19 @@ func (f *fsys) host(p string) (string, error) {
 // identity returns the canonical logical path of p: the file's identity for
 // "already loaded" checks, standing in for ld.so's st_dev/st_ino compare.
 func (f *fsys) identity(p string) string {
+	if f.ids == nil {
+		return f.findIdentity(p)
+	}
+	key := f.root + "\x00" + f.abs(p)
+	if v, ok := f.ids.m.Load(key); ok {
+		return v.(string)
+	}
+	id := f.findIdentity(p)
+	f.ids.m.Store(key, id)
+	return id
+}
+
+func (f *fsys) findIdentity(p string) string {
 	if f.root == "" {
 		if r, err := filepath.EvalSymlinks(f.abs(p)); err == nil {
 			return r

@@ -31,6 +31,8 @@ type config struct {
 	ignoreMissing   []*fnmatch.Pattern
 	driverLibs      policy.DriverMatcher
 	noteCache       bool
+	symbols         SymbolsMode // "": SymbolsError
+	ignoreSymbols   []*fnmatch.Pattern
 	shrinkKept      bool
 	keepOld         bool
 	pageSize        uint64

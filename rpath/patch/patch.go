@@ -19,6 +19,7 @@ import (
 	"github.com/cudapatch/cudapatch/internal/confine"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
+	"github.com/cudapatch/cudapatch/rpath/ldso"
 )
 
 // Errors Run returns, wrapped; the CLI maps them to exit codes.
@@ -53,6 +54,8 @@ type File struct {
 	// DlopenError says why the names of dlopen discovery could not all be
 	// read; the file is patched with those read before it.
 	DlopenError string `json:"dlopen_error,omitempty"`
+	// Symbols are the symbol check's findings (WithSymbols).
+	Symbols []SymbolFinding `json:"symbols,omitempty"`
 
 	dlopen  policy.Discovered // what dlopen discovery found (names, imports)
 	edit    elfedit.Edit
@@ -64,6 +67,8 @@ type File struct {
 	target  policy.Target // the interpreter's, for the reason of a skip
 	machine elf.Machine
 	osabi   elf.OSABI
+	class   elf.Class
+	loaded  *ldso.Object // what the symbol check's loader reads of it, as decided
 }
 
 // Missing is one unsatisfied dependency.
@@ -95,6 +100,10 @@ type Report struct {
 	// Written says every changed file was written (false after a dry run
 	// or any error).
 	Written bool `json:"written"`
+	// SymbolErrors and SymbolWarnings count the symbol check's findings
+	// of those severities (File.Symbols).
+	SymbolErrors   int `json:"symbol_errors,omitempty"`
+	SymbolWarnings int `json:"symbol_warnings,omitempty"`
 }
 
 // Run patches every ELF file below the given paths (rpath/policy says
@@ -202,6 +211,9 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 	}
 	if len(rep.Missing) > 0 {
 		errs = append(errs, fmt.Errorf("%w: %d missing", ErrUnsatisfied, len(rep.Missing)))
+	}
+	if err := c.checkSymbols(ctx, rep); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 || c.dryRun {
 		return rep, errors.Join(errs...)
@@ -549,7 +561,8 @@ func (c *config) decide(fd found, ix resolver, t *policy.Target, held bool, inhe
 	out.Kind = info.Kind
 	out.OldInterpreter, out.OldRunPath, out.OldRPath = info.Interpreter, info.RunPath, info.RPath
 	machine, osabi := info.ELFMachine(), info.ELFOSABI()
-	out.machine, out.osabi = machine, osabi
+	out.machine, out.osabi, out.class = machine, osabi, info.ELFClass()
+	out.loaded = c.loadedObject(f)
 	if why, reason := policy.SkipOf(info, t); why != policy.SkipNone {
 		out.Skipped, out.skip = reason, why
 		if t != nil {

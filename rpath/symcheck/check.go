@@ -122,6 +122,13 @@ type Options struct {
 	// CacheBytes bounds the tables kept between checks (the least recently
 	// used go first); 0 means 16 MiB.
 	CacheBytes int
+	// Open opens a file to read (nil: elfedit.Open); a caller that reads
+	// many files lends its buffers (elfedit.Buffers.Open).
+	Open func(path string) (*elfedit.File, error)
+	// Binding reads every file's binding tables in the Reader's open, not
+	// only an executable's: for a check that binds every closure's
+	// symbols, not only versions.
+	Binding bool
 }
 
 // Checker binds symbols over closures, reading each file once however many
@@ -130,8 +137,8 @@ type Checker struct {
 	opts  Options
 	mu    sync.Mutex
 	files map[string]*entry
-	memo  map[string][]Binding // library and scope set → its problems
-	bytes int                  // kept by the entries read
+	memo  map[string][]int // library and the set it reaches → references it leaves unresolved
+	bytes int              // kept by the entries read
 	tick  uint64
 }
 
@@ -148,7 +155,10 @@ func New(opts Options) *Checker {
 	if opts.CacheBytes == 0 {
 		opts.CacheBytes = 16 << 20
 	}
-	return &Checker{opts: opts, files: map[string]*entry{}, memo: map[string][]Binding{}}
+	if opts.Open == nil {
+		opts.Open = elfedit.Open
+	}
+	return &Checker{opts: opts, files: map[string]*entry{}, memo: map[string][]int{}}
 }
 
 // entry is the cache entry of path, made if new, marked as just used.
@@ -168,7 +178,7 @@ func (c *Checker) entry(path string) *entry {
 func (c *Checker) read(path string, binding bool) (*object, error) {
 	e := c.entry(path)
 	e.once.Do(func() {
-		e.o, e.err = readObject(path, binding)
+		e.o, e.err = readObject(c.opts.Open, path, binding)
 		c.account(e)
 	})
 	return e.o, e.err
@@ -178,10 +188,10 @@ func (c *Checker) read(path string, binding bool) (*object, error) {
 // the version check needs of each file (and, of an executable, what binding
 // needs), for later checks of this Checker: give it to ldso.Resolve.
 func (c *Checker) Reader() ldso.Reader {
-	return ldso.ElfReaderWith(func(path string, f *elfedit.File) {
+	return ldso.ElfReaderOpen(c.opts.Open, func(path string, f *elfedit.File) {
 		e := c.entry(path)
 		e.once.Do(func() {
-			e.o, e.err = newObject(f, f.Kind() == elfedit.KindExecutable)
+			e.o, e.err = newObject(f, c.opts.Binding || f.Kind() == elfedit.KindExecutable)
 			if e.err != nil {
 				e.err = fmt.Errorf("%s: %w", path, e.err)
 			} else {
@@ -276,7 +286,7 @@ func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result
 	if !symbols {
 		return res, nil
 	}
-	syms, err := c.bindAll(order, missing)
+	syms, err := c.bindAll(tree, order, missing)
 	if err != nil {
 		return nil, err
 	}
@@ -413,13 +423,16 @@ func checkVersions(order []*loadedObj) []VersionNeed {
 }
 
 // bindAll binds the references of every object of order, reading their
-// binding tables first.
-func (c *Checker) bindAll(order []*loadedObj, missing bool) ([]Binding, error) {
+// binding tables first. With OnlyProblems, a library of the closure
+// (not its first object) binds only the references its own closure does
+// not define (unresolvedOwn): what binds among the objects a library
+// reaches binds in every scope holding them.
+func (c *Checker) bindAll(tree *ldso.Tree, order []*loadedObj, missing bool) ([]Binding, error) {
 	for _, l := range order {
 		if l.o == nil {
 			continue
 		}
-		if err := l.o.loadBinding(); err != nil {
+		if err := l.o.loadBinding(c.opts.Open); err != nil {
 			return nil, err
 		}
 		c.mu.Lock()
@@ -430,42 +443,127 @@ func (c *Checker) bindAll(order []*loadedObj, missing bool) ([]Binding, error) {
 		}
 		c.mu.Unlock()
 	}
-	scope := ""
-	if c.opts.OnlyProblems {
-		scope = scopeKey(order, missing)
+	if !c.opts.OnlyProblems {
+		var out []Binding
+		for _, l := range order {
+			if l.o != nil {
+				out = append(out, c.bind(l, order, missing, nil)...)
+			}
+		}
+		return out, nil
 	}
+	reach := reachable(tree, order)
 	var out []Binding
 	for i, l := range order {
 		if l.o == nil {
 			continue
 		}
-		// Whether a reference binds depends on which objects are in the
-		// scope, not on their order (only which one provides it does):
-		// a library's problems are worked out once per set.
-		if scope == "" || i == 0 {
-			out = append(out, c.bind(l, order, missing)...)
+		if i == 0 {
+			out = append(out, c.bind(l, order, missing, nil)...)
 			continue
 		}
-		key := l.Path + "\x00" + scope
+		own := reach[l]
+		key := l.Path + "\x00" + scopeKey(own, false)
 		c.mu.Lock()
-		bs, ok := c.memo[key]
+		idx, ok := c.memo[key]
 		c.mu.Unlock()
 		if !ok {
-			bs = c.bind(l, order, missing)
+			idx = c.unresolvedOwn(l, own)
 			c.mu.Lock()
-			c.memo[key] = bs
+			c.memo[key] = idx
 			c.mu.Unlock()
 		}
-		out = append(out, bs...)
+		if len(idx) > 0 {
+			out = append(out, c.bind(l, order, missing, idx)...)
+		}
 	}
 	return out, nil
 }
 
-// bind resolves the references of l's relocations over the global scope.
-func (c *Checker) bind(l *loadedObj, order []*loadedObj, incomplete bool) []Binding {
+// reachable gives, for each object of order, the objects its DT_NEEDED
+// entries reach in tree (itself first), in load order.
+func reachable(tree *ldso.Tree, order []*loadedObj) map[*loadedObj][]*loadedObj {
+	byPath := make(map[string]*loadedObj, len(order))
+	pos := make(map[*loadedObj]int, len(order))
+	for i, l := range order {
+		byPath[l.Path] = l
+		pos[l] = i
+	}
+	edges := map[*loadedObj][]*loadedObj{}
+	for _, n := range tree.Needs {
+		from, to := byPath[n.Requester], byPath[n.Path]
+		if n.Requester == tree.Path {
+			from = order[0]
+		}
+		if from != nil && to != nil && from != to {
+			edges[from] = append(edges[from], to)
+		}
+	}
+	out := make(map[*loadedObj][]*loadedObj, len(order))
+	for _, l := range order {
+		seen := map[*loadedObj]bool{l: true}
+		list := []*loadedObj{l}
+		for i := 0; i < len(list); i++ {
+			for _, t := range edges[list[i]] {
+				if !seen[t] {
+					seen[t] = true
+					list = append(list, t)
+				}
+			}
+		}
+		slices.SortFunc(list[1:], func(a, b *loadedObj) int { return pos[a] - pos[b] })
+		out[l] = list
+	}
+	return out
+}
+
+// unresolvedOwn lists the references of l that no object of own (l's
+// closure) defines, and those whose outcome may depend on the rest of the
+// scope: copy relocations, and versioned references to a file without
+// symbol versions (the loader's assertion depends on the order).
+func (c *Checker) unresolvedOwn(l *loadedObj, own []*loadedObj) []int {
+	var out []int
+	for i, r := range l.o.refList {
+		q := r.q
+		if r.kind&refCopy != 0 {
+			out = append(out, i)
+			continue
+		}
+		found, order := false, false
+		for _, d := range own {
+			if d.o == nil {
+				continue
+			}
+			named := q.ver != nil && d.names[q.ver.file]
+			if named && d.o.versym == nil {
+				order = true
+				break
+			}
+			if j, _ := d.o.find(q, named); j >= 0 {
+				found = true
+				break
+			}
+		}
+		if order || !found {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// bind resolves the references of l's relocations (those of idx, or all
+// when idx is nil) over the global scope.
+func (c *Checker) bind(l *loadedObj, order []*loadedObj, incomplete bool, idx []int) []Binding {
 	o := l.o
 	var out []Binding
-	for _, r := range o.refList {
+	refs := o.refList
+	if idx != nil {
+		refs = make([]ref, len(idx))
+		for k, i := range idx {
+			refs[k] = o.refList[i]
+		}
+	}
+	for _, r := range refs {
 		q := r.q
 		b := Binding{Object: l.Path, Name: q.name, Weak: r.weak}
 		if q.ver != nil {

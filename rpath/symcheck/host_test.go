@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,6 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudapatch/cudapatch/rpath/ldso"
+	"github.com/cudapatch/cudapatch/rpath/patch"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 	"github.com/cudapatch/cudapatch/rpath/symcheck"
 )
 
@@ -64,7 +67,11 @@ func (r runner) command(file string, env []string, args ...string) *exec.Cmd {
 	}
 	a = append(append(a, file), args...)
 	cmd := exec.Command(a[0], a[1:]...)
-	cmd.Env = os.Environ()
+	// The loader's own search only: no LD_LIBRARY_PATH or LD_PRELOAD of
+	// the test's environment.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(e string) bool {
+		return strings.HasPrefix(e, "LD_LIBRARY_PATH=") || strings.HasPrefix(e, "LD_PRELOAD=")
+	})
 	if !r.qemu {
 		cmd.Env = append(cmd.Env, env...)
 	}
@@ -180,4 +187,142 @@ func assertSameFindings(t *testing.T, f string, want, got map[string]bool) bool 
 		}
 	}
 	return ok
+}
+
+// TestLoaderAgreesOnCorpus: with CUDAPATCH_SYMCHECK_CORPUS=DIR (what
+// scripts/cuda-corpus.sh builds: DIR/pristine/store and bintools), a copy
+// of the CUDA corpus is patched by the main job with bench/run.sh's
+// arguments (the stub directory searched, this machine's libc through the
+// corpus' bintools) and a driver link of links to the corpus' nvidia-x11
+// libraries; then every file the main job checked must get the verdict
+// ldd -r gives for it as written: the same failing symbols and versions,
+// each with the object that needs it (every class of the main job's
+// findings is a failure to ldd -r, which binds now).
+func TestLoaderAgreesOnCorpus(t *testing.T) {
+	corpus := os.Getenv("CUDAPATCH_SYMCHECK_CORPUS")
+	if corpus == "" {
+		t.Skip("set CUDAPATCH_SYMCHECK_CORPUS to the CUDA corpus (scripts/cuda-corpus.sh)")
+	}
+	tmp := t.TempDir()
+	store := filepath.Join(tmp, "store")
+	out, err := exec.Command("cp", "-a", "--sparse=always", filepath.Join(corpus, "pristine/store"), store).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	bt := filepath.Join(corpus, "pristine/bintools/nix-support")
+	interp, err := os.ReadFile(filepath.Join(bt, "dynamic-linker"))
+	require.NoError(t, err)
+	libc, err := os.ReadFile(filepath.Join(bt, "orig-libc"))
+	require.NoError(t, err)
+
+	// The driver link: the driver's libraries by their sonames.
+	driver := filepath.Join(tmp, "opengl-driver/lib")
+	require.NoError(t, os.MkdirAll(driver, 0o755))
+	opts := []patch.Option{
+		patch.WithInterpreter(strings.TrimSpace(string(interp))),
+		patch.WithLibc(filepath.Join(strings.TrimSpace(string(libc)), "lib")),
+		patch.WithDriverLink(driver), patch.WithIgnoreMissing("libcuda.so.1"),
+		patch.WithSymbols(patch.SymbolsWarn),
+	}
+	var paths []string
+	ents, err := os.ReadDir(store)
+	require.NoError(t, err)
+	for _, e := range ents {
+		d := filepath.Join(store, e.Name())
+		switch {
+		case strings.Contains(e.Name(), "-gcc-") && strings.HasSuffix(e.Name(), "-lib"):
+			opts = append(opts, patch.WithSearch(filepath.Join(d, "lib")))
+		case strings.HasSuffix(e.Name(), "-stubs"):
+			opts = append(opts, patch.WithSearch(filepath.Join(d, "lib/stubs")))
+		case strings.Contains(e.Name(), "-nvidia-x11-"):
+			libs, err := filepath.Glob(filepath.Join(d, "lib/nvidia/current/*.so.*"))
+			require.NoError(t, err)
+			for _, l := range libs {
+				ef, err := elf.Open(l)
+				if err != nil {
+					continue
+				}
+				soname, _ := ef.DynString(elf.DT_SONAME)
+				ef.Close()
+				if len(soname) == 1 {
+					_ = os.Symlink(l, filepath.Join(driver, soname[0]))
+				}
+			}
+		default:
+			paths = append(paths, d)
+		}
+	}
+	rep, err := patch.Run(t.Context(), paths, opts...)
+	require.NoError(t, err)
+	require.True(t, rep.Written)
+	mainJobAgrees(t, "CUDA corpus", rep)
+}
+
+// TestLoaderAgreesOnUsr: with CUDAPATCH_SYMCHECK_USR=1, the same over a
+// copy of this machine's /usr/bin and /usr/lib/x86_64-linux-gnu patched as
+// scripts/identical.sh patches it (the tree's lib/ searched, every missing
+// library ignored): programs and plugins with real undefined symbols.
+// Files ldd -r does not load completely are left out.
+func TestLoaderAgreesOnUsr(t *testing.T) {
+	if os.Getenv("CUDAPATCH_SYMCHECK_USR") == "" {
+		t.Skip("set CUDAPATCH_SYMCHECK_USR=1 to patch a copy of /usr/bin and /usr/lib/x86_64-linux-gnu")
+	}
+	tmp := t.TempDir()
+	for _, c := range [][2]string{{"/usr/bin/.", "bin"}, {"/usr/lib/x86_64-linux-gnu/.", "lib"}} {
+		require.NoError(t, os.MkdirAll(filepath.Join(tmp, c[1]), 0o755))
+		out, err := exec.Command("cp", "-a", c[0], filepath.Join(tmp, c[1])).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+	}
+	rep, err := patch.Run(t.Context(), []string{filepath.Join(tmp, "bin"), filepath.Join(tmp, "lib")},
+		patch.WithSearch(filepath.Join(tmp, "lib")), patch.WithIgnoreMissing("*"),
+		patch.WithInterpreter("/lib64/ld-linux-x86-64.so.2"), patch.WithLibc("/lib/x86_64-linux-gnu"),
+		patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithSymbols(patch.SymbolsWarn))
+	require.NoError(t, err)
+	require.True(t, rep.Written)
+	mainJobAgrees(t, "/usr", rep)
+}
+
+// mainJobAgrees compares the main job's symbol findings of every dynamic
+// file of rep with ldd -r's for the file as written.
+func mainJobAgrees(t *testing.T, tree string, rep *patch.Report) {
+	t.Helper()
+	checked, agreed, withFindings, falses, missed, incomplete := 0, 0, 0, 0, 0, 0
+	for _, f := range rep.Files {
+		if f.Skipped != "" || (f.Kind != "executable" && f.Kind != "shared-library") {
+			continue
+		}
+		got := map[string]bool{}
+		for _, s := range f.Symbols {
+			switch {
+			case s.Class == patch.ClassSkippedDriver || s.Class == patch.ClassNotChecked:
+				t.Logf("%s: %s", f.Path, s.Message)
+			case s.Symbol == "":
+				got["version "+s.Version+" "+filepath.Base(s.Object)] = true
+			default:
+				got["undef "+s.Symbol+" "+filepath.Base(s.Object)] = true
+			}
+		}
+		want, complete, err := lddFindings(t, runner{prefix: []string{"/lib64/ld-linux-x86-64.so.2"}}, f.Path)
+		if err != nil || !complete {
+			incomplete++
+			continue // does not load
+		}
+		checked++
+		if len(want) > 0 {
+			withFindings++
+		}
+		for k := range got {
+			if !want[k] {
+				falses++
+			}
+		}
+		for k := range want {
+			if !got[k] {
+				missed++
+			}
+		}
+		if assertSameFindings(t, f.Path, want, got) {
+			agreed++
+		}
+	}
+	t.Logf("%s: %d files checked, %d agree with ldd -r, %d with findings per ldd -r, %d false findings, %d missed (%d left out: ldd -r does not load them)", tree, checked, agreed, withFindings, falses, missed, incomplete)
+	require.Positive(t, checked)
 }

@@ -309,6 +309,16 @@ func oracle(t *testing.T, a arch, c class) {
 		require.Equal(t, w, got[k], "%s: %s\n%s", c.name, k, formatted(lazy))
 	}
 
+	// A check of problems only (what the main job and lint run, with its
+	// memo of each library's own unresolved references) finds the same
+	// failures, a library's included.
+	only := symcheck.New(symcheck.Options{BindNow: true, OnlyProblems: true})
+	for range 2 { // the second time from the memo
+		p, err := only.Check(cfg, tr)
+		require.NoError(t, err)
+		require.Equal(t, findings(now), findings(p), "%s: OnlyProblems", c.name)
+	}
+
 	// ldd -r says the same.
 	want, complete, err := lddFindings(t, run, exe)
 	require.NoError(t, err)

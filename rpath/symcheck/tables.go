@@ -140,8 +140,8 @@ const maxTable = 1 << 30
 // readObject reads what the version check needs of the ELF file at path,
 // and with binding the rest, in the same open; else loadBinding reads the
 // rest when symbols are bound.
-func readObject(path string, binding bool) (*object, error) {
-	f, err := elfedit.Open(path)
+func readObject(open func(string) (*elfedit.File, error), path string, binding bool) (*object, error) {
+	f, err := open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -155,12 +155,12 @@ func readObject(path string, binding bool) (*object, error) {
 }
 
 // loadBinding reads the symbol, hash and relocation tables, once.
-func (o *object) loadBinding() error {
+func (o *object) loadBinding(open func(string) (*elfedit.File, error)) error {
 	o.bindOnce.Do(func() {
 		if o.bound {
 			return
 		}
-		f, err := elfedit.Open(o.path)
+		f, err := open(o.path)
 		if err != nil {
 			o.bindErr = err
 			return

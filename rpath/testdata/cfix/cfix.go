@@ -66,6 +66,9 @@ type Spec struct {
 	// Strip links without the symbol table (ld -s), as installed
 	// libraries ship.
 	Strip bool `json:",omitempty"`
+	// VersionScript is the text of a linker version script (symbol
+	// versions of a library).
+	VersionScript string `json:",omitempty"`
 }
 
 type entry struct {
@@ -243,6 +246,12 @@ func compile(s Spec, dir string) error {
 		args = append(args, "-Wl,--disable-new-dtags", "-Xlinker", "-rpath", "-Xlinker", s.RPath)
 	}
 	args = append(args, "-Wl,--no-as-needed")
+	if s.VersionScript != "" {
+		if err := os.WriteFile(filepath.Join(dir, "version.map"), []byte(s.VersionScript), 0o644); err != nil {
+			return err
+		}
+		args = append(args, "-Wl,--version-script=version.map")
+	}
 	if s.Strip {
 		args = append(args, "-s")
 	}
