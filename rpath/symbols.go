@@ -151,7 +151,11 @@ func (c *config) checkSymbols(ctx context.Context, rep *Report) error {
 			todo = append(todo, f)
 		}
 	}
-	if err := parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i]) }); err != nil {
+	err := parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i]) })
+	for _, f := range rep.Files {
+		f.loaded = nil // not needed past the check
+	}
+	if err != nil {
 		return err
 	}
 	n := 0
