@@ -151,6 +151,21 @@ func (c *config) checkSymbols(ctx context.Context, rep *Report) error {
 			todo = append(todo, f)
 		}
 	}
+	// Files that need the same libraries are checked one after the other,
+	// so that the tables their closures share are still cached.
+	key := func(f *File) string {
+		if f.loaded == nil {
+			return ""
+		}
+		n := slices.Clone(f.loaded.Needed)
+		slices.Sort(n)
+		return strings.Join(n, "\x00")
+	}
+	keys := make(map[*File]string, len(todo))
+	for _, f := range todo {
+		keys[f] = key(f)
+	}
+	slices.SortStableFunc(todo, func(a, b *File) int { return strings.Compare(keys[a], keys[b]) })
 	err := parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i]) })
 	for _, f := range rep.Files {
 		f.loaded = nil // not needed past the check
@@ -457,15 +472,7 @@ func (sc *symbolCheck) check(f *File) {
 		if !b.Status.Failing() {
 			continue
 		}
-		s := SymbolFinding{File: f.Path, Object: b.Object, Symbol: b.Name, Version: b.Version, Use: b.Use, Message: b.Message}
-		if b.Version != "" {
-			for _, v := range res.Versions {
-				if v.Object == b.Object && v.Version == b.Version {
-					s.Library = v.File
-					break
-				}
-			}
-		}
+		s := SymbolFinding{File: f.Path, Object: b.Object, Symbol: b.Name, Version: b.Version, Library: b.File, Use: b.Use, Message: b.Message}
 		switch {
 		case !exe:
 			s.Class = ClassLeftToProgram
