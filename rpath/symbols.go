@@ -151,21 +151,6 @@ func (c *config) checkSymbols(ctx context.Context, rep *Report) error {
 			todo = append(todo, f)
 		}
 	}
-	// Files that need the same libraries are checked one after the other,
-	// so that the tables their closures share are still cached.
-	key := func(f *File) string {
-		if f.loaded == nil {
-			return ""
-		}
-		n := slices.Clone(f.loaded.Needed)
-		slices.Sort(n)
-		return strings.Join(n, "\x00")
-	}
-	keys := make(map[*File]string, len(todo))
-	for _, f := range todo {
-		keys[f] = key(f)
-	}
-	slices.SortStableFunc(todo, func(a, b *File) int { return strings.Compare(keys[a], keys[b]) })
 	err := parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i]) })
 	for _, f := range rep.Files {
 		f.loaded = nil // not needed past the check
