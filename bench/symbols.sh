@@ -64,7 +64,9 @@ usr_src() {
 	if [ ! -d "$W/usr" ]; then
 		log "copying /usr/bin and /usr/lib/$MULTI to $W/usr"
 		mkdir -p "$W/usr.tmp/bin" "$W/usr.tmp/lib"
-		cp -a /usr/bin/. "$W/usr.tmp/bin/" && cp -a "/usr/lib/$MULTI/." "$W/usr.tmp/lib/"
+		# Hard links broken: the main job refuses a file with several.
+		cp -a --no-preserve=links /usr/bin/. "$W/usr.tmp/bin/"
+		cp -a --no-preserve=links "/usr/lib/$MULTI/." "$W/usr.tmp/lib/"
 		mv "$W/usr.tmp" "$W/usr"
 	fi
 	echo "$W/usr"
@@ -80,7 +82,8 @@ run() { # TREE MODE RUN
 	local rc=0
 	(cd "$TREE" && env "$("${t}_env")" /usr/bin/time -f '%e %U %S %M' -o "$W/time" \
 		"$CP" --symbols "$mode" "${a[@]}" >"$W/$t-$mode.out" 2>"$W/$t-$mode.err") || rc=$?
-	read -r wall user sys rss <"$W/time"
+	# GNU time puts "Command exited with non-zero status N" first.
+	read -r wall user sys rss < <(tail -1 "$W/time")
 	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$t" "$mode" "$r" "$wall" "$user" "$sys" "$rss" "$rc" "$(cut -d' ' -f1 /proc/loadavg)" | tee -a "$W/runs.tsv"
 }
 

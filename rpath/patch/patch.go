@@ -562,7 +562,6 @@ func (c *config) decide(fd found, ix resolver, t *policy.Target, held bool, inhe
 	out.OldInterpreter, out.OldRunPath, out.OldRPath = info.Interpreter, info.RunPath, info.RPath
 	machine, osabi := info.ELFMachine(), info.ELFOSABI()
 	out.machine, out.osabi, out.class = machine, osabi, info.ELFClass()
-	out.loaded = c.loadedObject(f)
 	if why, reason := policy.SkipOf(info, t); why != policy.SkipNone {
 		out.Skipped, out.skip = reason, why
 		if t != nil {
@@ -570,6 +569,7 @@ func (c *config) decide(fd found, ix resolver, t *policy.Target, held bool, inhe
 		}
 		return out
 	}
+	out.loaded = c.loadedObject(f)
 	// FreeBSD and OpenBSD ship ld.so apart from libc in nixpkgs: libc must
 	// get its RUNPATH entry there (auto-patchelf forces keep-libc too).
 	keepLibc := c.keepLibc || osabi == elf.ELFOSABI_FREEBSD || osabi == elf.ELFOSABI_OPENBSD

@@ -153,7 +153,11 @@ func (c *config) checkSymbols(ctx context.Context, rep *Report) error {
 			todo = append(todo, f)
 		}
 	}
-	if err := parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i]) }); err != nil {
+	err := parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i]) })
+	for _, f := range rep.Files {
+		f.loaded = nil // not needed past the check
+	}
+	if err != nil {
 		return err
 	}
 	n := 0
@@ -455,15 +459,7 @@ func (sc *symbolCheck) check(f *File) {
 		if !b.Status.Failing() {
 			continue
 		}
-		s := SymbolFinding{File: f.Path, Object: b.Object, Symbol: b.Name, Version: b.Version, Use: b.Use, Message: b.Message}
-		if b.Version != "" {
-			for _, v := range res.Versions {
-				if v.Object == b.Object && v.Version == b.Version {
-					s.Library = v.File
-					break
-				}
-			}
-		}
+		s := SymbolFinding{File: f.Path, Object: b.Object, Symbol: b.Name, Version: b.Version, Library: b.File, Use: b.Use, Message: b.Message}
 		switch {
 		case !exe:
 			s.Class = ClassLeftToProgram

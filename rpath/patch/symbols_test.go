@@ -130,6 +130,13 @@ func TestSymbolCheck(t *testing.T) {
 			dry, err := patch.Run(context.Background(), []string{filepath.Join(root, "out")}, append(opts, patch.WithDryRun(true))...)
 			require.Equal(t, c.wantErr, err != nil, "%v", err)
 			require.ElementsMatch(t, c.want, findings(dry))
+			for _, f := range dry.Files {
+				for _, s := range f.Symbols {
+					if s.Version != "" {
+						require.Equal(t, c.run.Soname, s.Library, "%+v: the library its version need names", s)
+					}
+				}
+			}
 
 			rep, err := patch.Run(context.Background(), []string{filepath.Join(root, "out")}, opts...)
 			require.ElementsMatch(t, c.want, findings(rep))

@@ -65,7 +65,10 @@ type Binding struct {
 	Object  string `json:"object"`
 	Name    string `json:"name"`
 	Version string `json:"version,omitempty"`
-	Weak    bool   `json:"weak,omitempty"`
+	// File is the file the version need of a versioned reference names
+	// (vn_file).
+	File string `json:"file,omitempty"`
+	Weak bool   `json:"weak,omitempty"`
 	// Use is "function" (PLT slots only), "data" or "copy".
 	Use             string `json:"use"`
 	Provider        string `json:"provider,omitempty"`
@@ -282,7 +285,7 @@ func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result
 	if res.Unsupported != "" {
 		return res, nil
 	}
-	res.Versions = checkVersions(order)
+	res.Versions = checkVersions(order, c.opts.OnlyProblems)
 	if !symbols {
 		return res, nil
 	}
@@ -379,8 +382,9 @@ func (c *Checker) readObjects(cfg ldso.Config, order []*loadedObj, symbols bool,
 }
 
 // checkVersions matches every version need of every object against the
-// definitions of the loaded object its file name (or DT_SONAME) names.
-func checkVersions(order []*loadedObj) []VersionNeed {
+// definitions of the loaded object its file name (or DT_SONAME) names;
+// with onlyProblems, the needs that bind are left out.
+func checkVersions(order []*loadedObj, onlyProblems bool) []VersionNeed {
 	named := func(name string) *loadedObj {
 		for _, l := range order {
 			if l.names[name] {
@@ -415,7 +419,9 @@ func checkVersions(order []*loadedObj) []VersionNeed {
 						}
 					}
 				}
-				out = append(out, vn)
+				if !onlyProblems || vn.Status == FailsAtLoad || vn.Status == Unchecked {
+					out = append(out, vn)
+				}
 			}
 		}
 	}
@@ -567,7 +573,7 @@ func (c *Checker) bind(l *loadedObj, order []*loadedObj, incomplete bool, idx []
 		q := r.q
 		b := Binding{Object: l.Path, Name: q.name, Weak: r.weak}
 		if q.ver != nil {
-			b.Version = q.ver.name
+			b.Version, b.File = q.ver.name, q.ver.file
 		}
 		switch {
 		case r.kind&refCopy != 0:
