@@ -398,7 +398,7 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	}
 	if st.Nlink > 1 {
 		if !opt.BreakHardLinks {
-			return nil, fmt.Errorf("%w (%d links): refusing to change the other paths too", ErrHardLinks, st.Nlink)
+			return nil, &HardLinkError{Links: uint64(st.Nlink)}
 		}
 		return res, applyCopy(path, rc, st, plan, opt.Sync)
 	}

@@ -59,3 +59,15 @@ var (
 	// written.
 	ErrVerify = errors.New("result would be invalid")
 )
+
+// HardLinkError is ErrHardLinks with the file's link count; a caller
+// that checks before editing (a tree that is written only when every
+// file can be) reports it with the same words as EditFile.
+type HardLinkError struct{ Links uint64 }
+
+func (e *HardLinkError) Error() string {
+	return fmt.Sprintf("%v (%d links): refusing to change the other paths too", ErrHardLinks, e.Links)
+}
+
+// Unwrap makes errors.Is(err, ErrHardLinks) hold.
+func (e *HardLinkError) Unwrap() error { return ErrHardLinks }

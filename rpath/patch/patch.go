@@ -642,7 +642,7 @@ func (c *config) prepare(f *elfedit.File, info elfedit.Info, noteNames []string,
 	// change them too); finding out now, before anything is written,
 	// keeps the rule that a tree is written only when every file can be.
 	if n := linkCount(out.Path); out.Changed && n > 1 {
-		out.addError(ErrorHardLinks, fmt.Errorf("%w (%d links): refusing to change the other paths too", elfedit.ErrHardLinks, n))
+		out.addError(ErrorHardLinks, &elfedit.HardLinkError{Links: n})
 		return
 	}
 	// So does opening it for writing now, and locking it until it is
