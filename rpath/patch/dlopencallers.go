@@ -11,31 +11,15 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/policy"
 )
 
-// dlopenCallers gives the directories of the names dlopen discovery
-// resolves to every file that may make the dlopen call, not only to the
-// one whose read-only data holds the name. glibc's dlopen searches the
-// RUNPATH of the object that calls it (_dl_map_object searches the
-// caller's DT_RUNPATH; a caller with one gets no DT_RPATH of its loaders
-// or of the executable), and a library often hands a name to a loader
-// routine of another library. The possible callers of a name that a file
-// H holds are H itself when it imports dlopen, every output in H's
-// DT_NEEDED closure, as this run resolved it, that imports dlopen or
-// dlmopen (and has no .note.dlopen, which says with authority what it
-// dlopens), and every such file of H's output (a root being patched).
-// H's names are read even when H does not import dlopen, as long as it
-// has such a caller; H's own RUNPATH and note are then unchanged (it
-// cannot make the call), its names are reported as found.
-//
-// A name may also be built at run time and spelled nowhere: PyTorch's
-// libtorch_cpu dlopens "libnvrtc.so." + a version for the jiterator, and
-// only libcaffe2_nvrtc's DT_NEEDED names libnvrtc.so.13. So the callers
-// of an output also get the directories of what its other files need
-// (policy.SourceOutput): the closure does not grow, only their RUNPATHs.
-//
-// Under policy.DlopenResolve each caller is decided again with those names
-// (policy.Dep.From the file holding or needing them): their directories follow
-// its own in its RUNPATH, with no note entry. A file no rule touches is
-// decided once and comes out as before.
+// dlopenCallers gives the directories of dlopen names to the files that
+// may make the call: glibc searches the RUNPATH of the calling object, and
+// a library often hands a name to another's loader routine (PyTorch's
+// at::DynamicLibrary in libtorch_cpu). A holder's callers are the dlopen
+// importers without .note.dlopen in its DT_NEEDED closure and in its
+// output; an output's callers also get the directories of what its other
+// files need, for names built at run time. Under DlopenResolve each caller
+// is decided again with them after its own (Dep.From, no note entry); a
+// holder that cannot call keeps its RUNPATH and reports the names found.
 func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, ix resolver, t *policy.Target) error {
 	if c.Dlopen == policy.DlopenOff {
 		return nil
