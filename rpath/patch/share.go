@@ -39,10 +39,9 @@ type shared struct {
 // parkedPerJob is the budget of parked files' bytes, per job. A parked
 // library holds its head, section-header window and tables: a few hundred
 // KiB for most libraries. Most are taken soon (the jobs decide the tree in
-// order, and a library is probed when a file near it needs it): on the
-// 1,225-file tree at 2 jobs, 1 MiB a job parks as many as 2 MiB did
-// (3,905 read calls against 3,904), and what is parked is live memory
-// under the run's heap limit.
+// order, and a library is probed when a file near it needs it), so a
+// larger budget saves no reads (bench/HISTORY.md) and what is parked is
+// live memory under the run's heap limit.
 const parkedPerJob = 1 << 20
 
 // newShare returns the share for the files Run decides, found by collect.
