@@ -1,6 +1,7 @@
 package symcheck
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
@@ -31,8 +32,8 @@ type object struct {
 	needs    []verNeed
 	gnu      *gnuHash
 	sysv     *sysvHash
-	refs     map[uint32]refKind // symbol index → how relocations use it; nil once refList is built
-	refList  []ref              // the references binding looks up, in symbol order
+	refs     []symRef // the symbols relocations use, by index; nil once refList is built
+	refList  []ref    // the references binding looks up, in symbol order
 	bindNow  bool
 	symbolic bool
 
@@ -108,6 +109,18 @@ func (o *object) sym(i int) sym {
 		return sym{name: o.order.Uint32(b), info: b[4], other: b[5], shndx: o.order.Uint16(b[6:]), value: o.order.Uint64(b[8:])}
 	}
 	return sym{name: o.order.Uint32(b), value: uint64(o.order.Uint32(b[4:])), info: b[12], other: b[13], shndx: o.order.Uint16(b[14:])}
+}
+
+// strBytes is the string at off of the string table, as its bytes.
+func (o *object) strBytes(off uint32) []byte {
+	if uint64(off) >= uint64(len(o.strtab)) {
+		return nil
+	}
+	b := o.strtab[off:]
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return b[:i]
+	}
+	return b
 }
 
 // verIndex is the symbol's .gnu.version entry (hidden bit included); 1
@@ -239,8 +252,8 @@ func (o *object) readBinding(f *elfedit.File) error {
 	}
 	// An executable that exports nothing has an empty .gnu.hash: the
 	// symbols its relocations use are the ones that matter.
-	for i := range o.refs {
-		n = max(n, uint64(i)+1)
+	if len(o.refs) > 0 {
+		n = max(n, uint64(o.refs[len(o.refs)-1].idx)+1)
 	}
 	if n > maxTable/uint64(o.symsz) {
 		return fmt.Errorf("DT_SYMTAB: %d symbols", n)
@@ -267,32 +280,48 @@ type ref struct {
 // buildRefs turns the relocations' symbols into lookups once, however many
 // closures the object is part of: references to local or hidden symbols,
 // and to symbols the object defines (bar a copy relocation's), need none.
+// The lookups share one allocation, and their names one string.
 func (o *object) buildRefs() {
-	idx := make([]uint32, 0, len(o.refs))
-	for i := range o.refs {
-		if int(i) < o.nsyms() {
-			idx = append(idx, i)
+	var names []byte
+	keep := o.refs[:0]
+	for _, r := range o.refs {
+		if int(r.idx) >= o.nsyms() {
+			break
 		}
-	}
-	slices.Sort(idx)
-	for _, i := range idx {
-		k := o.refs[i]
-		s := o.sym(int(i))
-		if s.bind() == elf.STB_LOCAL || (s.shndx != uint16(elf.SHN_UNDEF) && k&refCopy == 0) {
+		s := o.sym(int(r.idx))
+		if s.bind() == elf.STB_LOCAL || (s.shndx != uint16(elf.SHN_UNDEF) && r.kind&refCopy == 0) {
 			continue
 		}
 		if v := s.vis(); v == elf.STV_HIDDEN || v == elf.STV_INTERNAL {
 			continue
 		}
+		names = append(names, o.strBytes(s.name)...)
+		r.end, r.weak = uint32(len(names)), s.bind() == elf.STB_WEAK
+		keep = append(keep, r)
+	}
+	all := string(names)
+	qs := make([]query, len(keep))
+	o.refList = make([]ref, len(keep))
+	start := uint32(0)
+	for j, r := range keep {
 		var ver *version
-		if vi := o.verIndex(int(i)) & 0x7fff; vi >= 2 {
-			if v := o.versionAt(vi); v.hash != 0 {
-				ver = &v
-			}
+		if vi := o.verIndex(int(r.idx)) & 0x7fff; vi >= 2 && int(vi) < len(o.versions) && o.versions[vi].hash != 0 {
+			ver = &o.versions[vi]
 		}
-		o.refList = append(o.refList, ref{q: newQuery(o.str(s.name), ver, k&(refData|refCopy) == 0), weak: s.bind() == elf.STB_WEAK, kind: k})
+		name := all[start:r.end]
+		start = r.end
+		qs[j] = query{name: name, gnu: elfedit.GNUHash(name), sysv: elfedit.SysVHash(name), ver: ver, plt: r.kind&(refData|refCopy) == 0}
+		o.refList[j] = ref{q: &qs[j], weak: r.weak, kind: r.kind}
 	}
 	o.refs = nil
+}
+
+// symRef is a symbol relocations use and how.
+type symRef struct {
+	idx  uint32
+	kind refKind
+	end  uint32 // in buildRefs: where its name ends in the names
+	weak bool   // in buildRefs
 }
 
 // size is about how many bytes the object keeps, for the cache's budget.
@@ -544,7 +573,7 @@ const (
 
 // readRelocs classifies the symbols the relocations refer to.
 func (o *object) readRelocs(f *elfedit.File) error {
-	o.refs = map[uint32]refKind{}
+	var all []uint64 // symbol index << 8 | kind
 	copyT, slotT := relocTypes(o.mach)
 	pltRela := true
 	if v, ok := f.DynValue(elf.DT_PLTREL); ok {
@@ -602,8 +631,20 @@ func (o *object) readRelocs(f *elfedit.File) error {
 			case t.plt && (typ == slotT || slotT == 0):
 				k = refFunc
 			}
-			o.refs[s] |= k
+			all = append(all, uint64(s)<<8|uint64(k))
 		}
+	}
+	// One entry a symbol, in index order, with every use its relocations
+	// make.
+	slices.Sort(all)
+	o.refs = make([]symRef, 0, len(all))
+	for _, v := range all {
+		i, k := uint32(v>>8), refKind(v)
+		if n := len(o.refs); n > 0 && o.refs[n-1].idx == i {
+			o.refs[n-1].kind |= k
+			continue
+		}
+		o.refs = append(o.refs, symRef{idx: i, kind: k})
 	}
 	return nil
 }
