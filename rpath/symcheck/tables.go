@@ -59,14 +59,23 @@ type gnuHash struct {
 	symoffset uint32
 	shift     uint32
 	bloom     []uint64
-	buckets   []uint32
-	chain     []uint32 // from symoffset
+	buckets   u32s
+	chain     u32s // from symoffset
 }
 
 type sysvHash struct {
-	buckets []uint32
-	chain   []uint32
+	buckets u32s
+	chain   u32s
 }
+
+// u32s is a table of 32-bit words as the file has them, read where used.
+type u32s struct {
+	b     []byte
+	order binary.ByteOrder
+}
+
+func (w u32s) len() int        { return len(w.b) / 4 }
+func (w u32s) at(i int) uint32 { return w.order.Uint32(w.b[4*i:]) }
 
 // refKind is how an object's relocations use a symbol.
 type refKind uint8
@@ -328,10 +337,10 @@ type symRef struct {
 func (o *object) size() int {
 	n := len(o.symbols) + len(o.strtab) + len(o.versym) + 64*len(o.refList) + 48*(len(o.versions)+len(o.verdefs))
 	if o.gnu != nil {
-		n += 8*len(o.gnu.bloom) + 4*(len(o.gnu.buckets)+len(o.gnu.chain))
+		n += 8*len(o.gnu.bloom) + len(o.gnu.buckets.b) + len(o.gnu.chain.b)
 	}
 	if o.sysv != nil {
-		n += 4 * (len(o.sysv.buckets) + len(o.sysv.chain))
+		n += len(o.sysv.buckets.b) + len(o.sysv.chain.b)
 	}
 	return n + 256
 }
@@ -341,19 +350,19 @@ func (o *object) size() int {
 // none other).
 func (o *object) countSymbols() (uint64, error) {
 	if o.sysv != nil {
-		return uint64(len(o.sysv.chain)), nil
+		return uint64(o.sysv.chain.len()), nil
 	}
 	if o.gnu == nil {
 		return 0, fmt.Errorf("DT_SYMTAB without DT_GNU_HASH or DT_HASH")
 	}
 	last := uint32(0)
-	for _, b := range o.gnu.buckets {
-		last = max(last, b)
+	for i := range o.gnu.buckets.len() {
+		last = max(last, o.gnu.buckets.at(i))
 	}
 	if last < o.gnu.symoffset {
 		return uint64(o.gnu.symoffset), nil
 	}
-	return uint64(o.gnu.symoffset) + uint64(len(o.gnu.chain)), nil
+	return uint64(o.gnu.symoffset) + uint64(o.gnu.chain.len()), nil
 }
 
 func (o *object) word(b []byte, i int) uint32 { return o.order.Uint32(b[4*i:]) }
@@ -381,7 +390,7 @@ func (o *object) readHashes(f *elfedit.File) error {
 		if err != nil {
 			return err
 		}
-		g := &gnuHash{symoffset: symoff, shift: shift, bloom: make([]uint64, nbloom), buckets: make([]uint32, nb)}
+		g := &gnuHash{symoffset: symoff, shift: shift, bloom: make([]uint64, nbloom)}
 		for i := range g.bloom {
 			if ws == 8 {
 				g.bloom[i] = o.order.Uint64(all[16+8*i:])
@@ -391,9 +400,9 @@ func (o *object) readHashes(f *elfedit.File) error {
 		}
 		bk := all[16+ws*uint64(nbloom):]
 		last := uint32(0)
-		for i := range g.buckets {
-			g.buckets[i] = o.word(bk, i)
-			last = max(last, g.buckets[i])
+		g.buckets = u32s{bk[:4*uint64(nb)], o.order}
+		for i := range g.buckets.len() {
+			last = max(last, g.buckets.at(i))
 		}
 		// The chains run to the end bit of the last bucket's chain: read
 		// up to it, a window at a time, never past the segment.
@@ -426,10 +435,7 @@ func (o *object) readHashes(f *elfedit.File) error {
 		if err != nil {
 			return err
 		}
-		g.chain = make([]uint32, n)
-		for i := range g.chain {
-			g.chain[i] = o.word(ch, i)
-		}
+		g.chain = u32s{ch, o.order}
 		o.gnu = g
 	}
 	if a, ok := f.DynValue(elf.DT_HASH); ok {
@@ -445,13 +451,7 @@ func (o *object) readHashes(f *elfedit.File) error {
 		if err != nil {
 			return err
 		}
-		s := &sysvHash{buckets: make([]uint32, nb), chain: make([]uint32, nc)}
-		for i := range s.buckets {
-			s.buckets[i] = o.word(all, 2+i)
-		}
-		for i := range s.chain {
-			s.chain[i] = o.word(all, 2+int(nb)+i)
-		}
+		s := &sysvHash{buckets: u32s{all[8 : 8+4*nb], o.order}, chain: u32s{all[8+4*nb:], o.order}}
 		o.sysv = s
 	}
 	return nil
