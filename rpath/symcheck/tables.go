@@ -328,9 +328,9 @@ func (o *object) buildRefs() {
 // symRef is a symbol relocations use and how.
 type symRef struct {
 	idx  uint32
-	kind refKind
 	end  uint32 // in buildRefs: where its name ends in the names
-	weak bool   // in buildRefs
+	kind refKind
+	weak bool // in buildRefs
 }
 
 // size is about how many bytes the object keeps, for the cache's budget.
@@ -612,6 +612,7 @@ func (o *object) readRelocs(f *elfedit.File) error {
 		if err != nil {
 			return err
 		}
+		all = slices.Grow(all, len(b)/es)
 		for i := 0; i+es <= len(b); i += es {
 			var s, typ uint32
 			if o.class == elf.ELFCLASS64 {
