@@ -27,7 +27,7 @@ func (o *object) candidates(q *query, try func(i int) bool) {
 		if o.class == elf.ELFCLASS64 {
 			c = 64
 		}
-		if len(g.buckets) == 0 {
+		if g.buckets.len() == 0 {
 			return
 		}
 		w := g.bloom[(q.gnu/c)&uint32(len(g.bloom)-1)]
@@ -35,12 +35,12 @@ func (o *object) candidates(q *query, try func(i int) bool) {
 		if w&mask != mask {
 			return
 		}
-		b := g.buckets[q.gnu%uint32(len(g.buckets))]
+		b := g.buckets.at(int(q.gnu % uint32(g.buckets.len())))
 		if b == 0 || b < g.symoffset {
 			return
 		}
-		for i := b; int(i) < n && int(i-g.symoffset) < len(g.chain); i++ {
-			h := g.chain[i-g.symoffset]
+		for i := b; int(i) < n && int(i-g.symoffset) < g.chain.len(); i++ {
+			h := g.chain.at(int(i - g.symoffset))
 			if (h^q.gnu)>>1 == 0 && try(int(i)) {
 				return
 			}
@@ -50,9 +50,9 @@ func (o *object) candidates(q *query, try func(i int) bool) {
 		}
 		return
 	}
-	if s := o.sysv; s != nil && len(s.buckets) > 0 {
+	if s := o.sysv; s != nil && s.buckets.len() > 0 {
 		seen := 0
-		for i := s.buckets[q.sysv%uint32(len(s.buckets))]; i != 0 && int(i) < n && int(i) < len(s.chain) && seen < n; i = s.chain[i] {
+		for i := s.buckets.at(int(q.sysv % uint32(s.buckets.len()))); i != 0 && int(i) < n && int(i) < s.chain.len() && seen < n; i = s.chain.at(int(i)) {
 			if try(int(i)) {
 				return
 			}

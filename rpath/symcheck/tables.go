@@ -1,6 +1,7 @@
 package symcheck
 
 import (
+	"bytes"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
@@ -31,8 +32,8 @@ type object struct {
 	needs    []verNeed
 	gnu      *gnuHash
 	sysv     *sysvHash
-	refs     map[uint32]refKind // symbol index → how relocations use it; nil once refList is built
-	refList  []ref              // the references binding looks up, in symbol order
+	refs     []symRef // the symbols relocations use, by index; nil once refList is built
+	refList  []ref    // the references binding looks up, in symbol order
 	bindNow  bool
 	symbolic bool
 
@@ -58,14 +59,23 @@ type gnuHash struct {
 	symoffset uint32
 	shift     uint32
 	bloom     []uint64
-	buckets   []uint32
-	chain     []uint32 // from symoffset
+	buckets   u32s
+	chain     u32s // from symoffset
 }
 
 type sysvHash struct {
-	buckets []uint32
-	chain   []uint32
+	buckets u32s
+	chain   u32s
 }
+
+// u32s is a table of 32-bit words as the file has them, read where used.
+type u32s struct {
+	b     []byte
+	order binary.ByteOrder
+}
+
+func (w u32s) len() int        { return len(w.b) / 4 }
+func (w u32s) at(i int) uint32 { return w.order.Uint32(w.b[4*i:]) }
 
 // refKind is how an object's relocations use a symbol.
 type refKind uint8
@@ -108,6 +118,18 @@ func (o *object) sym(i int) sym {
 		return sym{name: o.order.Uint32(b), info: b[4], other: b[5], shndx: o.order.Uint16(b[6:]), value: o.order.Uint64(b[8:])}
 	}
 	return sym{name: o.order.Uint32(b), value: uint64(o.order.Uint32(b[4:])), info: b[12], other: b[13], shndx: o.order.Uint16(b[14:])}
+}
+
+// strBytes is the string at off of the string table, as its bytes.
+func (o *object) strBytes(off uint32) []byte {
+	if uint64(off) >= uint64(len(o.strtab)) {
+		return nil
+	}
+	b := o.strtab[off:]
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		return b[:i]
+	}
+	return b
 }
 
 // verIndex is the symbol's .gnu.version entry (hidden bit included); 1
@@ -239,8 +261,8 @@ func (o *object) readBinding(f *elfedit.File) error {
 	}
 	// An executable that exports nothing has an empty .gnu.hash: the
 	// symbols its relocations use are the ones that matter.
-	for i := range o.refs {
-		n = max(n, uint64(i)+1)
+	if len(o.refs) > 0 {
+		n = max(n, uint64(o.refs[len(o.refs)-1].idx)+1)
 	}
 	if n > maxTable/uint64(o.symsz) {
 		return fmt.Errorf("DT_SYMTAB: %d symbols", n)
@@ -267,42 +289,58 @@ type ref struct {
 // buildRefs turns the relocations' symbols into lookups once, however many
 // closures the object is part of: references to local or hidden symbols,
 // and to symbols the object defines (bar a copy relocation's), need none.
+// The lookups share one allocation, and their names one string.
 func (o *object) buildRefs() {
-	idx := make([]uint32, 0, len(o.refs))
-	for i := range o.refs {
-		if int(i) < o.nsyms() {
-			idx = append(idx, i)
+	var names []byte
+	keep := o.refs[:0]
+	for _, r := range o.refs {
+		if int(r.idx) >= o.nsyms() {
+			break
 		}
-	}
-	slices.Sort(idx)
-	for _, i := range idx {
-		k := o.refs[i]
-		s := o.sym(int(i))
-		if s.bind() == elf.STB_LOCAL || (s.shndx != uint16(elf.SHN_UNDEF) && k&refCopy == 0) {
+		s := o.sym(int(r.idx))
+		if s.bind() == elf.STB_LOCAL || (s.shndx != uint16(elf.SHN_UNDEF) && r.kind&refCopy == 0) {
 			continue
 		}
 		if v := s.vis(); v == elf.STV_HIDDEN || v == elf.STV_INTERNAL {
 			continue
 		}
+		names = append(names, o.strBytes(s.name)...)
+		r.end, r.weak = uint32(len(names)), s.bind() == elf.STB_WEAK
+		keep = append(keep, r)
+	}
+	all := string(names)
+	qs := make([]query, len(keep))
+	o.refList = make([]ref, len(keep))
+	start := uint32(0)
+	for j, r := range keep {
 		var ver *version
-		if vi := o.verIndex(int(i)) & 0x7fff; vi >= 2 {
-			if v := o.versionAt(vi); v.hash != 0 {
-				ver = &v
-			}
+		if vi := o.verIndex(int(r.idx)) & 0x7fff; vi >= 2 && int(vi) < len(o.versions) && o.versions[vi].hash != 0 {
+			ver = &o.versions[vi]
 		}
-		o.refList = append(o.refList, ref{q: newQuery(o.str(s.name), ver, k&(refData|refCopy) == 0), weak: s.bind() == elf.STB_WEAK, kind: k})
+		name := all[start:r.end]
+		start = r.end
+		qs[j] = query{name: name, gnu: elfedit.GNUHash(name), sysv: elfedit.SysVHash(name), ver: ver, plt: r.kind&(refData|refCopy) == 0}
+		o.refList[j] = ref{q: &qs[j], weak: r.weak, kind: r.kind}
 	}
 	o.refs = nil
+}
+
+// symRef is a symbol relocations use and how.
+type symRef struct {
+	idx  uint32
+	end  uint32 // in buildRefs: where its name ends in the names
+	kind refKind
+	weak bool // in buildRefs
 }
 
 // size is about how many bytes the object keeps, for the cache's budget.
 func (o *object) size() int {
 	n := len(o.symbols) + len(o.strtab) + len(o.versym) + 64*len(o.refList) + 48*(len(o.versions)+len(o.verdefs))
 	if o.gnu != nil {
-		n += 8*len(o.gnu.bloom) + 4*(len(o.gnu.buckets)+len(o.gnu.chain))
+		n += 8*len(o.gnu.bloom) + len(o.gnu.buckets.b) + len(o.gnu.chain.b)
 	}
 	if o.sysv != nil {
-		n += 4 * (len(o.sysv.buckets) + len(o.sysv.chain))
+		n += len(o.sysv.buckets.b) + len(o.sysv.chain.b)
 	}
 	return n + 256
 }
@@ -312,19 +350,19 @@ func (o *object) size() int {
 // none other).
 func (o *object) countSymbols() (uint64, error) {
 	if o.sysv != nil {
-		return uint64(len(o.sysv.chain)), nil
+		return uint64(o.sysv.chain.len()), nil
 	}
 	if o.gnu == nil {
 		return 0, fmt.Errorf("DT_SYMTAB without DT_GNU_HASH or DT_HASH")
 	}
 	last := uint32(0)
-	for _, b := range o.gnu.buckets {
-		last = max(last, b)
+	for i := range o.gnu.buckets.len() {
+		last = max(last, o.gnu.buckets.at(i))
 	}
 	if last < o.gnu.symoffset {
 		return uint64(o.gnu.symoffset), nil
 	}
-	return uint64(o.gnu.symoffset) + uint64(len(o.gnu.chain)), nil
+	return uint64(o.gnu.symoffset) + uint64(o.gnu.chain.len()), nil
 }
 
 func (o *object) word(b []byte, i int) uint32 { return o.order.Uint32(b[4*i:]) }
@@ -352,7 +390,7 @@ func (o *object) readHashes(f *elfedit.File) error {
 		if err != nil {
 			return err
 		}
-		g := &gnuHash{symoffset: symoff, shift: shift, bloom: make([]uint64, nbloom), buckets: make([]uint32, nb)}
+		g := &gnuHash{symoffset: symoff, shift: shift, bloom: make([]uint64, nbloom)}
 		for i := range g.bloom {
 			if ws == 8 {
 				g.bloom[i] = o.order.Uint64(all[16+8*i:])
@@ -362,9 +400,9 @@ func (o *object) readHashes(f *elfedit.File) error {
 		}
 		bk := all[16+ws*uint64(nbloom):]
 		last := uint32(0)
-		for i := range g.buckets {
-			g.buckets[i] = o.word(bk, i)
-			last = max(last, g.buckets[i])
+		g.buckets = u32s{bk[:4*uint64(nb)], o.order}
+		for i := range g.buckets.len() {
+			last = max(last, g.buckets.at(i))
 		}
 		// The chains run to the end bit of the last bucket's chain: read
 		// up to it, a window at a time, never past the segment.
@@ -397,10 +435,7 @@ func (o *object) readHashes(f *elfedit.File) error {
 		if err != nil {
 			return err
 		}
-		g.chain = make([]uint32, n)
-		for i := range g.chain {
-			g.chain[i] = o.word(ch, i)
-		}
+		g.chain = u32s{ch, o.order}
 		o.gnu = g
 	}
 	if a, ok := f.DynValue(elf.DT_HASH); ok {
@@ -416,13 +451,7 @@ func (o *object) readHashes(f *elfedit.File) error {
 		if err != nil {
 			return err
 		}
-		s := &sysvHash{buckets: make([]uint32, nb), chain: make([]uint32, nc)}
-		for i := range s.buckets {
-			s.buckets[i] = o.word(all, 2+i)
-		}
-		for i := range s.chain {
-			s.chain[i] = o.word(all, 2+int(nb)+i)
-		}
+		s := &sysvHash{buckets: u32s{all[8 : 8+4*nb], o.order}, chain: u32s{all[8+4*nb:], o.order}}
 		o.sysv = s
 	}
 	return nil
@@ -544,7 +573,7 @@ const (
 
 // readRelocs classifies the symbols the relocations refer to.
 func (o *object) readRelocs(f *elfedit.File) error {
-	o.refs = map[uint32]refKind{}
+	var all []uint64 // symbol index << 8 | kind
 	copyT, slotT := relocTypes(o.mach)
 	pltRela := true
 	if v, ok := f.DynValue(elf.DT_PLTREL); ok {
@@ -583,6 +612,7 @@ func (o *object) readRelocs(f *elfedit.File) error {
 		if err != nil {
 			return err
 		}
+		all = slices.Grow(all, len(b)/es)
 		for i := 0; i+es <= len(b); i += es {
 			var s, typ uint32
 			if o.class == elf.ELFCLASS64 {
@@ -602,8 +632,20 @@ func (o *object) readRelocs(f *elfedit.File) error {
 			case t.plt && (typ == slotT || slotT == 0):
 				k = refFunc
 			}
-			o.refs[s] |= k
+			all = append(all, uint64(s)<<8|uint64(k))
 		}
+	}
+	// One entry a symbol, in index order, with every use its relocations
+	// make.
+	slices.Sort(all)
+	o.refs = make([]symRef, 0, len(all))
+	for _, v := range all {
+		i, k := uint32(v>>8), refKind(v)
+		if n := len(o.refs); n > 0 && o.refs[n-1].idx == i {
+			o.refs[n-1].kind |= k
+			continue
+		}
+		o.refs = append(o.refs, symRef{idx: i, kind: k})
 	}
 	return nil
 }
