@@ -268,7 +268,7 @@ func TestLoaderAgreesOnUsr(t *testing.T) {
 	tmp := t.TempDir()
 	for _, c := range [][2]string{{"/usr/bin/.", "bin"}, {"/usr/lib/x86_64-linux-gnu/.", "lib"}} {
 		require.NoError(t, os.MkdirAll(filepath.Join(tmp, c[1]), 0o755))
-		out, err := exec.Command("cp", "-a", c[0], filepath.Join(tmp, c[1])).CombinedOutput()
+		out, err := exec.Command("cp", "-a", "--no-preserve=links", c[0], filepath.Join(tmp, c[1])).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 	}
 	rep, err := patch.Run(t.Context(), []string{filepath.Join(tmp, "bin"), filepath.Join(tmp, "lib")},
