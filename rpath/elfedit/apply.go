@@ -503,18 +503,13 @@ func (g *guarded) WriteAt(b []byte, off int64) (int, error) {
 		}
 		n, b, off = m, b[m:], g.size
 	}
-	tail := b
-	if off > g.size {
-		tail = make([]byte, off-g.size+int64(len(b)))
-		copy(tail[off-g.size:], b)
-	}
 	if err := g.beforeStep(); err != nil {
 		return n, err
 	}
 	if g.hook != nil {
 		g.hook("append")
 	}
-	m, err := g.fdFile.appendAll(tail)
+	m, err := g.fdFile.appendAll(off-g.size, b)
 	want := g.size + int64(m)
 	g.size = want // a partial write's bytes are ours: the rollback cuts them
 	if err != nil {

@@ -349,10 +349,11 @@ func (f *fdFile) WriteAt(b []byte, off int64) (int, error) {
 	return f.writeFull(b, func(p []byte, done int) (int, error) { return syscall.Pwrite(f.fd, p, off+int64(done)) })
 }
 
-// appendAll writes b at the end of the file, with O_APPEND set for the
-// write: the kernel places it at the end the file has then.
-// It returns how many bytes it wrote, all of them unless it fails.
-func (f *fdFile) appendAll(b []byte) (int, error) {
+// appendAll appends gap zero bytes, then b, through O_APPEND (at the end
+// of the file whatever the offset); the zeros are written from a fixed
+// buffer, so a region placed hundreds of MiB past the end needs no buffer
+// of its size. It returns how many bytes it appended.
+func (f *fdFile) appendAll(gap int64, b []byte) (int, error) {
 	if f.closed {
 		return 0, &os.PathError{Op: "write", Path: f.name, Err: os.ErrClosed}
 	}
@@ -363,7 +364,24 @@ func (f *fdFile) appendAll(b []byte) (int, error) {
 	if err != nil {
 		return 0, &os.PathError{Op: "fcntl", Path: f.name, Err: err}
 	}
-	n, err := f.writeAll(b)
+	n := 0
+	if gap > 0 && gap+int64(len(b)) <= oneWrite {
+		// One write, as without a gap: a kill leaves a partial append, never
+		// the gap alone.
+		tail := make([]byte, gap+int64(len(b)))
+		copy(tail[gap:], b)
+		b, gap = tail, 0
+	}
+	for err == nil && gap > 0 {
+		var m int
+		m, err = f.writeAll(zeroBlock[:min(gap, int64(len(zeroBlock)))])
+		n, gap = n+m, gap-int64(m)
+	}
+	if err == nil {
+		var m int
+		m, err = f.writeAll(b)
+		n += m
+	}
 	// A descriptor left in append mode would append every later pwrite
 	// (Linux ignores the offset then): that is an error too.
 	if _, ferr := fcntl(f.fd, syscall.F_SETFL, flags); ferr != nil && err == nil {
@@ -371,6 +389,12 @@ func (f *fdFile) appendAll(b []byte) (int, error) {
 	}
 	return n, err
 }
+
+// oneWrite bounds the gap and bytes appendAll writes in one write(2).
+const oneWrite = 1 << 20
+
+// zeroBlock is what appendAll writes a longer gap from; never written to.
+var zeroBlock [64 << 10]byte
 
 // writeAll is write(2) of all of b at the descriptor's offset.
 func (f *fdFile) writeAll(b []byte) (int, error) {
