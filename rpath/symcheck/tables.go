@@ -492,7 +492,9 @@ func (o *object) readVersions(f *elfedit.File) error {
 					}
 					ao += uint64(anext)
 				}
-				o.needs = append(o.needs, n)
+				if len(n.vers) > 0 { // a record naming no version asks nothing
+					o.needs = append(o.needs, n)
+				}
 				if next == 0 {
 					break
 				}
