@@ -77,7 +77,7 @@ usr_env() { echo "CUDAPATCH_BENCH=usr"; }
 run() { # TREE MODE RUN
 	local t=$1 mode=$2 r=$3 src a=()
 	src=$("${t}_src")
-	rm -rf "$TREE" && cp -a --sparse=always "$src" "$TREE" && sync
+	rm -rf "$TREE" && mkdir -p "$TREE" && cp -a --sparse=always "$src/." "$TREE/" && sync
 	mapfile -t a < <("${t}_args")
 	local rc=0
 	(cd "$TREE" && env "$("${t}_env")" /usr/bin/time -f '%e %U %S %M' -o "$W/time" \
