@@ -535,14 +535,16 @@ fi
 expect_log "$dir/build.log" 'invalid value "bogus" for --dlopen'
 
 # --- 16: the symbol check: vapp needs VER_2 of libver.so, which the build
-# input's older libver.so lacks: the build fails with the finding and
-# nothing is written; cudaPatchelfIgnoreSymbols ignores it by pattern,
+# input's older libver.so lacks: with cudaPatchelfSymbols=error the build
+# fails with the finding and nothing is written (unset, the check is off
+# and the build succeeds); cudaPatchelfIgnoreSymbols ignores it by pattern,
 # cudaPatchelfSymbols=warn reports it without failing, a bad value fails.
 oldver=$SAMPLE/deps/oldver
 verInstall='mkdir -p "$out" "$debug"
 cp -r "$SAMPLE/prebuilt-ver/." "$out"'
 build symbols-missing-version \
-	nativeBuildInputs="$hook_nocompat" buildInputs="$oldver" installPhase="$verInstall"
+	nativeBuildInputs="$hook_nocompat" buildInputs="$oldver" installPhase="$verInstall" \
+	cudaPatchelfSymbols=error
 if ((status == 0)) || [[ -e $dir/done ]]; then
 	fail "symbols-missing-version: the build succeeded"
 fi
@@ -551,11 +553,17 @@ expect_log "$dir/build.log" "cudapatch failed (exit status 1)"
 expect_interp "$out/bin/vapp" /nonexistent/ld.so
 build symbols-ignored \
 	nativeBuildInputs="$hook_nocompat" buildInputs="$oldver" installPhase="$verInstall" \
-	cudaPatchelfIgnoreSymbols='*@VER_2 unrelated'
+	cudaPatchelfSymbols=error cudaPatchelfIgnoreSymbols='*@VER_2 unrelated'
 if expect_success; then
 	expect_interp "$out/bin/vapp" "$loader"
 	expect_no_log "$dir/build.log" "error:"
 	expect_log "$dir/build.log" "cudapatch: symbols: 2 ignored by pattern"
+fi
+build symbols-default \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$oldver" installPhase="$verInstall"
+if expect_success; then
+	expect_interp "$out/bin/vapp" "$loader"
+	expect_no_log "$dir/build.log" "fails-at-load"
 fi
 build symbols-warn \
 	nativeBuildInputs="$hook_nocompat" buildInputs="$oldver" installPhase="$verInstall" \

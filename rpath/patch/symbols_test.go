@@ -45,6 +45,7 @@ func symbolTree(t *testing.T, build, run cfix.Spec, main string) (root, prog str
 
 func symbolOptions(root string, opts ...patch.Option) []patch.Option {
 	return append([]patch.Option{
+		patch.WithSymbols(patch.SymbolsError),
 		patch.WithSearch(filepath.Join(root, "deps/lib")),
 		patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir),
 		patch.WithDriverLinkFor(policy.DriverLinkNone),
@@ -188,7 +189,7 @@ func TestSymbolCheckDriverStub(t *testing.T) {
 	cfix.Place(t, cfix.Spec{Exe: true, Libc: true, Source: main, Link: []string{cfix.Build(t, stubBuild)}}, prog)
 	stubs := filepath.Join(root, "cuda_cudart-stubs/lib/stubs")
 	cfix.Place(t, stubRun, filepath.Join(stubs, "libcuda.so"))
-	base := []patch.Option{patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir), patch.WithDryRun(true)}
+	base := []patch.Option{patch.WithSymbols(patch.SymbolsError), patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir), patch.WithDryRun(true)}
 
 	rep, err := patch.Run(context.Background(), []string{filepath.Join(root, "out")}, base...)
 	require.NoError(t, err)
