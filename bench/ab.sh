@@ -16,6 +16,8 @@
 # GPU machine too: carry the binaries). Recorded runs: bench/AB.md.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=bench/corpus-args.sh
+. "$HERE/corpus-args.sh"
 A=$(readlink -f "${1:?usage: ab.sh A B [RUNS] [WORKDIR]}")
 B=$(readlink -f "${2:?usage: ab.sh A B [RUNS] [WORKDIR]}")
 RUNS=${3:-5}
@@ -40,18 +42,7 @@ python3 "$HERE/mktree.py" "$W/small-tree" >/dev/null && mv "$W/small-tree/store"
 args() {
 	local d
 	case $1 in
-	corpus)
-		for d in "$W/copy"/*; do
-			case $d in
-			*-gcc-*-lib) printf '%s\n' --search "$d/lib" ;;
-			*-stubs) printf '%s\n' --search "$d/lib/stubs" ;;
-			esac
-		done
-		printf '%s\n' --ignore-missing libcuda.so.1
-		for d in "$W/copy"/*; do
-			case $d in *-gcc-*-lib | *-stubs | *-nvidia-x11-*) ;; *) echo "$d" ;; esac
-		done
-		;;
+	corpus) cuda_corpus_args "$W/copy" ;;
 	small) printf '%s\n' --ignore-missing '*' "$W/copy"/* ;;
 	esac
 }

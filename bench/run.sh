@@ -21,6 +21,8 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(dirname "$HERE")
+# shellcheck source=bench/corpus-args.sh
+. "$HERE/corpus-args.sh"
 W=${CPBENCH_DIR:-/tmp/cpbench}
 CORPUS=${CPCORPUS:-/tmp/cpcorpus}
 PATCHELF=${PATCHELF:-/usr/bin/patchelf}
@@ -170,19 +172,7 @@ compare_tree() { # RUNS: alternate, check both tools' results once
 
 # ---- 1. the CUDA corpus ------------------------------------------------
 CASE=corpus SRC=$CORPUS/pristine/store
-args() {
-  local d
-  for d in "$TREE"/*; do
-    case $d in
-      *-gcc-*-lib) echo --search; echo "$d/lib" ;;
-      *-stubs) echo --search; echo "$d/lib/stubs" ;;
-    esac
-  done
-  echo --ignore-missing; echo 'libcuda.so.1'
-  for d in "$TREE"/*; do
-    case $d in *-gcc-*-lib | *-stubs | *-nvidia-x11-*) ;; *) echo "$d" ;; esac
-  done
-}
+args() { cuda_corpus_args "$TREE"; }
 make_plan
 compare_tree "$RUNS_TREE"
 

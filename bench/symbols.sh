@@ -19,6 +19,8 @@
 # python3 and GNU time (/usr/bin/time).
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/corpus-args.sh
+. "$REPO/bench/corpus-args.sh"
 W=${SYMBENCH_DIR:-/tmp/cpsymbols}
 CORPUS=${CPCORPUS:-/tmp/cpcorpus}
 RUNS=${RUNS:-3}
@@ -37,19 +39,7 @@ printf 'commit %s, %s, %s cores, load %s\n' "$(git -C "$REPO" rev-parse --short 
 # Each tree: SRC (a pristine directory copied to $TREE before every run),
 # args (cudapatch's arguments, one a line) and env (NIX_BINTOOLS or none).
 corpus_src() { echo "$CORPUS/pristine/store"; }
-corpus_args() {
-	local d
-	for d in "$TREE"/*; do
-		case $d in
-		*-gcc-*-lib) printf '%s\n' --search "$d/lib" ;;
-		*-stubs) printf '%s\n' --search "$d/lib/stubs" ;;
-		esac
-	done
-	printf '%s\n' --ignore-missing libcuda.so.1
-	for d in "$TREE"/*; do
-		case $d in *-gcc-*-lib | *-stubs | *-nvidia-x11-*) ;; *) echo "$d" ;; esac
-	done
-}
+corpus_args() { cuda_corpus_args "$TREE"; }
 corpus_env() { echo "NIX_BINTOOLS=$BT"; }
 small_src() {
 	if [ ! -d "$W/small/store" ]; then

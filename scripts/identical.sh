@@ -22,6 +22,8 @@ OLD=${1:?usage: identical.sh OLD NEW [WORKDIR]}
 NEW=${2:?usage: identical.sh OLD NEW [WORKDIR]}
 W=${3:-/tmp/cudapatch-identical}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/corpus-args.sh
+. "$REPO/bench/corpus-args.sh"
 USERLAND=${USERLAND:-/srv/fresh-pristine/usr}
 CORPUS=${CPCORPUS:-/tmp/cpcorpus}
 MULTI=$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
@@ -90,21 +92,9 @@ else
 fi
 
 if [ -d "$CORPUS/pristine/store" ]; then
+	corpus_tree_args() { cuda_corpus_args "$W/tree"; }
 	corpus_setup() { cp -a --no-preserve=links "$CORPUS/pristine/store/." "$W/tree/"; }
-	corpus_args() {
-		local d
-		for d in "$W/tree"/*; do
-			case $d in
-			*-gcc-*-lib) printf '%s\n' --search "$d/lib" ;;
-			*-stubs) printf '%s\n' --search "$d/lib/stubs" ;;
-			esac
-		done
-		printf '%s\n' --ignore-missing libcuda.so.1
-		for d in "$W/tree"/*; do
-			case $d in *-gcc-*-lib | *-stubs | *-nvidia-x11-*) ;; *) echo "$d" ;; esac
-		done
-	}
-	compare corpus corpus_setup corpus_args
+	compare corpus corpus_setup corpus_tree_args
 else
 	log "corpus: $CORPUS/pristine/store absent, skipped"
 fi
