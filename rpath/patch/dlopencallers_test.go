@@ -46,17 +46,25 @@ int main(void) {
 `
 )
 
-// callerTree lays out pkg/{bin/app, lib/libuser.so, lib/libloader.so}
-// and the plugin in a store path of its own.
+// loaderTree lays out pkg/lib/libloader.so and the plugin in a store
+// path of its own, and returns the two libraries built, to link against.
+func loaderTree(t *testing.T) (tr *tree, loader, plugin string) {
+	t.Helper()
+	tr = newTree(t)
+	loader = cfix.Build(t, cfix.Spec{Soname: "libloader.so", Libc: true, Source: srcLoader})
+	plugin = cfix.Build(t, cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
+	cfix.Copy(t, loader, tr.p("pkg/lib/libloader.so"))
+	cfix.Copy(t, plugin, tr.p("store/aaa-plugin/lib/libplugin.so.1"))
+	return tr, loader, plugin
+}
+
+// callerTree is loaderTree with pkg/{bin/app, lib/libuser.so}.
 func callerTree(t *testing.T) *tree {
 	t.Helper()
-	tr := newTree(t)
-	loader := cfix.Build(t, cfix.Spec{Soname: "libloader.so", Libc: true, Source: srcLoader})
+	tr, loader, _ := loaderTree(t)
 	user := cfix.Build(t, cfix.Spec{Soname: "libuser.so", Libc: true, Source: srcUser, Link: []string{loader}})
-	cfix.Copy(t, loader, tr.p("pkg/lib/libloader.so"))
 	cfix.Copy(t, user, tr.p("pkg/lib/libuser.so"))
 	tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcUserApp, Link: []string{user, loader}})
-	tr.place("store/aaa-plugin/lib/libplugin.so.1", cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
 	return tr
 }
 
@@ -314,12 +322,9 @@ func TestDlopenCallerSameOutput(t *testing.T) {
 		{policy.DlopenReport, "", fail},
 	} {
 		t.Run(string(c.mode), func(t *testing.T) {
-			tr := newTree(t)
-			loader := cfix.Build(t, cfix.Spec{Soname: "libloader.so", Libc: true, Source: srcLoader})
-			cfix.Copy(t, loader, tr.p("pkg/lib/libloader.so"))
+			tr, loader, _ := loaderTree(t)
 			tr.place("pkg/lib/libholder.so", cfix.Spec{Soname: "libholder.so", Libc: true, Source: srcHolder})
 			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcHolderApp, Link: []string{loader}})
-			tr.place("store/aaa-plugin/lib/libplugin.so.1", cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
 			tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, c.mode)...)
 			require.Equal(t, tr.x(c.loaderRunpath), tr.runpathOf("pkg/lib/libloader.so"))
 			require.Empty(t, tr.runpathOf("pkg/lib/libholder.so"), "libholder cannot call dlopen and needs nothing but libc")
@@ -362,11 +367,7 @@ func TestDlopenCallerOutputNeeded(t *testing.T) {
 		{policy.DlopenReport, "", "libplugin.so.1: cannot open shared object file: No such file or directory"},
 	} {
 		t.Run(string(c.mode), func(t *testing.T) {
-			tr := newTree(t)
-			loader := cfix.Build(t, cfix.Spec{Soname: "libloader.so", Libc: true, Source: srcLoader})
-			plugin := cfix.Build(t, cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
-			cfix.Copy(t, plugin, tr.p("store/aaa-plugin/lib/libplugin.so.1"))
-			cfix.Copy(t, loader, tr.p("pkg/lib/libloader.so"))
+			tr, loader, plugin := loaderTree(t)
 			tr.place("pkg/lib/libwrap.so", cfix.Spec{Soname: "libwrap.so", Source: "int wrap(void) { return 0; }\n", Link: []string{plugin}})
 			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcBuiltApp, Link: []string{loader}})
 			rep := tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, c.mode)...)
