@@ -43,7 +43,14 @@ type Claim struct {
 // changed since f read it. f must have been opened from a path
 // (Buffers.Open, OpenForEdit or OpenIn).
 func (f *File) Claim() (*Claim, error) {
-	c, ok := f.r.(*readCache)
+	r := f.r
+	if o, ok := r.(*overlay); ok {
+		// Read as the journal of an edit leaves it (NewFile): still the
+		// file opened, whose lock says whether that edit is another
+		// process's at work or one a killed process left.
+		r = o.base
+	}
+	c, ok := r.(*readCache)
 	var rf *fdFile
 	if ok {
 		rf, ok = c.f.(*fdFile)

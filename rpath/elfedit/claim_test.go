@@ -125,3 +125,38 @@ func TestClaimLocks(t *testing.T) {
 	_, err = elfedit.EditFile(c.Exe, elfedit.Edit{SetPath: str("/nix/store/y/lib")}, elfedit.Options{})
 	require.NoError(t, err)
 }
+
+// TestClaimJournaled: a file that ends in the journal of an unfinished
+// edit (read as that edit leaves it) is claimed like any other: taken when
+// no process holds its lock (an edit a killed process left), refused with
+// ErrLocked while one does (an edit at work in another process, which two
+// runs at once meet).
+func TestClaimJournaled(t *testing.T) {
+	// The first case whose plan journals: its first write appends it.
+	var path string
+	for _, c := range crashCases() {
+		_, pth, prepared, p, _, _, _ := crashSetup(t, c)
+		require.NoError(t, os.WriteFile(pth, prepared, 0o755))
+		w, err := os.OpenFile(pth, os.O_RDWR, 0)
+		require.NoError(t, err)
+		require.NoError(t, elfedit.ApplyPrefix(p, w, 1))
+		require.NoError(t, w.Close())
+		if fileSize(t, pth) > max(p.OldSize, p.NewSize) {
+			path = pth
+			break
+		}
+	}
+	require.NotEmpty(t, path, "no crash case journals its edit")
+
+	f, err := elfedit.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	cl, err := f.Claim()
+	require.NoError(t, err)
+	g, err := elfedit.Open(path)
+	require.NoError(t, err)
+	defer g.Close()
+	_, err = g.Claim()
+	require.ErrorIs(t, err, elfedit.ErrLocked)
+	cl.Release()
+}
