@@ -11,6 +11,11 @@ func (f *File) DynValue(tag elf.DynTag) (uint64, bool) { return f.dynVal(tag) }
 // Like the rest of the table, it is not for use after Close.
 func (f *File) DynString(off uint64) (string, bool) { return cstring(f.strtab, off) }
 
+// DynStrTab returns DT_STRTAB's DT_STRSZ bytes as read with the dynamic
+// section (nil when there is none). Like the rest of the table, it is not
+// for use after Close.
+func (f *File) DynStrTab() []byte { return f.strtab }
+
 // MappedSize returns how many bytes of file image follow virtual address
 // addr in the PT_LOAD that holds it (and the ones that continue it in memory
 // and in the file): the most a table whose size the dynamic section does not
@@ -48,4 +53,41 @@ func (f *File) ReadMapped(addr, n uint64, what string) ([]byte, error) {
 		return nil, formatErr(0, "%s: address 0x%x (size 0x%x) maps to no PT_LOAD", what, addr, n)
 	}
 	return readAt(f.r, f.size, off, n, what)
+}
+
+// CheckMapped reports the error ReadMapped would for the range, without
+// reading it: for a reader that reads a table an entry at a time.
+func (f *File) CheckMapped(addr, n uint64, what string) error {
+	off, ok := f.vaddrToOff(addr, n)
+	if !ok {
+		return formatErr(0, "%s: address 0x%x (size 0x%x) maps to no PT_LOAD", what, addr, n)
+	}
+	return inFile(f.size, off, n, what)
+}
+
+// ReadMappedInto is ReadMapped into buf's storage when its capacity holds n
+// bytes (a new slice otherwise), read past the file's read cache: for a
+// reader of many files' tables that keeps what it derives from them, not
+// the tables, and reads each once. The bytes are not among those a plan's
+// fingerprint covers (an edit does not depend on them).
+func (f *File) ReadMappedInto(buf []byte, addr, n uint64, what string) ([]byte, error) {
+	off, ok := f.vaddrToOff(addr, n)
+	if !ok {
+		return nil, formatErr(0, "%s: address 0x%x (size 0x%x) maps to no PT_LOAD", what, addr, n)
+	}
+	if err := inFile(f.size, off, n, what); err != nil {
+		return nil, err
+	}
+	if uint64(cap(buf)) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	r := f.r
+	if c, ok := r.(*readCache); ok {
+		r = c.f
+	}
+	if err := readInto(r, buf, off, what); err != nil {
+		return nil, err
+	}
+	return buf, nil
 }

@@ -93,6 +93,7 @@ type File struct {
 	interpProg int // index of PT_INTERP in Progs, -1 if none
 	dynLen     int // number of entries before the first DT_NULL
 	strtab     []byte
+	noStrings  bool   // strtab is not read (OpenDynamic)
 	strOff     uint64 // file offset of DT_STRTAB
 	strAddr    uint64 // DT_STRTAB
 	region     *regionInfo
@@ -784,6 +785,10 @@ func (f *File) readDynamic() error {
 	off, ok := f.vaddrToOff(strtab, strsz)
 	if !ok {
 		return formatErr(int64(p.Off), "DT_STRTAB 0x%x (size 0x%x) maps to no PT_LOAD", strtab, strsz)
+	}
+	if f.noStrings {
+		f.strOff, f.strAddr = off, strtab
+		return nil
 	}
 	switch r := f.r.(type) {
 	case *overlay:

@@ -56,6 +56,9 @@ type Config struct {
 	// found, across Resolve calls: for many calls over a tree that does
 	// not change meanwhile (the symbol check of every file of a tree).
 	Identities *IdentityCache `json:"-"`
+	// Untraced leaves Need.Tried empty: for a caller that needs where each
+	// name was found, not how (half of what a resolution allocates).
+	Untraced bool `json:"-"`
 }
 
 // IdentityCache is Config.Identities. It is safe for concurrent use.

@@ -246,6 +246,16 @@ func TestResolveRules(t *testing.T) {
 				assert.Empty(t, n.Error)
 			}
 			assert.Equal(t, tt.want, g)
+			// Untraced: the same resolution, no attempts recorded.
+			cfg.Untraced = true
+			tr, err = ldso.Resolve(cfg, files.read, exe)
+			require.NoError(t, err)
+			g = nil
+			for _, n := range tr.Needs {
+				g = append(g, got{n.Name, n.Path, n.Step, n.RPathOwner})
+				assert.Empty(t, n.Tried)
+			}
+			assert.Equal(t, tt.want, g)
 		})
 	}
 }

@@ -361,7 +361,7 @@ func (r *resolver) search(loader *loaded, n *Need) *candidate {
 		}
 		if excluded {
 			a.Result = ResultNoDefLib
-			n.Tried = append(n.Tried, a)
+			r.trace(n, a)
 		} else if c := r.try(n, a); c != nil || n.Error != "" {
 			return c
 		}
@@ -399,7 +399,7 @@ func (r *resolver) openPathAs(n *Need, step Step, owner, elem string, dirs []str
 
 // try is open_verify on one candidate; it records the attempt.
 func (r *resolver) try(n *Need, a Attempt) *candidate {
-	defer func() { n.Tried = append(n.Tried, a) }()
+	defer func() { r.trace(n, a) }()
 	hp, err := r.fs.host(a.Path)
 	var obj *Object
 	if err == nil {
@@ -427,6 +427,13 @@ func (r *resolver) try(n *Need, a Attempt) *candidate {
 	a.Result = ResultFound
 	n.Step = a.Step
 	return &candidate{path: a.Path, obj: obj}
+}
+
+// trace records an attempt in n.Tried, unless the resolution is untraced.
+func (r *resolver) trace(n *Need, a Attempt) {
+	if !r.cfg.Untraced {
+		n.Tried = append(n.Tried, a)
+	}
 }
 
 // rpathOf returns l's expanded DT_RPATH; an object with DT_RUNPATH has none.

@@ -47,6 +47,7 @@ type config struct {
 	bufs            *elfedit.Buffers // lent to every file read, by every job
 	share           *share           // one read of a library for its probe and its decide
 	libcHas         *sync.Map        // name → whether the libc directory has it
+	sym             *symbolCheck     // the symbol check; nil when off
 	// open opens a file Run reads, to be planned (edit) or only read:
 	// through bufs, or in tests through a counter of the opens.
 	open func(path string, edit bool) (*elfedit.File, error)

@@ -135,6 +135,7 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 	c.share = newShare(files, c.jobs)
 	defer c.share.close()
 	c.big = newBigGate(c.bigTable)
+	c.sym = c.newSymbolCheck()
 	ix, err := c.newIndex(ctx, c, roots, below)
 	if err != nil {
 		return nil, err

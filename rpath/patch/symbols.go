@@ -146,20 +146,29 @@ func (c *config) symbolsMode() SymbolsMode {
 // error (in a dry run too: the closure is the one decided, not the one on
 // disk) and returns the error for the load-fatal findings.
 func (c *config) checkSymbols(ctx context.Context, rep *Report) error {
-	if c.symbolsMode() == SymbolsOff {
+	sc := c.sym
+	if sc == nil {
 		return nil
 	}
-	sc := c.newSymbolCheck(rep)
+	sc.decide(rep)
 	var todo []*File
 	for _, f := range rep.Files {
 		if f.Skipped == "" && len(f.Errors) == 0 && (f.Kind == elfedit.KindExecutable || f.Kind == elfedit.KindLibrary) {
 			todo = append(todo, f)
 		}
 	}
-	err := parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i]) })
+	// Every output's references are read before any closure is bound:
+	// the names they use are then known when a file's definitions are
+	// summarized (symcheck.Checker.Read). An error is the check's of each
+	// closure that holds the file.
+	err := parallel(ctx, c.jobs, len(todo), func(i int) { _ = sc.chk.Read(todo[i].Path) })
+	if err == nil {
+		err = parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i]) })
+	}
 	for _, f := range rep.Files {
 		f.loaded = nil // not needed past the check
 	}
+	c.sym = nil // nor is what the check read, during the write
 	if err != nil {
 		return err
 	}
@@ -199,7 +208,11 @@ type cfgResult struct {
 	err error
 }
 
-func (c *config) newSymbolCheck(rep *Report) *symbolCheck {
+// newSymbolCheck makes the run's symbol check, nil when it is off.
+func (c *config) newSymbolCheck() *symbolCheck {
+	if c.symbolsMode() == SymbolsOff {
+		return nil
+	}
 	sc := &symbolCheck{c: c, cfgs: map[[2]int]cfgResult{}, decided: map[string]*File{}, ids: &ldso.IdentityCache{}}
 	sc.stubs = c.stubDirs()
 	sc.chk = symcheck.New(symcheck.Options{
@@ -208,11 +221,16 @@ func (c *config) newSymbolCheck(rep *Report) *symbolCheck {
 		OnlyProblems: true,
 		Open:         c.bufs.Open,
 		Binding:      true,
-		// Under the CLI's heap limit a smaller cache costs less: re-reading
-		// a library's tables is cheaper than the collections a larger one
-		// brings (bench/SYMBOLS.md).
-		CacheBytes: 4 << 20,
+		// What the check keeps of a file is a few percent of its tables
+		// (symcheck's summaries): the budget only bounds a tree far
+		// larger than the outputs of one build.
+		CacheBytes: 32 << 20,
 	})
+	return sc
+}
+
+// decide makes the loader simulation's view of the files as decided.
+func (sc *symbolCheck) decide(rep *Report) {
 	// A file is found by the loader simulation under the path the search
 	// names, which may resolve links the walk did not: the decided files
 	// are also keyed below their roots with links resolved.
@@ -255,14 +273,13 @@ func (c *config) newSymbolCheck(rep *Report) *symbolCheck {
 		}
 		return asDecided(o, f), nil
 	}
-	return sc
 }
 
 // loadedObject is what the symbol check's loader simulation reads of f,
 // kept from decide so that the check does not open the outputs again for
 // it; nil when the check is off.
 func (c *config) loadedObject(f *elfedit.File) *ldso.Object {
-	if c.symbolsMode() == SymbolsOff {
+	if c.sym == nil {
 		return nil
 	}
 	return ldso.ObjectOf(f)
@@ -386,6 +403,7 @@ func (sc *symbolCheck) loaderConfig(class elf.Class, m elf.Machine) (ldso.Config
 	cfg, err := ldso.DefaultConfig("", class, m)
 	cfg.WorkDir = "/"
 	cfg.Identities = sc.ids
+	cfg.Untraced = true
 	c := sc.c
 	libc := filepath.Clean(c.libcDir)
 	switch {
@@ -410,35 +428,31 @@ func (sc *symbolCheck) checkSafe(f *File) {
 				Message: fmt.Sprintf("symbols not checked: internal error (please report): %v", r)})
 		}
 	}()
-	sc.check(f)
+	cfg, err := sc.loaderConfig(f.class, f.machine)
+	var tree *ldso.Tree
+	if err == nil {
+		tree, err = ldso.Resolve(cfg, sc.read, f.Path)
+	}
+	if err == nil {
+		err = sc.check(f, cfg, tree)
+	}
+	if err != nil {
+		f.Symbols = append(f.Symbols, SymbolFinding{File: f.Path, Class: ClassNotChecked, Severity: SeverityWarning,
+			Message: "symbols not checked: " + err.Error()})
+	}
 }
 
 // check binds f's closure and records its findings in f.Symbols. A
 // library's references no library of its closure defines are left to the
 // program that loads it; an executable's fail as the loader fails.
-func (sc *symbolCheck) check(f *File) {
-	notChecked := func(err error) {
-		f.Symbols = append(f.Symbols, SymbolFinding{File: f.Path, Class: ClassNotChecked, Severity: SeverityWarning,
-			Message: "symbols not checked: " + err.Error()})
-	}
-	cfg, err := sc.loaderConfig(f.class, f.machine)
-	if err != nil {
-		notChecked(err)
-		return
-	}
-	tree, err := ldso.Resolve(cfg, sc.read, f.Path)
-	if err != nil {
-		notChecked(err)
-		return
-	}
+func (sc *symbolCheck) check(f *File, cfg ldso.Config, tree *ldso.Tree) error {
 	res, err := sc.chk.Check(cfg, tree)
 	if err != nil {
-		notChecked(err)
-		return
+		return err
 	}
 	if res.Unsupported != "" {
 		f.Symbols = append(f.Symbols, SymbolFinding{File: f.Path, Class: ClassNotChecked, Severity: SeverityInfo, Message: "symbols not checked: " + res.Unsupported})
-		return
+		return nil
 	}
 	exe := f.Kind == elfedit.KindExecutable
 	var driver []string
@@ -473,6 +487,7 @@ func (sc *symbolCheck) check(f *File) {
 		}
 		f.Symbols = append(f.Symbols, sc.finding(f, s))
 	}
+	return nil
 }
 
 // finding sets s's severity: by its class and the mode, then the ignore

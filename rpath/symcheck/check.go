@@ -1,12 +1,12 @@
 package symcheck
 
 import (
-	"crypto/sha256"
 	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
@@ -137,12 +137,16 @@ type Options struct {
 // Checker binds symbols over closures, reading each file once however many
 // closures it is part of. It is safe for concurrent use.
 type Checker struct {
-	opts  Options
-	mu    sync.Mutex
-	files map[string]*entry
-	memo  map[string][]int // library and the set it reaches → references it leaves unresolved
-	bytes int              // kept by the entries read
-	tick  uint64
+	opts    Options
+	names   names
+	scratch scratchPool
+	mu      sync.Mutex
+	files   map[string]*entry // by fileKey
+	alias   map[string]string // path → fileKey
+	memo    map[string][]int  // library and the set it reaches → references it leaves unresolved
+	bytes   int               // kept by the entries read
+	tick    uint64
+	ids     uint32 // identities given to the objects read
 }
 
 type entry struct {
@@ -161,27 +165,50 @@ func New(opts Options) *Checker {
 	if opts.Open == nil {
 		opts.Open = elfedit.Open
 	}
-	return &Checker{opts: opts, files: map[string]*entry{}, memo: map[string][]int{}}
+	return &Checker{opts: opts, files: map[string]*entry{}, alias: map[string]string{}, memo: map[string][]int{}}
 }
 
 // entry is the cache entry of path, made if new, marked as just used.
 func (c *Checker) entry(path string) *entry {
 	c.mu.Lock()
+	key, ok := c.alias[path]
+	c.mu.Unlock()
+	if !ok {
+		key = fileKey(path)
+	}
+	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.files[path]
+	c.alias[path] = key
+	e := c.files[key]
 	if e == nil {
 		e = &entry{}
-		c.files[path] = e
+		c.files[key] = e
 	}
 	c.tick++
 	e.used = c.tick
 	return e
 }
 
+// fileKey is the file at path's identity: one file found under several
+// paths (a library by its soname's link and by its own name) is read once.
+func fileKey(path string) string {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return "path\x00" + path
+	}
+	return fmt.Sprintf("id\x00%d:%d", st.Dev, st.Ino)
+}
+
 func (c *Checker) read(path string, binding bool) (*object, error) {
+	return c.readWith(func(p string, _ *scratch) (*elfedit.File, error) { return c.opts.Open(p) }, path, binding)
+}
+
+func (c *Checker) readWith(open func(string, *scratch) (*elfedit.File, error), path string, binding bool) (*object, error) {
 	e := c.entry(path)
 	e.once.Do(func() {
-		e.o, e.err = readObject(c.opts.Open, path, binding)
+		s := c.scratch.get()
+		e.o, e.err = readObject(open, path, binding, &c.names, s)
+		c.scratch.put(s)
 		c.account(e)
 	})
 	return e.o, e.err
@@ -194,7 +221,9 @@ func (c *Checker) Reader() ldso.Reader {
 	return ldso.ElfReaderOpen(c.opts.Open, func(path string, f *elfedit.File) {
 		e := c.entry(path)
 		e.once.Do(func() {
-			e.o, e.err = newObject(f, c.opts.Binding || f.Kind() == elfedit.KindExecutable)
+			s := c.scratch.get()
+			e.o, e.err = newObject(f, c.opts.Binding || f.Kind() == elfedit.KindExecutable, &c.names, s)
+			c.scratch.put(s)
 			if e.err != nil {
 				e.err = fmt.Errorf("%s: %w", path, e.err)
 			} else {
@@ -211,6 +240,8 @@ func (c *Checker) account(e *entry) {
 	defer c.mu.Unlock()
 	e.size = 256
 	if e.o != nil {
+		c.ids++
+		e.o.id = c.ids
 		e.size = e.o.size()
 	}
 	c.bytes += e.size
@@ -236,27 +267,33 @@ func (c *Checker) evict() {
 	}
 }
 
-// scopeKey names the set of objects in a scope.
-func scopeKey(order []*loadedObj, incomplete bool) string {
-	ps := make([]string, 0, len(order)+1)
-	for _, l := range order {
-		if l.o != nil {
-			ps = append(ps, l.Path)
+// scopeKey names l and the set of objects its closure holds, by the
+// objects' identities in this Checker (an object read again is another).
+func scopeKey(l *loadedObj, own []*loadedObj) string {
+	ids := make([]uint32, 0, len(own))
+	for _, d := range own {
+		if d.o != nil {
+			ids = append(ids, d.o.id)
 		}
 	}
-	slices.Sort(ps)
-	if incomplete {
-		ps = append(ps, "\x00incomplete")
+	slices.Sort(ids)
+	b := make([]byte, 0, 4*(len(ids)+1))
+	b = binary.LittleEndian.AppendUint32(b, l.o.id)
+	for _, id := range ids {
+		b = binary.LittleEndian.AppendUint32(b, id)
 	}
-	sum := sha256.Sum256([]byte(strings.Join(ps, "\x00")))
-	return string(sum[:])
+	return string(b)
 }
 
 // loadedObj is an object of the load order with its tables.
 type loadedObj struct {
 	Object
-	names map[string]bool
-	o     *object // nil when opaque or unreadable
+	o *object // nil when opaque or unreadable
+}
+
+// named says the object was loaded as name (or is the file at that path).
+func (l *loadedObj) named(name string) bool {
+	return name == l.Path || slices.Contains(l.Names, name)
 }
 
 // Check binds every relocated undefined symbol of the closure tree
@@ -271,6 +308,17 @@ func (c *Checker) Check(cfg ldso.Config, tree *ldso.Tree) (*Result, error) {
 // hash or relocation table.
 func (c *Checker) CheckVersions(cfg ldso.Config, tree *ldso.Tree) (*Result, error) {
 	return c.check(cfg, tree, false)
+}
+
+// Read reads what a check reads of the file at path, unless it was read
+// already: a file its caller has read and judged (an output, as decided),
+// opened with elfedit.OpenDynamic. The names its references use are known
+// from then on: a file's summary of its definitions answers for the names
+// known when it is made (summaryOf), so a caller that reads every file it
+// will check first makes fewer.
+func (c *Checker) Read(path string) error {
+	_, err := c.readWith(openDynamic, path, true)
+	return err
 }
 
 func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result, error) {
@@ -305,15 +353,13 @@ func (c *Checker) loadOrder(tree *ldso.Tree, res *Result) (order []*loadedObj, m
 	byPath := map[string]*loadedObj{}
 	add := func(path, name string) *loadedObj {
 		if l := byPath[path]; l != nil {
-			if name != "" && !l.names[name] {
-				l.names[name] = true
+			if name != "" && !l.named(name) {
 				l.Names = append(l.Names, name)
 			}
 			return l
 		}
-		l := &loadedObj{Object: Object{Path: path}, names: map[string]bool{path: true}}
+		l := &loadedObj{Object: Object{Path: path}}
 		if name != "" {
-			l.names[name] = true
 			l.Names = append(l.Names, name)
 		}
 		byPath[path] = l
@@ -387,7 +433,7 @@ func (c *Checker) readObjects(cfg ldso.Config, order []*loadedObj, symbols bool,
 func checkVersions(order []*loadedObj, onlyProblems bool) []VersionNeed {
 	named := func(name string) *loadedObj {
 		for _, l := range order {
-			if l.names[name] {
+			if l.named(name) {
 				return l
 			}
 		}
@@ -438,22 +484,20 @@ func (c *Checker) bindAll(tree *ldso.Tree, order []*loadedObj, missing bool) ([]
 		if l.o == nil {
 			continue
 		}
-		if err := l.o.loadBinding(c.opts.Open); err != nil {
+		if err := l.o.loadBinding(&c.names, &c.scratch); err != nil {
 			return nil, err
 		}
-		c.mu.Lock()
-		if e := c.files[l.o.path]; e != nil && e.o == l.o && e.size != l.o.size() {
-			c.bytes += l.o.size() - e.size
-			e.size = l.o.size()
-			c.evict()
-		}
-		c.mu.Unlock()
+		c.resized(l.o)
 	}
 	if !c.opts.OnlyProblems {
 		var out []Binding
 		for _, l := range order {
 			if l.o != nil {
-				out = append(out, c.bind(l, order, missing, nil)...)
+				bs, err := c.bind(l, order, missing, nil)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, bs...)
 			}
 		}
 		return out, nil
@@ -465,60 +509,77 @@ func (c *Checker) bindAll(tree *ldso.Tree, order []*loadedObj, missing bool) ([]
 			continue
 		}
 		if i == 0 {
-			out = append(out, c.bind(l, order, missing, nil)...)
+			bs, err := c.bind(l, order, missing, nil)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, bs...)
 			continue
 		}
-		own := reach[l]
-		key := l.Path + "\x00" + scopeKey(own, false)
+		own := reach[i]
+		key := scopeKey(l, own)
 		c.mu.Lock()
 		idx, ok := c.memo[key]
 		c.mu.Unlock()
 		if !ok {
-			idx = c.unresolvedOwn(l, own)
+			var err error
+			if idx, err = c.unresolvedOwn(l, own); err != nil {
+				return nil, err
+			}
 			c.mu.Lock()
 			c.memo[key] = idx
 			c.mu.Unlock()
 		}
 		if len(idx) > 0 {
-			out = append(out, c.bind(l, order, missing, idx)...)
+			bs, err := c.bind(l, order, missing, idx)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, bs...)
 		}
 	}
 	return out, nil
 }
 
-// reachable gives, for each object of order, the objects its DT_NEEDED
-// entries reach in tree (itself first), in load order.
-func reachable(tree *ldso.Tree, order []*loadedObj) map[*loadedObj][]*loadedObj {
-	byPath := make(map[string]*loadedObj, len(order))
-	pos := make(map[*loadedObj]int, len(order))
+// reachable gives, for each object of order (by position), the objects
+// its DT_NEEDED entries reach in tree (itself first), in load order.
+func reachable(tree *ldso.Tree, order []*loadedObj) [][]*loadedObj {
+	pos := make(map[string]int, len(order))
 	for i, l := range order {
-		byPath[l.Path] = l
-		pos[l] = i
+		pos[l.Path] = i
 	}
-	edges := map[*loadedObj][]*loadedObj{}
+	edges := make([][]int, len(order))
 	for _, n := range tree.Needs {
-		from, to := byPath[n.Requester], byPath[n.Path]
+		from, ok1 := pos[n.Requester]
+		to, ok2 := pos[n.Path]
 		if n.Requester == tree.Path {
-			from = order[0]
+			from, ok1 = 0, true
 		}
-		if from != nil && to != nil && from != to {
+		if ok1 && ok2 && from != to {
 			edges[from] = append(edges[from], to)
 		}
 	}
-	out := make(map[*loadedObj][]*loadedObj, len(order))
-	for _, l := range order {
-		seen := map[*loadedObj]bool{l: true}
-		list := []*loadedObj{l}
-		for i := 0; i < len(list); i++ {
-			for _, t := range edges[list[i]] {
+	out := make([][]*loadedObj, len(order))
+	seen := make([]bool, len(order))
+	var list []int
+	for i := range order {
+		clear(seen)
+		seen[i] = true
+		list = append(list[:0], i)
+		for k := 0; k < len(list); k++ {
+			for _, t := range edges[list[k]] {
 				if !seen[t] {
 					seen[t] = true
 					list = append(list, t)
 				}
 			}
 		}
-		slices.SortFunc(list[1:], func(a, b *loadedObj) int { return pos[a] - pos[b] })
-		out[l] = list
+		slices.Sort(list[1:])
+		r := make([]*loadedObj, len(list))
+		for k, j := range list {
+			r[k] = order[j]
+		}
+		out[i] = r
 	}
 	return out
 }
@@ -527,25 +588,29 @@ func reachable(tree *ldso.Tree, order []*loadedObj) map[*loadedObj][]*loadedObj 
 // closure) defines, and those whose outcome may depend on the rest of the
 // scope: copy relocations, and versioned references to a file without
 // symbol versions (the loader's assertion depends on the order).
-func (c *Checker) unresolvedOwn(l *loadedObj, own []*loadedObj) []int {
+func (c *Checker) unresolvedOwn(l *loadedObj, own []*loadedObj) ([]int, error) {
 	var out []int
-	for i, r := range l.o.refList {
-		q := r.q
+	for i, r := range l.o.refs {
 		if r.kind&refCopy != 0 {
 			out = append(out, i)
 			continue
 		}
+		q := l.o.query(r, &c.names)
 		found, order := false, false
 		for _, d := range own {
 			if d.o == nil {
 				continue
 			}
-			named := q.ver != nil && d.names[q.ver.file]
-			if named && d.o.versym == nil {
+			named := q.ver != nil && d.named(q.ver.file)
+			if named && !d.o.hasVersym {
 				order = true
 				break
 			}
-			if j, _ := d.o.find(q, named); j >= 0 {
+			_, ok, _, err := c.find(d.o, q, named)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
 				found = true
 				break
 			}
@@ -554,24 +619,28 @@ func (c *Checker) unresolvedOwn(l *loadedObj, own []*loadedObj) []int {
 			out = append(out, i)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // bind resolves the references of l's relocations (those of idx, or all
 // when idx is nil) over the global scope.
-func (c *Checker) bind(l *loadedObj, order []*loadedObj, incomplete bool, idx []int) []Binding {
+func (c *Checker) bind(l *loadedObj, order []*loadedObj, incomplete bool, idx []int) ([]Binding, error) {
 	o := l.o
 	var out []Binding
-	refs := o.refList
+	refs := o.refs
 	if idx != nil {
 		refs = make([]ref, len(idx))
 		for k, i := range idx {
-			refs[k] = o.refList[i]
+			refs[k] = o.refs[i]
 		}
 	}
+	scope := order
+	if o.symbolic {
+		scope = append([]*loadedObj{l}, order...)
+	}
 	for _, r := range refs {
-		q := r.q
-		b := Binding{Object: l.Path, Name: q.name, Weak: r.weak}
+		q := o.query(r, &c.names)
+		b := Binding{Object: l.Path, Name: q.n.s, Weak: r.weak()}
 		if q.ver != nil {
 			b.Version, b.File = q.ver.name, q.ver.file
 		}
@@ -583,24 +652,23 @@ func (c *Checker) bind(l *loadedObj, order []*loadedObj, incomplete bool, idx []
 		default:
 			b.Use = "function"
 		}
-		scope := order
-		if o.symbolic {
-			scope = append([]*loadedObj{l}, order...)
-		}
 		asserted := false
 		for _, d := range scope {
 			if d.o == nil || (r.kind&refCopy != 0 && d.o == order[0].o) {
 				continue
 			}
-			j, a := d.o.find(q, q.ver != nil && d.names[q.ver.file])
+			def, ok, a, err := c.find(d.o, q, q.ver != nil && d.named(q.ver.file))
+			if err != nil {
+				return nil, err
+			}
 			if a {
 				asserted = true
 				break
 			}
-			if j >= 0 {
+			if ok {
 				b.Provider = d.Path
-				if d.o.versym != nil {
-					if v := d.o.versionAt(d.o.verIndex(j) & 0x7fff); v.hash != 0 {
+				if d.o.hasVersym {
+					if v := d.o.versionAt(def.vi & 0x7fff); v.hash != 0 {
 						b.ProviderVersion = v.name
 					}
 				}
@@ -620,7 +688,7 @@ func (c *Checker) bind(l *loadedObj, order []*loadedObj, incomplete bool, idx []
 		case incomplete:
 			b.Status = Unchecked
 		default:
-			b.Message = "undefined symbol: " + q.name
+			b.Message = "undefined symbol: " + q.n.s
 			if q.ver != nil {
 				b.Message += ", version " + q.ver.name
 			}
@@ -631,7 +699,7 @@ func (c *Checker) bind(l *loadedObj, order []*loadedObj, incomplete bool, idx []
 		}
 		out = append(out, b)
 	}
-	return out
+	return out, nil
 }
 
 func (c *Checker) failure(l *loadedObj, use string) Status {
@@ -639,4 +707,70 @@ func (c *Checker) failure(l *loadedObj, use string) Status {
 		return FailsWhenCalled
 	}
 	return FailsAtLoad
+}
+
+// find looks q up in o, through o's summary.
+func (c *Checker) find(o *object, q query, named bool) (def cand, ok, assert bool, err error) {
+	if o.filter != nil && !o.filter.mayDefine(q.n) {
+		// The walk cannot find it: no summary needed to say so.
+		return cand{}, false, false, nil
+	}
+	s, err := c.summaryOf(o, q.n)
+	if err != nil {
+		return cand{}, false, false, err
+	}
+	def, ok, assert = o.find(s, q, named)
+	return def, ok, assert, nil
+}
+
+// summaryOf is a summary of o that answers for n. It is made at the
+// first lookup in o that its Bloom filter passes (a file only searched is
+// never read again), and made again when one asks a name interned since:
+// a caller that reads every file's references before it binds any, as the
+// main job reads its outputs', makes most files' once.
+func (c *Checker) summaryOf(o *object, n *symName) (*summary, error) {
+	if s := o.sum.Load(); s != nil && n.id < s.covered {
+		return s, nil
+	}
+	if !o.hasSymtab {
+		return all, nil
+	}
+	if o.filter != nil && !o.filter.mayDefine(n) {
+		return none, nil
+	}
+	o.sumMu.Lock()
+	defer o.sumMu.Unlock()
+	if s := o.sum.Load(); s != nil && n.id < s.covered {
+		return s, nil
+	}
+	sc := c.scratch.get()
+	defer c.scratch.put(sc)
+	// The string table is read with the others, or a name at a time.
+	f, err := openDynamic(o.path, sc)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	t, err := o.readTables(f, sc, 0, maxKept, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.path, err)
+	}
+	s := t.summarize(&c.names)
+	if err := t.err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", o.path, err)
+	}
+	o.sum.Store(s)
+	c.resized(o)
+	return s, nil
+}
+
+// resized accounts for what o keeps now, if it is still in the cache.
+func (c *Checker) resized(o *object) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.files[c.alias[o.path]]; e != nil && e.o == o && e.size != o.size() {
+		c.bytes += o.size() - e.size
+		e.size = o.size()
+		c.evict()
+	}
 }

@@ -12,6 +12,16 @@
 // relocation tables, all found through the dynamic section and bounded by
 // the file's size. Symbols are looked up through .gnu.hash (else .hash).
 //
+// What a Checker keeps of a file is small: its versions and the references
+// its relocations make (8 bytes each, names interned once for the
+// Checker), its Bloom filter folded to at most 64 words, and a summary of
+// its definitions made at the first lookup the filter passes: for each
+// name interned so far, the symbols the hash table's walk meets for it.
+// The tables themselves are read into scratch buffers, or an entry at a
+// time for a big one, and dropped; a lookup of a name interned after the
+// summary (and passed by the filter) makes it again. A caller that reads
+// every file's references first (Read) makes each once.
+//
 // The rules follow glibc's elf/dl-lookup.c (do_lookup_x, check_match),
 // elf/dl-version.c (_dl_check_map_versions, match_symbol) and the
 // machines' elf_machine_rel*:

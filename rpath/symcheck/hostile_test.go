@@ -14,7 +14,8 @@ import (
 
 // TestHostileTables: mangled symbol, version, hash and relocation tables
 // give an error or a smaller answer, never a panic or a read past the
-// file; every lookup on what was read terminates.
+// file; every lookup on what was read terminates, and answers through the
+// object's summary exactly as the loader's walk of the tables does.
 func TestHostileTables(t *testing.T) {
 	for _, path := range []string{"/bin/true", "/lib/x86_64-linux-gnu/libpcre2-8.so.0"} {
 		orig, err := os.ReadFile(path)
@@ -23,9 +24,11 @@ func TestHostileTables(t *testing.T) {
 		}
 		f, err := elfedit.NewFile(bytes.NewReader(orig), int64(len(orig)))
 		require.NoError(t, err)
-		o, err := newObject(f, true)
+		var ns names
+		var sp scratchPool
+		o, err := newObject(f, true, &ns, sp.get())
 		require.NoError(t, err, path)
-		require.NotEmpty(t, o.refList, path)
+		require.NotEmpty(t, o.refs, path)
 		// Mangle the bytes the tables live in: up to the end of the
 		// dynamic section.
 		end := 0
@@ -35,7 +38,7 @@ func TestHostileTables(t *testing.T) {
 		end = min(end, len(orig), 1<<16)
 		rng := rand.New(rand.NewSource(30))
 		buf := make([]byte, len(orig))
-		ok := 0
+		ok, looked, sparse := 0, 0, 0
 		for range 3000 {
 			copy(buf, orig)
 			for range 1 + rng.Intn(8) {
@@ -46,18 +49,158 @@ func TestHostileTables(t *testing.T) {
 			if err != nil {
 				continue
 			}
-			o, err := newObject(f, true)
+			var ns names
+			o, err := newObject(f, true, &ns, sp.get())
 			if err != nil {
 				continue
 			}
 			ok++
-			for _, r := range o.refList {
-				o.find(r.q, false)
-				o.find(newQuery(r.q.name, &version{name: "V", hash: 1}, true), true)
+			// Every name the tables define is looked up too, not only
+			// the references.
+			s := sp.get()
+			tb, err := o.readTables(f, s, 0, 0, nil)
+			require.NoError(t, err, "the second read of what the first read")
+			for i := range tb.nsyms() {
+				ns.intern(tb.strBytes(tb.sym(i).name))
+			}
+			sum := tb.summarize(&ns)
+			// Read an entry at a time, the tables summarize the same.
+			if tz, err := o.readTables(f, &scratch{}, 0, 1, nil); err == nil && tz.lazy != nil {
+				sz := tz.summarize(&ns)
+				require.NoError(t, tz.err())
+				require.Equal(t, sum.cands, sz.cands)
+				sparse++
+			}
+			v := &version{name: "V", hash: 1}
+			for _, r := range o.refs {
+				n := ns.byID(r.id)
+				for _, q := range []query{o.query(r, &ns), {n: n, ver: v, plt: true}, {n: n, plt: true}} {
+					for _, named := range []bool{false, true} {
+						dw, okw, aw := walkFind(tb, q, named)
+						ds, oks, as := o.find(sum, q, named)
+						require.Equal(t, okw, oks, "%s %v", q.n.s, named)
+						require.Equal(t, aw, as, "%s %v", q.n.s, named)
+						if okw {
+							require.Equal(t, dw, ds, "%s %v", q.n.s, named)
+						}
+						looked++
+					}
+				}
+			}
+			for _, n := range ns.m {
+				for i := range o.versions {
+					q := query{n: n, ver: &o.versions[i]}
+					dw, okw, aw := walkFind(tb, q, true)
+					ds, oks, as := o.find(sum, q, true)
+					require.Equal(t, [2]bool{okw, aw}, [2]bool{oks, as}, n.s)
+					if okw {
+						require.Equal(t, dw, ds, n.s)
+					}
+					looked++
+				}
+				dw, okw, _ := walkFind(tb, query{n: n}, false)
+				ds, oks, _ := o.find(sum, query{n: n}, false)
+				require.Equal(t, okw, oks, n.s)
+				if okw {
+					require.Equal(t, dw, ds, n.s)
+				}
+			}
+			sp.put(s)
+		}
+		t.Logf("%s: %d of 3000 mangled copies still read, %d lookups held to the walk of the tables, %d summaries read an entry at a time held to the whole tables", path, ok, looked, sparse)
+		require.Positive(t, looked)
+		require.Positive(t, sparse)
+	}
+}
+
+// TestStrTableLazy: a string table read a string at a time reads every
+// string as the whole table does, in both of its readings.
+func TestStrTableLazy(t *testing.T) {
+	for _, path := range []string{"/bin/true", "/lib/x86_64-linux-gnu/libpcre2-8.so.0"} {
+		orig, err := os.ReadFile(path)
+		if err != nil {
+			t.Skipf("%s: %v", path, err)
+		}
+		f, err := elfedit.NewFile(bytes.NewReader(orig), int64(len(orig)))
+		require.NoError(t, err)
+		whole, err := newStrTable(f, &scratch{}, 0)
+		require.NoError(t, err)
+		require.NotEmpty(t, whole.b)
+		addr, _ := f.DynValue(elf.DT_STRTAB)
+		lazy := &strTable{f: f, addr: addr, size: uint64(len(whole.b))}
+		for off := range uint32(len(whole.b) + 2) {
+			require.Equal(t, whole.bytes(uint64(off)), lazy.bytes(uint64(off)), "%s +%d", path, off)
+			require.Equal(t, whole.cstr(off), lazy.cstr(off), "%s +%d", path, off)
+		}
+		// Unterminated at the end: to the end as bytes, none as a C string.
+		end := &strTable{b: []byte("a\x00bc")}
+		endLazy := &strTable{f: f, addr: addr + uint64(len(whole.b)) - 3, size: 3}
+		require.Equal(t, "bc", string(end.bytes(2)))
+		require.Equal(t, "", end.cstr(2))
+		require.NoError(t, lazy.err)
+		require.Len(t, endLazy.bytes(0), len(whole.b[len(whole.b)-3:])-1) // ends in the table's NUL
+	}
+}
+
+// walkFind is do_lookup_x over the tables themselves, as the loader walks
+// them: what find must answer through a summary.
+func walkFind(t *tables, q query, named bool) (def cand, ok, assert bool) {
+	o := t.o
+	found, versioned, nversions := -1, -1, 0
+	t.candidates(q.n, func(i int) bool {
+		s := t.sym(i)
+		if s.value == 0 && s.shndx != uint16(elf.SHN_ABS) && s.typ() != elf.STT_TLS {
+			return false
+		}
+		if q.plt && s.shndx == uint16(elf.SHN_UNDEF) {
+			return false
+		}
+		if !allowed(s.typ()) || string(t.strBytes(s.name)) != q.n.s {
+			return false
+		}
+		if t.versym == nil && q.ver != nil && named {
+			assert = true
+			return true
+		}
+		if t.versym != nil {
+			vi := t.verIndex(i)
+			if q.ver != nil {
+				dv := o.versionAt(vi & 0x7fff)
+				if (dv.hash != q.ver.hash || dv.name != q.ver.name) && (q.ver.hidden || dv.hash != 0 || vi&0x8000 != 0) {
+					return false
+				}
+			} else if vi&0x7fff >= 3 {
+				if vi&0x8000 == 0 {
+					if nversions == 0 {
+						versioned = i
+					}
+					nversions++
+				}
+				return false
 			}
 		}
-		t.Logf("%s: %d of 3000 mangled copies still read", path, ok)
+		found = i
+		return true
+	})
+	if assert {
+		return cand{}, false, true
 	}
+	if found < 0 && nversions == 1 {
+		found = versioned
+	}
+	if found < 0 {
+		return cand{}, false, false
+	}
+	s := t.sym(found)
+	switch s.bind() {
+	case elf.STB_GLOBAL, elf.STB_WEAK, stbGNUUnique:
+	default:
+		return cand{}, false, false
+	}
+	if v := s.vis(); v == elf.STV_HIDDEN || v == elf.STV_INTERNAL {
+		return cand{}, false, false
+	}
+	return cand{id: q.n.id, vi: t.verIndex(found), info: s.info, other: s.other, undef: s.shndx == uint16(elf.SHN_UNDEF)}, true, false
 }
 
 // TestVersionWindow: version records that run past the first window are
@@ -71,7 +214,7 @@ func TestVersionWindow(t *testing.T) {
 	a, ok := f.DynValue(elf.DT_VERNEED)
 	require.True(t, ok)
 	var sizes []int
-	err = versionRecords(f, a, 16, "DT_VERNEED", func(b []byte) error {
+	err = versionRecords(f, &scratch{}, a, 16, "DT_VERNEED", func(b []byte) error {
 		sizes = append(sizes, len(b))
 		if len(b) < 64 {
 			return errShort{"entry"}
@@ -83,6 +226,6 @@ func TestVersionWindow(t *testing.T) {
 	require.Equal(t, 16, sizes[0])
 	require.Equal(t, int(f.MappedSize(a)), sizes[1])
 	// Still short at the end of the segment: an error naming the table.
-	err = versionRecords(f, a, 16, "DT_VERNEED", func([]byte) error { return errShort{"entry at +0x0"} })
+	err = versionRecords(f, &scratch{}, a, 16, "DT_VERNEED", func([]byte) error { return errShort{"entry at +0x0"} })
 	require.EqualError(t, err, "DT_VERNEED: entry at +0x0 runs past its segment")
 }

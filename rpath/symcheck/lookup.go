@@ -2,46 +2,40 @@ package symcheck
 
 import (
 	"debug/elf"
-
-	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"slices"
 )
 
 // query is one symbol lookup: glibc's _dl_lookup_symbol_x arguments.
 type query struct {
-	name      string
-	gnu, sysv uint32
-	ver       *version // nil: unversioned
-	plt       bool     // ELF_RTYPE_CLASS_PLT: a function's PLT slot
-}
-
-func newQuery(name string, ver *version, plt bool) *query {
-	return &query{name: name, gnu: elfedit.GNUHash(name), sysv: elfedit.SysVHash(name), ver: ver, plt: plt}
+	n   *symName
+	ver *version // nil: unversioned
+	plt bool     // ELF_RTYPE_CLASS_PLT: a function's PLT slot
 }
 
 // candidates calls try with each symbol index the hash table gives for the
 // name, in table order, until try returns true.
-func (o *object) candidates(q *query, try func(i int) bool) {
-	n := o.nsyms()
-	if g := o.gnu; g != nil {
+func (t *tables) candidates(n *symName, try func(i int) bool) {
+	num := t.nsyms()
+	if g := t.gnu; g != nil {
 		c := uint32(32)
-		if o.class == elf.ELFCLASS64 {
+		if t.o.class == elf.ELFCLASS64 {
 			c = 64
 		}
 		if g.buckets.len() == 0 {
 			return
 		}
-		w := g.bloom[(q.gnu/c)&uint32(len(g.bloom)-1)]
-		mask := uint64(1)<<(q.gnu%c) | uint64(1)<<((q.gnu>>g.shift)%c)
+		w := g.bloom.at(int((n.gnu / c) & uint32(g.bloom.len()-1)))
+		mask := uint64(1)<<(n.gnu%c) | uint64(1)<<((n.gnu>>g.shift)%c)
 		if w&mask != mask {
 			return
 		}
-		b := g.buckets.at(int(q.gnu % uint32(g.buckets.len())))
+		b := g.buckets.at(int(n.gnu % uint32(g.buckets.len())))
 		if b == 0 || b < g.symoffset {
 			return
 		}
-		for i := b; int(i) < n && int(i-g.symoffset) < g.chain.len(); i++ {
+		for i := b; int(i) < num && int(i-g.symoffset) < g.chain.len(); i++ {
 			h := g.chain.at(int(i - g.symoffset))
-			if (h^q.gnu)>>1 == 0 && try(int(i)) {
+			if (h^n.gnu)>>1 == 0 && try(int(i)) {
 				return
 			}
 			if h&1 != 0 {
@@ -50,9 +44,9 @@ func (o *object) candidates(q *query, try func(i int) bool) {
 		}
 		return
 	}
-	if s := o.sysv; s != nil && s.buckets.len() > 0 {
+	if s := t.sysv; s != nil && s.buckets.len() > 0 {
 		seen := 0
-		for i := s.buckets.at(int(q.sysv % uint32(s.buckets.len()))); i != 0 && int(i) < n && int(i) < s.chain.len() && seen < n; i = s.chain.at(int(i)) {
+		for i := s.buckets.at(int(n.sysv % uint32(s.buckets.len()))); i != 0 && int(i) < num && int(i) < s.chain.len() && seen < num; i = s.chain.at(int(i)) {
 			if try(int(i)) {
 				return
 			}
@@ -70,71 +64,192 @@ func allowed(t elf.SymType) bool {
 	return false
 }
 
-// find is glibc's do_lookup_x for one object: the index of the definition
-// the query binds to in o, or -1. named says o is the file the reference's
-// version need names: a versioned reference that finds its name there in
-// an object without symbol versions stops the loader on an assertion
-// (check_match), reported as assert.
-func (o *object) find(q *query, named bool) (idx int, assert bool) {
+// defines says whether a lookup of s's name may stop at s, whatever it
+// asks: do_lookup_x's checks that do not depend on the query.
+func defines(s sym) bool {
+	if s.value == 0 && s.shndx != uint16(elf.SHN_ABS) && s.typ() != elf.STT_TLS {
+		return false
+	}
+	return allowed(s.typ())
+}
+
+// cand is a symbol a summary keeps: one a lookup of its name meets in the
+// hash table's walk and that passes the checks of defines.
+type cand struct {
+	id    uint32 // the name's
+	vi    uint16 // .gnu.version entry, hidden bit included
+	info  uint8
+	other uint8
+	undef bool // SHN_UNDEF (a PLT slot's address, in an executable)
+}
+
+// summary is an object's answer to every lookup of a name interned before
+// it was made: for each such name, the symbols the loader's walk of the
+// hash table meets, in that order. It is what find needs of the symbol,
+// string, version-index and hash tables, a few percent of them: a tree's
+// files define hundreds of thousands of names and import a few thousand.
+type summary struct {
+	covered uint32 // names with a smaller id are answered
+	cands   []cand // by name id; in walk order within one
+}
+
+// all is the summary of an object that defines nothing (no DT_SYMTAB);
+// none answers for one name: the object does not define it.
+var (
+	all  = &summary{covered: ^uint32(0)}
+	none = &summary{}
+)
+
+// of is the candidates of the name with the given id.
+func (s *summary) of(id uint32) []cand {
+	i, j := 0, len(s.cands)
+	for i < j {
+		h := int(uint(i+j) >> 1)
+		if s.cands[h].id < id {
+			i = h + 1
+		} else {
+			j = h
+		}
+	}
+	if i == len(s.cands) || s.cands[i].id != id {
+		return nil
+	}
+	j = i
+	for j < len(s.cands) && s.cands[j].id == id {
+		j++
+	}
+	return s.cands[i:j]
+}
+
+// summarize makes t's summary for the names ns holds now.
+func (t *tables) summarize(ns *names) *summary {
+	lo := 0
+	if t.gnu != nil {
+		lo = int(t.gnu.symoffset) // the walk of .gnu.hash starts past them
+	}
+	var found []*symName
+	ns.mu.RLock()
+	covered := uint32(len(ns.m))
+	for i := lo; i < t.nsyms(); i++ {
+		if t.gnu != nil {
+			// The walk compares the chain value's hash first.
+			if i-lo >= t.gnu.chain.len() {
+				break
+			}
+			if !ns.mayHave(t.gnu.chain.at(i - lo)) {
+				continue
+			}
+		}
+		if s := t.sym(i); defines(s) {
+			if n := ns.m[string(t.strBytes(s.name))]; n != nil {
+				found = append(found, n)
+			}
+		}
+	}
+	ns.mu.RUnlock()
+	slices.SortFunc(found, func(a, b *symName) int { return int(a.id) - int(b.id) })
+	found = slices.Compact(found)
+	sum := &summary{covered: covered}
+	for _, n := range found {
+		t.candidates(n, func(i int) bool {
+			s := t.sym(i)
+			if defines(s) && string(t.strBytes(s.name)) == n.s {
+				sum.cands = append(sum.cands, cand{id: n.id, vi: t.verIndex(i), info: s.info, other: s.other, undef: s.shndx == uint16(elf.SHN_UNDEF)})
+			}
+			return false
+		})
+	}
+	sum.cands = slices.Clip(sum.cands)
+	return sum
+}
+
+// filter is a file's .gnu.hash Bloom filter, folded to at most maxFilter
+// words (word i into i mod the new size, both powers of two): it passes at
+// least every name the file's own passes, and is kept for the whole check.
+type filter struct {
+	words []uint64
+	shift uint32
+	bits  uint32 // 32 or 64
+	empty bool   // no buckets: the file defines nothing a lookup finds
+}
+
+const maxFilter = 64
+
+func newFilter(g *gnuHash, bits uint32) *filter {
+	f := &filter{shift: g.shift, bits: bits, empty: g.buckets.len() == 0}
+	f.words = make([]uint64, min(g.bloom.len(), maxFilter))
+	for i := range g.bloom.len() {
+		f.words[i&(len(f.words)-1)] |= g.bloom.at(i)
+	}
+	return f
+}
+
+// mayDefine says whether the hash table's walk for n may find anything.
+func (f *filter) mayDefine(n *symName) bool {
+	if f.empty {
+		return false
+	}
+	w := f.words[(n.gnu/f.bits)&uint32(len(f.words)-1)]
+	mask := uint64(1)<<(n.gnu%f.bits) | uint64(1)<<((n.gnu>>f.shift)%f.bits)
+	return w&mask == mask
+}
+
+// find is glibc's do_lookup_x for one object, over its summary (which
+// must answer for q's name): the definition the query binds to in o.
+// named says o is the file the reference's version need names: a
+// versioned reference that finds its name there in an object without
+// symbol versions stops the loader on an assertion (check_match),
+// reported as assert.
+func (o *object) find(s *summary, q query, named bool) (def cand, ok, assert bool) {
 	found, versioned, nversions := -1, -1, 0
-	o.candidates(q, func(i int) bool {
-		s := o.sym(i)
-		if s.value == 0 && s.shndx != uint16(elf.SHN_ABS) && s.typ() != elf.STT_TLS {
-			return false
+	cs := s.of(q.n.id)
+	for k, c := range cs {
+		if q.plt && c.undef {
+			continue
 		}
-		if q.plt && s.shndx == uint16(elf.SHN_UNDEF) {
-			return false
+		if !o.hasVersym && q.ver != nil && named {
+			return cand{}, false, true
 		}
-		if !allowed(s.typ()) || o.str(s.name) != q.name {
-			return false
-		}
-		if o.versym == nil && q.ver != nil && named {
-			assert = true
-			return true
-		}
-		if o.versym != nil {
-			vi := o.verIndex(i)
+		if o.hasVersym {
+			vi := c.vi
 			if q.ver != nil {
 				dv := o.versionAt(vi & 0x7fff)
 				if (dv.hash != q.ver.hash || dv.name != q.ver.name) && (q.ver.hidden || dv.hash != 0 || vi&0x8000 != 0) {
-					return false
+					continue
 				}
 			} else if vi&0x7fff >= 3 {
 				// Not the base or oldest version: usable only when it
 				// is the one visible version of the name.
 				if vi&0x8000 == 0 {
 					if nversions == 0 {
-						versioned = i
+						versioned = k
 					}
 					nversions++
 				}
-				return false
+				continue
 			}
 		}
-		found = i
-		return true
-	})
-	if assert {
-		return -1, true
+		found = k
+		break
 	}
 	if found < 0 && nversions == 1 {
 		found = versioned
 	}
 	if found < 0 {
-		return -1, false
+		return cand{}, false, false
 	}
 	// The first match decides for the object: a local or hidden one
 	// ends the search in it.
-	s := o.sym(found)
-	switch s.bind() {
+	c := cs[found]
+	switch elf.ST_BIND(c.info) {
 	case elf.STB_GLOBAL, elf.STB_WEAK, stbGNUUnique:
 	default:
-		return -1, false
+		return cand{}, false, false
 	}
-	if v := s.vis(); v == elf.STV_HIDDEN || v == elf.STV_INTERNAL {
-		return -1, false
+	if v := elf.ST_VISIBILITY(c.other); v == elf.STV_HIDDEN || v == elf.STV_INTERNAL {
+		return cand{}, false, false
 	}
-	return found, false
+	return c, true, false
 }
 
 // stbGNUUnique is STB_GNU_UNIQUE: one definition process-wide, the first

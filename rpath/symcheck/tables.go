@@ -7,39 +7,45 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 )
 
-// object is what binding needs of one loaded file: its dynamic symbol
-// table, symbol versions, hash table and the references its relocations
-// make, read through the dynamic section only.
+// object is what binding needs of one loaded file, read through the
+// dynamic section only: its flags, symbol versions and the references its
+// relocations make, kept; and, made at its first lookup, a summary of its
+// definitions of the names references use (summary). The symbol, string
+// and hash tables themselves are read into scratch buffers and not kept:
+// kept, they were most of what a check over a tree allocated, and the
+// collections they cost were most of its time (bench/SYMBOLS.md).
 type object struct {
+	id      uint32 // its identity in the Checker (scopeKey)
 	path    string
 	class   elf.Class
 	mach    elf.Machine
 	order   binary.ByteOrder
-	exe     bool
-	symbols []byte // DT_SYMTAB, nsyms entries
-	symsz   int
-	strtab  []byte
-	versym  []byte // DT_VERSYM, 2 bytes a symbol; nil when absent
+	dynamic bool
 	// versions is glibc's l_versions: index → version, from DT_VERNEED
 	// (vna_other) and the non-base DT_VERDEF entries (vd_ndx).
-	versions []version
-	verdefs  []version // every DT_VERDEF entry, the base one included
-	hasDefs  bool      // DT_VERDEF present
-	needs    []verNeed
-	gnu      *gnuHash
-	sysv     *sysvHash
-	refs     []symRef // the symbols relocations use, by index; nil once refList is built
-	refList  []ref    // the references binding looks up, in symbol order
-	bindNow  bool
-	symbolic bool
+	versions  []version
+	verdefs   []version // every DT_VERDEF entry, the base one included
+	hasDefs   bool      // DT_VERDEF present
+	hasSymtab bool      // DT_SYMTAB present
+	hasVersym bool      // DT_VERSYM present, with DT_SYMTAB
+	needs     []verNeed
+	refs      []ref // the references binding looks up, in symbol order
+	bindNow   bool
+	symbolic  bool
+	// filter is the .gnu.hash Bloom filter, folded; nil without one.
+	filter *filter
 
 	bindOnce sync.Once
-	bound    bool // the binding tables were read with the rest
+	bound    bool // the references were read with the rest
 	bindErr  error
+
+	sumMu sync.Mutex
+	sum   atomic.Pointer[summary]
 }
 
 type version struct {
@@ -55,10 +61,23 @@ type verNeed struct {
 	vers []version
 }
 
+// tables are an object's symbol, string, version-index and hash tables as
+// read for one pass over them, in scratch buffers.
+type tables struct {
+	o       *object
+	symbols []byte // DT_SYMTAB, nsyms entries
+	symsz   int
+	strs    *strTable
+	versym  []byte // DT_VERSYM, 2 bytes a symbol; nil when absent
+	gnu     *gnuHash
+	sysv    *sysvHash
+	lazy    *lazyTables // set: the tables are read an entry at a time
+}
+
 type gnuHash struct {
 	symoffset uint32
 	shift     uint32
-	bloom     []uint64
+	bloom     u64s
 	buckets   u32s
 	chain     u32s // from symoffset
 }
@@ -77,6 +96,21 @@ type u32s struct {
 func (w u32s) len() int        { return len(w.b) / 4 }
 func (w u32s) at(i int) uint32 { return w.order.Uint32(w.b[4*i:]) }
 
+// u64s is the Bloom filter's words: 64 or 32 bits as the class has them.
+type u64s struct {
+	b     []byte
+	size  int // 8 or 4
+	order binary.ByteOrder
+}
+
+func (w u64s) len() int { return len(w.b) / w.size }
+func (w u64s) at(i int) uint64 {
+	if w.size == 8 {
+		return w.order.Uint64(w.b[8*i:])
+	}
+	return uint64(w.order.Uint32(w.b[4*i:]))
+}
+
 // refKind is how an object's relocations use a symbol.
 type refKind uint8
 
@@ -84,6 +118,7 @@ const (
 	refFunc refKind = 1 << iota // a PLT slot (JUMP_SLOT in DT_JMPREL): bound when called, under lazy binding
 	refData                     // any other relocation: bound at load
 	refCopy                     // a copy relocation (data the executable copies)
+	refWeak refKind = 1 << 7    // in a ref: the symbol is weak
 )
 
 // sym is one decoded dynamic symbol.
@@ -98,47 +133,137 @@ type sym struct {
 func (s sym) bind() elf.SymBind { return elf.ST_BIND(s.info) }
 func (s sym) typ() elf.SymType  { return elf.ST_TYPE(s.info) }
 func (s sym) vis() elf.SymVis   { return elf.ST_VISIBILITY(s.other) }
-func (o *object) nsyms() int    { return len(o.symbols) / o.symsz }
-func (o *object) str(off uint32) string {
-	if uint64(off) >= uint64(len(o.strtab)) {
-		return ""
+func (t *tables) nsyms() int {
+	if t.lazy != nil {
+		return t.lazy.n
 	}
-	b := o.strtab[off:]
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
+	return len(t.symbols) / t.symsz
 }
 
-func (o *object) sym(i int) sym {
-	b := o.symbols[i*o.symsz:]
+func (t *tables) sym(i int) sym {
+	var b []byte
+	if z := t.lazy; z != nil {
+		if b = z.read(&z.ent, z.sym+uint64(i)*uint64(t.symsz), uint64(t.symsz), "DT_SYMTAB"); b == nil {
+			return sym{}
+		}
+	} else {
+		b = t.symbols[i*t.symsz:]
+	}
+	o := t.o
 	if o.class == elf.ELFCLASS64 {
 		return sym{name: o.order.Uint32(b), info: b[4], other: b[5], shndx: o.order.Uint16(b[6:]), value: o.order.Uint64(b[8:])}
 	}
 	return sym{name: o.order.Uint32(b), value: uint64(o.order.Uint32(b[4:])), info: b[12], other: b[13], shndx: o.order.Uint16(b[14:])}
 }
 
-// strBytes is the string at off of the string table, as its bytes.
-func (o *object) strBytes(off uint32) []byte {
-	if uint64(off) >= uint64(len(o.strtab)) {
+// strBytes is the string at off of the string table, as its bytes: to its
+// NUL, or to the table's end.
+func (t *tables) strBytes(off uint32) []byte { return t.strs.bytes(uint64(off)) }
+
+// strTable is a file's dynamic string table: read whole (the one elfedit
+// read with the dynamic section, or into scratch), or a string at a time
+// for a big one a pass needs a few strings of.
+type strTable struct {
+	b          []byte // the whole table; nil when read a string at a time
+	f          *elfedit.File
+	addr, size uint64
+	buf        []byte
+	err        error // the first read that failed (the file changed since it was checked)
+}
+
+// newStrTable is f's string table: elfedit's if it read it, else read
+// into s's buffer, or a string at a time when larger than sparseOver (if
+// not 0).
+func newStrTable(f *elfedit.File, s *scratch, sparseOver uint64) (*strTable, error) {
+	addr, ok1 := f.DynValue(elf.DT_STRTAB)
+	size, ok2 := f.DynValue(elf.DT_STRSZ)
+	if !ok1 || !ok2 {
+		return &strTable{}, nil
+	}
+	if b := f.DynStrTab(); uint64(len(b)) == size {
+		return &strTable{b: b}, nil
+	}
+	if sparseOver > 0 && size > sparseOver {
+		if err := f.CheckMapped(addr, size, "DT_STRTAB"); err != nil {
+			return nil, err
+		}
+		return &strTable{f: f, addr: addr, size: size}, nil
+	}
+	b, err := s.read(f, bufStr, addr, size, "DT_STRTAB")
+	if err != nil {
+		return nil, err
+	}
+	return &strTable{b: b}, nil
+}
+
+func (st *strTable) bytes(off uint64) []byte {
+	if st.f == nil {
+		if off >= uint64(len(st.b)) {
+			return nil
+		}
+		b := st.b[off:]
+		if i := bytes.IndexByte(b, 0); i >= 0 {
+			return b[:i]
+		}
+		return b
+	}
+	if off >= st.size {
 		return nil
 	}
-	b := o.strtab[off:]
-	if i := bytes.IndexByte(b, 0); i >= 0 {
-		return b[:i]
+	// A window at a time: names are short, mangled C++ ones a few
+	// hundred bytes.
+	for w := uint64(128); ; w *= 4 {
+		n := min(w, st.size-off)
+		b, err := st.f.ReadMappedInto(st.buf, st.addr+off, n, "DT_STRTAB")
+		if err != nil {
+			if st.err == nil {
+				st.err = err
+			}
+			return nil
+		}
+		st.buf = b
+		if i := bytes.IndexByte(b, 0); i >= 0 {
+			return b[:i]
+		}
+		if off+n == st.size {
+			return b
+		}
 	}
-	return b
+}
+
+// cstr is the NUL-terminated string at off, "" when there is none (as
+// elfedit's DynString reads one).
+func (st *strTable) cstr(off uint32) string {
+	b := st.bytes(uint64(off))
+	if uint64(off)+uint64(len(b)) >= st.len() {
+		return ""
+	}
+	return string(b)
+}
+
+func (st *strTable) len() uint64 {
+	if st.f == nil {
+		return uint64(len(st.b))
+	}
+	return st.size
 }
 
 // verIndex is the symbol's .gnu.version entry (hidden bit included); 1
 // (global, unversioned) when the object has none.
-func (o *object) verIndex(i int) uint16 {
-	if o.versym == nil || 2*i+2 > len(o.versym) {
+func (t *tables) verIndex(i int) uint16 {
+	if z := t.lazy; z != nil {
+		if !z.hasVersym || i >= z.n {
+			return 1
+		}
+		if b := z.read(&z.vbuf, z.versym+2*uint64(i), 2, "DT_VERSYM"); b != nil {
+			return t.o.order.Uint16(b)
+		}
 		return 1
 	}
-	return o.order.Uint16(o.versym[2*i:])
+	if t.versym == nil || 2*i+2 > len(t.versym) {
+		return 1
+	}
+	return t.o.order.Uint16(t.versym[2*i:])
 }
 
 func (o *object) versionAt(ndx uint16) version {
@@ -148,27 +273,20 @@ func (o *object) versionAt(ndx uint16) version {
 	return version{}
 }
 
-// dynStr is the string at off of f's DT_STRTAB, "" when there is none
-// (elfedit read the table with the dynamic section).
-func dynStr(f *elfedit.File, off uint32) string {
-	s, _ := f.DynString(uint64(off))
-	return s
-}
-
 // maxTable bounds one table read: a count taken from a hostile file ends in
 // an error, not in a huge allocation (reads are also bounded by file size).
 const maxTable = 1 << 30
 
 // readObject reads what the version check needs of the ELF file at path,
-// and with binding the rest, in the same open; else loadBinding reads the
-// rest when symbols are bound.
-func readObject(open func(string) (*elfedit.File, error), path string, binding bool) (*object, error) {
-	f, err := open(path)
+// and with binding its references, in the same open; else loadBinding
+// reads them when symbols are bound.
+func readObject(open func(string, *scratch) (*elfedit.File, error), path string, binding bool, ns *names, s *scratch) (*object, error) {
+	f, err := open(path, s)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	o, err := newObject(f, binding)
+	o, err := newObject(f, binding, ns, s)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -176,36 +294,45 @@ func readObject(open func(string) (*elfedit.File, error), path string, binding b
 	return o, nil
 }
 
-// loadBinding reads the symbol, hash and relocation tables, once.
-func (o *object) loadBinding(open func(string) (*elfedit.File, error)) error {
+// openDynamic opens path for one pass over its tables (elfedit.OpenDynamic).
+func openDynamic(path string, _ *scratch) (*elfedit.File, error) {
+	return elfedit.OpenDynamic(path)
+}
+
+// loadBinding reads the references, once, from a file read before.
+func (o *object) loadBinding(ns *names, sp *scratchPool) error {
 	o.bindOnce.Do(func() {
 		if o.bound {
 			return
 		}
-		f, err := open(o.path)
+		s := sp.get()
+		defer sp.put(s)
+		f, err := openDynamic(o.path, s)
 		if err != nil {
 			o.bindErr = err
 			return
 		}
 		defer f.Close()
-		if err := o.readBinding(f); err != nil {
+		st, err := newStrTable(f, s, maxKept)
+		if err == nil {
+			err = o.readBinding(f, ns, s, st)
+		}
+		if err != nil {
 			o.bindErr = fmt.Errorf("%s: %w", o.path, err)
 		}
 	})
 	return o.bindErr
 }
 
-// newObject reads the dynamic section's flags, the string table and the
-// version tables; with binding, also what loadBinding reads.
-func newObject(f *elfedit.File, binding bool) (*object, error) {
-	o := &object{class: f.Header.Class, mach: f.Header.Machine, order: f.ByteOrder(), symsz: 24}
-	if o.class == elf.ELFCLASS32 {
-		o.symsz = 16
-	}
+// newObject reads the dynamic section's flags and the version tables;
+// with binding, also what loadBinding reads.
+func newObject(f *elfedit.File, binding bool, ns *names, s *scratch) (*object, error) {
+	o := &object{class: f.Header.Class, mach: f.Header.Machine, order: f.ByteOrder()}
 	if !f.IsDynamic() {
 		o.bound = true
 		return o, nil
 	}
+	o.dynamic = true
 	dv := f.DynValue
 	if v, ok := dv(elf.DT_FLAGS); ok && elf.DynFlag(v)&elf.DF_BIND_NOW != 0 {
 		o.bindNow = true
@@ -222,11 +349,21 @@ func newObject(f *elfedit.File, binding bool) (*object, error) {
 	if _, ok := dv(elf.DT_SYMBOLIC); ok {
 		o.symbolic = true
 	}
-	if err := o.readVersions(f); err != nil {
+	_, o.hasSymtab = dv(elf.DT_SYMTAB)
+	_, versym := dv(elf.DT_VERSYM)
+	o.hasVersym = versym && o.hasSymtab
+	st, err := newStrTable(f, s, maxKept)
+	if err != nil {
 		return nil, err
 	}
+	if err := o.readVersions(f, ns, s, st); err != nil {
+		return nil, err
+	}
+	if st.err != nil {
+		return nil, st.err
+	}
 	if binding {
-		if err := o.readBinding(f); err != nil {
+		if err := o.readBinding(f, ns, s, st); err != nil {
 			return nil, err
 		}
 		o.bound = true
@@ -234,113 +371,194 @@ func newObject(f *elfedit.File, binding bool) (*object, error) {
 	return o, nil
 }
 
-func (o *object) readBinding(f *elfedit.File) error {
+// readTables reads the symbol, string, version-index and hash tables into
+// s's buffers. extra is the number of symbols to read at least (past the
+// last the hash tables count: the ones relocations use). With sparseOver,
+// a file with a symbol or string table larger has them read an entry at a
+// time instead (sparse).
+func (o *object) readTables(f *elfedit.File, s *scratch, extra, sparseOver uint64, st *strTable) (*tables, error) {
+	t := &tables{o: o, symsz: 24}
+	if o.class == elf.ELFCLASS32 {
+		t.symsz = 16
+	}
 	dv := f.DynValue
 	symtab, ok := dv(elf.DT_SYMTAB)
 	if !ok {
-		return nil
+		return t, nil
 	}
-	strtab, ok1 := dv(elf.DT_STRTAB)
-	strsz, ok2 := dv(elf.DT_STRSZ)
-	if ok1 && ok2 {
-		b, err := f.ReadMapped(strtab, strsz, "DT_STRTAB")
-		if err != nil {
-			return err
-		}
-		o.strtab = b
+	if err := t.readHashes(f, s); err != nil {
+		return nil, err
 	}
-	if err := o.readHashes(f); err != nil {
-		return err
-	}
-	if err := o.readRelocs(f); err != nil {
-		return err
-	}
-	n, err := o.countSymbols()
+	n, err := t.countSymbols()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// An executable that exports nothing has an empty .gnu.hash: the
 	// symbols its relocations use are the ones that matter.
-	if len(o.refs) > 0 {
-		n = max(n, uint64(o.refs[len(o.refs)-1].idx)+1)
+	n = max(n, extra)
+	if n > maxTable/uint64(t.symsz) {
+		return nil, fmt.Errorf("DT_SYMTAB: %d symbols", n)
 	}
-	if n > maxTable/uint64(o.symsz) {
-		return fmt.Errorf("DT_SYMTAB: %d symbols", n)
-	}
-	if o.symbols, err = f.ReadMapped(symtab, n*uint64(o.symsz), "DT_SYMTAB"); err != nil {
-		return err
-	}
-	if a, ok := dv(elf.DT_VERSYM); ok {
-		if o.versym, err = f.ReadMapped(a, 2*n, "DT_VERSYM"); err != nil {
-			return err
+	if t.strs = st; st == nil {
+		if t.strs, err = newStrTable(f, s, sparseOver); err != nil {
+			return nil, err
 		}
 	}
-	o.buildRefs()
+	versym, hasVersym := dv(elf.DT_VERSYM)
+	if sparseOver > 0 && n*uint64(t.symsz) > sparseOver {
+		return t.sparse(f, symtab, n, versym, hasVersym)
+	}
+	if t.symbols, err = s.read(f, bufSym, symtab, n*uint64(t.symsz), "DT_SYMTAB"); err != nil {
+		return nil, err
+	}
+	if hasVersym {
+		if t.versym, err = s.read(f, bufVersym, versym, 2*n, "DT_VERSYM"); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// sparse makes t read its symbol, string and version-index tables an
+// entry at a time, for a summary of a file whose tables are larger than a
+// scratch keeps: the summary reads the few percent of them that the hash
+// table's chain values say may have a name looked up. The ranges are
+// checked as a whole read would check them.
+func (t *tables) sparse(f *elfedit.File, symtab, n, versym uint64, hasVersym bool) (*tables, error) {
+	if err := f.CheckMapped(symtab, n*uint64(t.symsz), "DT_SYMTAB"); err != nil {
+		return nil, err
+	}
+	if hasVersym {
+		if err := f.CheckMapped(versym, 2*n, "DT_VERSYM"); err != nil {
+			return nil, err
+		}
+	}
+	t.lazy = &lazyTables{f: f, n: int(n), sym: symtab, versym: versym, hasVersym: hasVersym}
+	return t, nil
+}
+
+// lazyTables reads a file's symbol and version-index tables an entry at a
+// time (tables.sparse). A read that fails (the file changed
+// since it was checked) reads as nothing, and is the summary's error.
+type lazyTables struct {
+	f           *elfedit.File
+	n           int
+	sym, versym uint64
+	hasVersym   bool
+	ent, vbuf   []byte
+	err         error
+}
+
+func (z *lazyTables) read(buf *[]byte, addr, n uint64, what string) []byte {
+	b, err := z.f.ReadMappedInto(*buf, addr, n, what)
+	if err != nil {
+		if z.err == nil {
+			z.err = err
+		}
+		return nil
+	}
+	*buf = b
+	return b
+}
+
+// readBinding reads the references relocations make, and checks that the
+// tables a lookup reads can be read (a file whose tables cannot is an
+// error of every check it is part of, not only of those that look in it).
+func (o *object) readBinding(f *elfedit.File, ns *names, s *scratch, st *strTable) error {
+	if _, ok := f.DynValue(elf.DT_SYMTAB); !ok {
+		return nil
+	}
+	rs, err := o.readRelocs(f, s)
+	if err != nil {
+		return err
+	}
+	extra := uint64(0)
+	if len(rs) > 0 {
+		extra = uint64(rs[len(rs)-1].idx) + 1
+	}
+	t, err := o.readTables(f, s, extra, maxKept, st)
+	if err != nil {
+		return err
+	}
+	o.buildRefs(t, rs, ns)
+	if err := t.err(); err != nil {
+		return err
+	}
+	if t.gnu != nil {
+		bits := uint32(32)
+		if o.class == elf.ELFCLASS64 {
+			bits = 64
+		}
+		o.filter = newFilter(t.gnu, bits)
+	}
 	return nil
 }
 
-// ref is one reference a relocation makes, ready to look up.
+// ref is one reference a relocation makes, ready to look up: 8 bytes and
+// no pointer, since every file of a tree keeps its references for the
+// whole check (a quarter of a million over /usr) and the collector would
+// scan them.
 type ref struct {
-	q    *query
-	weak bool
-	kind refKind
+	id   uint32  // the name's (names.byID)
+	vi   uint16  // its version need's index in versions; 0: unversioned
+	kind refKind // with refWeak
+}
+
+// weak says the reference is weak (STB_WEAK).
+func (r ref) weak() bool { return r.kind&refWeak != 0 }
+
+// query is the lookup r of o asks for.
+func (o *object) query(r ref, ns *names) query {
+	q := query{n: ns.byID(r.id), plt: r.kind&(refData|refCopy) == 0}
+	if r.vi != 0 {
+		q.ver = &o.versions[r.vi]
+	}
+	return q
 }
 
 // buildRefs turns the relocations' symbols into lookups once, however many
 // closures the object is part of: references to local or hidden symbols,
 // and to symbols the object defines (bar a copy relocation's), need none.
-// The lookups share one allocation, and their names one string.
-func (o *object) buildRefs() {
-	var names []byte
-	keep := o.refs[:0]
-	for _, r := range o.refs {
-		if int(r.idx) >= o.nsyms() {
+// Their names are interned in ns.
+func (o *object) buildRefs(t *tables, rs []symRef, ns *names) {
+	o.refs = make([]ref, 0, len(rs))
+	for _, r := range rs {
+		if int(r.idx) >= t.nsyms() {
 			break
 		}
-		s := o.sym(int(r.idx))
+		s := t.sym(int(r.idx))
 		if s.bind() == elf.STB_LOCAL || (s.shndx != uint16(elf.SHN_UNDEF) && r.kind&refCopy == 0) {
 			continue
 		}
 		if v := s.vis(); v == elf.STV_HIDDEN || v == elf.STV_INTERNAL {
 			continue
 		}
-		names = append(names, o.strBytes(s.name)...)
-		r.end, r.weak = uint32(len(names)), s.bind() == elf.STB_WEAK
-		keep = append(keep, r)
-	}
-	all := string(names)
-	qs := make([]query, len(keep))
-	o.refList = make([]ref, len(keep))
-	start := uint32(0)
-	for j, r := range keep {
-		var ver *version
-		if vi := o.verIndex(int(r.idx)) & 0x7fff; vi >= 2 && int(vi) < len(o.versions) && o.versions[vi].hash != 0 {
-			ver = &o.versions[vi]
+		rf := ref{id: ns.intern(t.strBytes(s.name)).id, kind: r.kind}
+		if vi := t.verIndex(int(r.idx)) & 0x7fff; vi >= 2 && int(vi) < len(o.versions) && o.versions[vi].hash != 0 {
+			rf.vi = vi
 		}
-		name := all[start:r.end]
-		start = r.end
-		qs[j] = query{name: name, gnu: elfedit.GNUHash(name), sysv: elfedit.SysVHash(name), ver: ver, plt: r.kind&(refData|refCopy) == 0}
-		o.refList[j] = ref{q: &qs[j], weak: r.weak, kind: r.kind}
+		if s.bind() == elf.STB_WEAK {
+			rf.kind |= refWeak
+		}
+		o.refs = append(o.refs, rf)
 	}
-	o.refs = nil
+	o.refs = slices.Clip(o.refs)
 }
 
 // symRef is a symbol relocations use and how.
 type symRef struct {
 	idx  uint32
-	end  uint32 // in buildRefs: where its name ends in the names
 	kind refKind
-	weak bool // in buildRefs
 }
 
 // size is about how many bytes the object keeps, for the cache's budget.
 func (o *object) size() int {
-	n := len(o.symbols) + len(o.strtab) + len(o.versym) + 64*len(o.refList) + 48*(len(o.versions)+len(o.verdefs))
-	if o.gnu != nil {
-		n += 8*len(o.gnu.bloom) + len(o.gnu.buckets.b) + len(o.gnu.chain.b)
+	n := 8*len(o.refs) + 48*(len(o.versions)+len(o.verdefs))
+	if s := o.sum.Load(); s != nil {
+		n += 12 * len(s.cands)
 	}
-	if o.sysv != nil {
-		n += len(o.sysv.buckets.b) + len(o.sysv.chain.b)
+	if o.filter != nil {
+		n += 8 * len(o.filter.words)
 	}
 	return n + 256
 }
@@ -348,28 +566,29 @@ func (o *object) size() int {
 // countSymbols is the number of dynamic symbols: DT_HASH's nchain, or past
 // the last chain of .gnu.hash (the loader needs no count; the tables give
 // none other).
-func (o *object) countSymbols() (uint64, error) {
-	if o.sysv != nil {
-		return uint64(o.sysv.chain.len()), nil
+func (t *tables) countSymbols() (uint64, error) {
+	if t.sysv != nil {
+		return uint64(t.sysv.chain.len()), nil
 	}
-	if o.gnu == nil {
+	if t.gnu == nil {
 		return 0, fmt.Errorf("DT_SYMTAB without DT_GNU_HASH or DT_HASH")
 	}
 	last := uint32(0)
-	for i := range o.gnu.buckets.len() {
-		last = max(last, o.gnu.buckets.at(i))
+	for i := range t.gnu.buckets.len() {
+		last = max(last, t.gnu.buckets.at(i))
 	}
-	if last < o.gnu.symoffset {
-		return uint64(o.gnu.symoffset), nil
+	if last < t.gnu.symoffset {
+		return uint64(t.gnu.symoffset), nil
 	}
-	return uint64(o.gnu.symoffset) + uint64(o.gnu.chain.len()), nil
+	return uint64(t.gnu.symoffset) + uint64(t.gnu.chain.len()), nil
 }
 
 func (o *object) word(b []byte, i int) uint32 { return o.order.Uint32(b[4*i:]) }
 
-func (o *object) readHashes(f *elfedit.File) error {
+func (t *tables) readHashes(f *elfedit.File, s *scratch) error {
+	o := t.o
 	if a, ok := f.DynValue(elf.DT_GNU_HASH); ok {
-		h, err := f.ReadMapped(a, 16, "DT_GNU_HASH")
+		h, err := s.read(f, bufHash, a, 16, "DT_GNU_HASH")
 		if err != nil {
 			return err
 		}
@@ -386,26 +605,17 @@ func (o *object) readHashes(f *elfedit.File) error {
 		if head > size || head > maxTable {
 			return fmt.Errorf("DT_GNU_HASH: %d buckets and %d Bloom words run past the end of its segment", nb, nbloom)
 		}
-		all, err := f.ReadMapped(a, head, "DT_GNU_HASH")
+		// The chains run to the end bit of the last bucket's chain: find
+		// its end a window at a time, never past the segment, then read
+		// the head and the chains in one.
+		bk, err := s.read(f, bufHash, a+16+ws*uint64(nbloom), 4*uint64(nb), "DT_GNU_HASH")
 		if err != nil {
 			return err
 		}
-		g := &gnuHash{symoffset: symoff, shift: shift, bloom: make([]uint64, nbloom)}
-		for i := range g.bloom {
-			if ws == 8 {
-				g.bloom[i] = o.order.Uint64(all[16+8*i:])
-			} else {
-				g.bloom[i] = uint64(o.order.Uint32(all[16+4*i:]))
-			}
-		}
-		bk := all[16+ws*uint64(nbloom):]
 		last := uint32(0)
-		g.buckets = u32s{bk[:4*uint64(nb)], o.order}
-		for i := range g.buckets.len() {
-			last = max(last, g.buckets.at(i))
+		for i := range int(nb) {
+			last = max(last, o.word(bk, i))
 		}
-		// The chains run to the end bit of the last bucket's chain: read
-		// up to it, a window at a time, never past the segment.
 		chains := a + head
 		n := uint64(0)
 		if last >= symoff {
@@ -416,7 +626,7 @@ func (o *object) readHashes(f *elfedit.File) error {
 					return fmt.Errorf("DT_GNU_HASH: chain %d runs past the end of its segment", start)
 				}
 				end := min(start+w, room)
-				b, err := f.ReadMapped(chains+4*start, 4*(end-start), "DT_GNU_HASH chains")
+				b, err := s.read(f, bufHash, chains+4*start, 4*(end-start), "DT_GNU_HASH chains")
 				if err != nil {
 					return err
 				}
@@ -431,15 +641,20 @@ func (o *object) readHashes(f *elfedit.File) error {
 				}
 			}
 		}
-		ch, err := f.ReadMapped(chains, 4*n, "DT_GNU_HASH chains")
+		all, err := s.read(f, bufHash, a, head+4*n, "DT_GNU_HASH")
 		if err != nil {
 			return err
 		}
-		g.chain = u32s{ch, o.order}
-		o.gnu = g
+		t.gnu = &gnuHash{
+			symoffset: symoff,
+			shift:     shift,
+			bloom:     u64s{all[16 : 16+ws*uint64(nbloom)], int(ws), o.order},
+			buckets:   u32s{all[16+ws*uint64(nbloom) : head], o.order},
+			chain:     u32s{all[head:], o.order},
+		}
 	}
 	if a, ok := f.DynValue(elf.DT_HASH); ok {
-		h, err := f.ReadMapped(a, 8, "DT_HASH")
+		h, err := s.read(f, bufSysv, a, 8, "DT_HASH")
 		if err != nil {
 			return err
 		}
@@ -447,19 +662,18 @@ func (o *object) readHashes(f *elfedit.File) error {
 		if 8+4*(nb+nc) > f.MappedSize(a) {
 			return fmt.Errorf("DT_HASH: %d buckets and %d chains run past the end of its segment", nb, nc)
 		}
-		all, err := f.ReadMapped(a, 8+4*(nb+nc), "DT_HASH")
+		all, err := s.read(f, bufSysv, a, 8+4*(nb+nc), "DT_HASH")
 		if err != nil {
 			return err
 		}
-		s := &sysvHash{buckets: u32s{all[8 : 8+4*nb], o.order}, chain: u32s{all[8+4*nb:], o.order}}
-		o.sysv = s
+		t.sysv = &sysvHash{buckets: u32s{all[8 : 8+4*nb], o.order}, chain: u32s{all[8+4*nb:], o.order}}
 	}
 	return nil
 }
 
 // readVersions reads DT_VERNEED and DT_VERDEF into l_versions, as glibc's
 // _dl_check_map_versions fills it.
-func (o *object) readVersions(f *elfedit.File) error {
+func (o *object) readVersions(f *elfedit.File, ns *names, s *scratch, st *strTable) error {
 	set := func(ndx uint16, v version) {
 		ndx &= 0x7fff
 		for int(ndx) >= len(o.versions) {
@@ -469,7 +683,7 @@ func (o *object) readVersions(f *elfedit.File) error {
 	}
 	if a, ok := f.DynValue(elf.DT_VERNEED); ok {
 		num, _ := f.DynValue(elf.DT_VERNEEDNUM)
-		err := versionRecords(f, a, versionWindow(num, 16+2*16), "DT_VERNEED", func(b []byte) error {
+		err := versionRecords(f, s, a, versionWindow(num, 16+2*16), "DT_VERNEED", func(b []byte) error {
 			o.needs = nil
 			off := uint64(0)
 			for range num {
@@ -477,14 +691,14 @@ func (o *object) readVersions(f *elfedit.File) error {
 					return errShort{fmt.Sprintf("entry at +0x%x", off)}
 				}
 				cnt, file, aux, next := o.order.Uint16(b[off+2:]), o.word(b[off+4:], 0), o.word(b[off+8:], 0), o.word(b[off+12:], 0)
-				n := verNeed{file: dynStr(f, file)}
+				n := verNeed{file: ns.str(st.cstr(file))}
 				ao := off + uint64(aux)
 				for range cnt {
 					if ao+16 > uint64(len(b)) {
 						return errShort{fmt.Sprintf("auxiliary entry at +0x%x", ao)}
 					}
 					hash, flags, other, name, anext := o.word(b[ao:], 0), o.order.Uint16(b[ao+4:]), o.order.Uint16(b[ao+6:]), o.word(b[ao+8:], 0), o.word(b[ao+12:], 0)
-					v := version{name: dynStr(f, name), hash: hash, hidden: other&0x8000 != 0, file: n.file, weak: flags&verFlgWeak != 0}
+					v := version{name: ns.str(st.cstr(name)), hash: hash, hidden: other&0x8000 != 0, file: n.file, weak: flags&verFlgWeak != 0}
 					n.vers = append(n.vers, v)
 					set(other, v)
 					if anext == 0 {
@@ -509,7 +723,7 @@ func (o *object) readVersions(f *elfedit.File) error {
 	if a, ok := f.DynValue(elf.DT_VERDEF); ok {
 		o.hasDefs = true
 		num, _ := f.DynValue(elf.DT_VERDEFNUM)
-		return versionRecords(f, a, versionWindow(num, 20+2*8), "DT_VERDEF", func(b []byte) error {
+		return versionRecords(f, s, a, versionWindow(num, 20+2*8), "DT_VERDEF", func(b []byte) error {
 			o.verdefs = nil
 			off := uint64(0)
 			for range num {
@@ -520,7 +734,7 @@ func (o *object) readVersions(f *elfedit.File) error {
 				if off+uint64(aux)+8 > uint64(len(b)) {
 					return errShort{fmt.Sprintf("auxiliary entry of +0x%x", off)}
 				}
-				v := version{name: dynStr(f, o.word(b[off+uint64(aux):], 0)), hash: hash}
+				v := version{name: ns.str(st.cstr(o.word(b[off+uint64(aux):], 0))), hash: hash}
 				o.verdefs = append(o.verdefs, v)
 				if flags&verFlgBase == 0 {
 					set(ndx, v)
@@ -544,10 +758,10 @@ func (e errShort) Error() string { return e.what + " runs past its segment" }
 // versionRecords reads the version records at a, a window first (they are
 // small and together), the rest of their segment when the window is short,
 // and parses them.
-func versionRecords(f *elfedit.File, a, window uint64, what string, parse func([]byte) error) error {
+func versionRecords(f *elfedit.File, s *scratch, a, window uint64, what string, parse func([]byte) error) error {
 	size := min(f.MappedSize(a), maxTable)
 	for n := min(window, size); ; n = size {
-		b, err := f.ReadMapped(a, n, what)
+		b, err := s.read(f, bufHash, a, n, what)
 		if err != nil {
 			return err
 		}
@@ -573,9 +787,11 @@ const (
 	verFlgWeak = 2
 )
 
-// readRelocs classifies the symbols the relocations refer to.
-func (o *object) readRelocs(f *elfedit.File) error {
-	var all []uint64 // symbol index << 8 | kind
+// readRelocs lists the symbols the relocations refer to and how, one
+// entry a symbol, in index order.
+func (o *object) readRelocs(f *elfedit.File, s *scratch) ([]symRef, error) {
+	all := s.relocs[:0] // symbol index << 8 | kind
+	defer func() { s.relocs = all[:0] }()
 	copyT, slotT := relocTypes(o.mach)
 	pltRela := true
 	if v, ok := f.DynValue(elf.DT_PLTREL); ok {
@@ -608,48 +824,62 @@ func (o *object) readRelocs(f *elfedit.File) error {
 			a, n = a+c*uint64(es), n-c*uint64(es)
 		}
 		if n > maxTable {
-			return fmt.Errorf("%v: size 0x%x", t.addr, n)
+			return nil, fmt.Errorf("%v: size 0x%x", t.addr, n)
 		}
-		b, err := f.ReadMapped(a, n, t.addr.String())
-		if err != nil {
-			return err
+		if err := f.CheckMapped(a, n, t.addr.String()); err != nil {
+			return nil, err
 		}
-		all = slices.Grow(all, len(b)/es)
-		for i := 0; i+es <= len(b); i += es {
-			var s, typ uint32
-			if o.class == elf.ELFCLASS64 {
-				info := o.order.Uint64(b[i+8:])
-				s, typ = uint32(info>>32), uint32(info)
-			} else {
-				info := o.order.Uint32(b[i+4:])
-				s, typ = info>>8, info&0xff
+		// A window at a time: the tables of a big library are MiBs.
+		win := uint64(relocWindow / es * es)
+		for at := uint64(0); at < n; at += win {
+			b, err := s.read(f, bufReloc, a+at, min(win, n-at), t.addr.String())
+			if err != nil {
+				return nil, err
 			}
-			if s == 0 {
-				continue
-			}
-			k := refData
-			switch {
-			case typ == copyT:
-				k = refCopy
-			case t.plt && (typ == slotT || slotT == 0):
-				k = refFunc
-			}
-			all = append(all, uint64(s)<<8|uint64(k))
+			all = o.relocRefs(all, b, es, t.plt, copyT, slotT)
 		}
 	}
-	// One entry a symbol, in index order, with every use its relocations
-	// make.
 	slices.Sort(all)
-	o.refs = make([]symRef, 0, len(all))
+	out := s.refs[:0]
+	defer func() { s.refs = out[:0] }()
 	for _, v := range all {
 		i, k := uint32(v>>8), refKind(v)
-		if n := len(o.refs); n > 0 && o.refs[n-1].idx == i {
-			o.refs[n-1].kind |= k
+		if n := len(out); n > 0 && out[n-1].idx == i {
+			out[n-1].kind |= k
 			continue
 		}
-		o.refs = append(o.refs, symRef{idx: i, kind: k})
+		out = append(out, symRef{idx: i, kind: k})
 	}
-	return nil
+	return out, nil
+}
+
+// relocWindow is how much of a relocation table readRelocs reads at once.
+const relocWindow = 256 << 10
+
+// relocRefs appends the symbol each relocation of b uses, with its kind.
+func (o *object) relocRefs(all []uint64, b []byte, es int, plt bool, copyT, slotT uint32) []uint64 {
+	for i := 0; i+es <= len(b); i += es {
+		var s, typ uint32
+		if o.class == elf.ELFCLASS64 {
+			info := o.order.Uint64(b[i+8:])
+			s, typ = uint32(info>>32), uint32(info)
+		} else {
+			info := o.order.Uint32(b[i+4:])
+			s, typ = info>>8, info&0xff
+		}
+		if s == 0 {
+			continue
+		}
+		k := refData
+		switch {
+		case typ == copyT:
+			k = refCopy
+		case plt && (typ == slotT || slotT == 0):
+			k = refFunc
+		}
+		all = append(all, uint64(s)<<8|uint64(k))
+	}
+	return all
 }
 
 // relocTypes gives the machine's copy and PLT-slot relocation types; 0, 0
@@ -672,4 +902,15 @@ func relocTypes(m elf.Machine) (copyT, slotT uint32) {
 		return 9, 11
 	}
 	return 0, 0
+}
+
+// err is the first read of an entry at a time that failed.
+func (t *tables) err() error {
+	if t.lazy != nil && t.lazy.err != nil {
+		return t.lazy.err
+	}
+	if t.strs != nil {
+		return t.strs.err
+	}
+	return nil
 }
