@@ -14,14 +14,11 @@ import (
 // concurrent use. Paths are host paths, as Resolve passes them.
 func ElfReader() Reader { return elfReader(nil, nil) }
 
-// ElfReaderWith is ElfReader, and also hands each file it opens to also
-// (when not nil) before closing it: a caller that needs more of the same
-// files (the symbol check) reads them in the same open.
-func ElfReaderWith(also func(path string, f *elfedit.File)) Reader { return elfReader(also, nil) }
-
-// ElfReaderOpen is ElfReaderWith opening each file with open (nil:
-// elfedit.Open): a caller reading many files lends its buffers
-// (elfedit.Buffers.Open).
+// ElfReaderOpen is ElfReader opening each file with open (nil:
+// elfedit.Open; a caller reading many files lends its buffers,
+// elfedit.Buffers.Open), and also handing each file it opens to also (when
+// not nil) before closing it: a caller that needs more of the same files
+// (the symbol check) reads them in the same open.
 func ElfReaderOpen(open func(path string) (*elfedit.File, error), also func(path string, f *elfedit.File)) Reader {
 	return elfReaderOpen(open, also, nil)
 }
