@@ -87,7 +87,7 @@ func TestHostileTables(t *testing.T) {
 					}
 				}
 			}
-			for _, n := range ns.m {
+			for _, n := range ns.all() {
 				for i := range o.versions {
 					q := query{n: n, ver: &o.versions[i]}
 					dw, okw, aw := walkFind(tb, q, true)

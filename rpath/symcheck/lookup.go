@@ -128,8 +128,7 @@ func (t *tables) summarize(ns *names) *summary {
 		lo = int(t.gnu.symoffset) // the walk of .gnu.hash starts past them
 	}
 	var found []*symName
-	ns.mu.RLock()
-	covered := uint32(len(ns.m))
+	covered := ns.covered()
 	for i := lo; i < t.nsyms(); i++ {
 		if t.gnu != nil {
 			// The walk compares the chain value's hash first.
@@ -141,12 +140,11 @@ func (t *tables) summarize(ns *names) *summary {
 			}
 		}
 		if s := t.sym(i); defines(s) {
-			if n := ns.m[string(t.strBytes(s.name))]; n != nil {
+			if n := ns.lookup(t.strBytes(s.name)); n != nil && n.id < covered {
 				found = append(found, n)
 			}
 		}
 	}
-	ns.mu.RUnlock()
 	slices.SortFunc(found, func(a, b *symName) int { return int(a.id) - int(b.id) })
 	found = slices.Compact(found)
 	sum := &summary{covered: covered}

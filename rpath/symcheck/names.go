@@ -1,0 +1,170 @@
+package symcheck
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
+
+// symName is an interned symbol name with its hashes. A summary answers
+// for the names interned before it was made (id below its count).
+type symName struct {
+	s         string
+	gnu, sysv uint32
+	id        uint32
+}
+
+// names interns the names references use: the few a tree's files import
+// (about 22,000 over /usr) against the hundreds of thousands they define.
+// Every job looks names up for every reference it reads and every symbol
+// a summary scans, so a name is found under its shard's read lock only;
+// new names are made one at a time under mu, each put in its shard before
+// count says it is there (a summary answers for the first count names).
+type names struct {
+	mu     sync.Mutex
+	shards [nameShards]shard[*symName]
+	count  atomic.Uint32
+	dir    atomic.Pointer[[]*nameChunkOf] // byID's table
+	// gnu has bit h>>1 & gnuMask set for each name's GNU hash h: a
+	// symbol whose .gnu.hash chain value misses it has none of the names.
+	gnu atomic.Pointer[[(gnuMask + 1) / 64]atomic.Uint64]
+	// strs interns the version and file names of version records, the
+	// same few in most files.
+	strs [nameShards]shard[string]
+}
+
+const nameShards = 64
+
+// shard is one part of a map split by the key's hash, each with its lock.
+type shard[V any] struct {
+	mu sync.RWMutex
+	m  map[string]V
+}
+
+func (s *shard[V]) get(k []byte) (V, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	v, ok := s.m[string(k)]
+	return v, ok
+}
+
+func (s *shard[V]) put(k string, v V) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]V{}
+	}
+	s.m[k] = v
+}
+
+// shardOf spreads names over the shards by their last bytes and length
+// (mangled names share long prefixes).
+func shardOf[S []byte | string](b S) int {
+	h := uint32(len(b)) * 0x9e3779b1
+	for i := max(len(b)-8, 0); i < len(b); i++ {
+		h = (h ^ uint32(b[i])) * 16777619
+	}
+	return int(h>>16) % nameShards
+}
+
+// gnuMask sizes names.gnu: 2^20 bits (128 KiB), a few percent of them set
+// by the names a tree imports.
+const gnuMask = 1<<20 - 1
+
+// mayHave says whether a symbol whose .gnu.hash chain value is h may have
+// one of the names.
+func (ns *names) mayHave(h uint32) bool {
+	g := ns.gnu.Load()
+	b := h >> 1 & gnuMask
+	return g != nil && g[b/64].Load()&(1<<(b%64)) != 0
+}
+
+// lookup is b's name, nil if not interned.
+func (ns *names) lookup(b []byte) *symName {
+	n, _ := ns.shards[shardOf(b)].get(b)
+	return n
+}
+
+// covered is how many names are interned: those with a smaller id.
+func (ns *names) covered() uint32 { return ns.count.Load() }
+
+// intern returns b's name, made if new.
+func (ns *names) intern(b []byte) *symName {
+	if n := ns.lookup(b); n != nil {
+		return n
+	}
+	ns.mu.Lock()
+	defer ns.mu.Unlock()
+	if n := ns.lookup(b); n != nil {
+		return n
+	}
+	s := string(b)
+	n := &symName{s: s, gnu: elfedit.GNUHash(s), sysv: elfedit.SysVHash(s), id: ns.count.Load()}
+	ns.shards[shardOf(b)].put(s, n)
+	ns.publish(n)
+	g := ns.gnu.Load()
+	if g == nil {
+		g = new([(gnuMask + 1) / 64]atomic.Uint64)
+		ns.gnu.Store(g)
+	}
+	bit := n.gnu >> 1 & gnuMask
+	g[bit/64].Or(1 << (bit % 64))
+	ns.count.Store(n.id + 1)
+	return n
+}
+
+// all is every name interned (for tests).
+func (ns *names) all() []*symName {
+	out := make([]*symName, ns.covered())
+	for i := range out {
+		out[i] = ns.byID(uint32(i))
+	}
+	return out
+}
+
+// byID is the name with the given id, which a reference or a summary
+// holds: interned, so published before the id was handed out.
+func (ns *names) byID(id uint32) *symName {
+	return (*ns.dir.Load())[id/nameChunk][id%nameChunk].Load()
+}
+
+const nameChunk = 4096
+
+type nameChunkOf [nameChunk]atomic.Pointer[symName]
+
+// publish makes n found by byID; the caller holds mu.
+func (ns *names) publish(n *symName) {
+	var dir []*nameChunkOf
+	if d := ns.dir.Load(); d != nil {
+		dir = *d
+	}
+	if int(n.id/nameChunk) >= len(dir) {
+		grown := append(slices.Clip(dir), new(nameChunkOf))
+		ns.dir.Store(&grown)
+		dir = grown
+	}
+	dir[n.id/nameChunk][n.id%nameChunk].Store(n)
+}
+
+// str is s, interned.
+func (ns *names) str(s string) string {
+	sh := &ns.strs[shardOf(s)]
+	sh.mu.RLock()
+	t, ok := sh.m[s]
+	sh.mu.RUnlock()
+	if ok {
+		return t
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if t, ok := sh.m[s]; ok {
+		return t
+	}
+	if sh.m == nil {
+		sh.m = map[string]string{}
+	}
+	sh.m[s] = s
+	return s
+}
