@@ -123,22 +123,12 @@ func (s *summary) of(id uint32) []cand {
 
 // summarize makes t's summary for the names ns holds now.
 func (t *tables) summarize(ns *names) *summary {
-	lo := 0
 	if t.gnu != nil {
-		lo = int(t.gnu.symoffset) // the walk of .gnu.hash starts past them
+		return t.summarizeGNU(ns)
 	}
 	var found []*symName
 	covered := ns.covered()
-	for i := lo; i < t.nsyms(); i++ {
-		if t.gnu != nil {
-			// The walk compares the chain value's hash first.
-			if i-lo >= t.gnu.chain.len() {
-				break
-			}
-			if !ns.mayHave(t.gnu.chain.at(i - lo)) {
-				continue
-			}
-		}
+	for i := range t.nsyms() {
 		if s := t.sym(i); defines(s) {
 			if n := ns.lookup(t.strBytes(s.name)); n != nil && n.id < covered {
 				found = append(found, n)
@@ -159,6 +149,52 @@ func (t *tables) summarize(ns *names) *summary {
 	}
 	sum.cands = slices.Clip(sum.cands)
 	return sum
+}
+
+// summarizeGNU is summarize over .gnu.hash in one pass in table order (a
+// big table is read a window at a time): symbol i is a candidate of name n
+// exactly when candidates' walk for n meets it: n passes the Bloom filter,
+// n's bucket starts within i's chain at or before i, and i's chain value
+// has n's hash.
+func (t *tables) summarizeGNU(ns *names) *summary {
+	g := t.gnu
+	covered := ns.covered()
+	sum := &summary{covered: covered}
+	lo, num := int(g.symoffset), t.nsyms()
+	nb := uint32(g.buckets.len())
+	chainStart := lo // the first index of i's chain
+	for i := lo; i < num && i-lo < g.chain.len(); i++ {
+		h := g.chain.at(i - lo)
+		if ns.mayHave(h) {
+			if s := t.sym(i); defines(s) {
+				if n := ns.lookup(t.strBytes(s.name)); n != nil && n.id < covered && (h^n.gnu)>>1 == 0 && nb > 0 && t.bloomPasses(n) {
+					b := int(g.buckets.at(int(n.gnu % nb)))
+					if b != 0 && b >= lo && chainStart <= b && b <= i {
+						sum.cands = append(sum.cands, cand{id: n.id, vi: t.verIndex(i), info: s.info, other: s.other, undef: s.shndx == uint16(elf.SHN_UNDEF)})
+					}
+				}
+			}
+		}
+		if h&1 != 0 {
+			chainStart = i + 1
+		}
+	}
+	// By name, in table order within one: the walk's order.
+	slices.SortStableFunc(sum.cands, func(a, b cand) int { return int(a.id) - int(b.id) })
+	sum.cands = slices.Clip(sum.cands)
+	return sum
+}
+
+// bloomPasses is candidates' first test: the Bloom filter of .gnu.hash.
+func (t *tables) bloomPasses(n *symName) bool {
+	g := t.gnu
+	c := uint32(32)
+	if t.o.class == elf.ELFCLASS64 {
+		c = 64
+	}
+	w := g.bloom.at(int((n.gnu / c) & uint32(g.bloom.len()-1)))
+	mask := uint64(1)<<(n.gnu%c) | uint64(1)<<((n.gnu>>g.shift)%c)
+	return w&mask == mask
 }
 
 // filter is a file's .gnu.hash Bloom filter, folded to at most maxFilter

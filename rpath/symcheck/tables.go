@@ -143,7 +143,7 @@ func (t *tables) nsyms() int {
 func (t *tables) sym(i int) sym {
 	var b []byte
 	if z := t.lazy; z != nil {
-		if b = z.read(&z.ent, z.sym+uint64(i)*uint64(t.symsz), uint64(t.symsz), "DT_SYMTAB"); b == nil {
+		if b = z.at(&z.syms, z.sym+uint64(i)*z.symsz, z.symsz, z.sym+uint64(z.n)*z.symsz, "DT_SYMTAB"); b == nil {
 			return sym{}
 		}
 	} else {
@@ -167,8 +167,8 @@ type strTable struct {
 	b          []byte // the whole table; nil when read a string at a time
 	f          *elfedit.File
 	addr, size uint64
-	buf        []byte
-	err        error // the first read that failed (the file changed since it was checked)
+	win        window // of offsets into the table
+	err        error  // the first read that failed (the file changed since it was checked)
 }
 
 // newStrTable is f's string table: elfedit's if it read it, else read
@@ -210,18 +210,28 @@ func (st *strTable) bytes(off uint64) []byte {
 	if off >= st.size {
 		return nil
 	}
-	// A window at a time: names are short, mangled C++ ones a few
-	// hundred bytes.
-	for w := uint64(128); ; w *= 4 {
+	// Through a window: a pass in table order meets the names in about
+	// the order the linker wrote them.
+	if off >= st.win.start && off < st.win.end {
+		b := st.win.buf[off-st.win.start:]
+		if i := bytes.IndexByte(b, 0); i >= 0 {
+			return b[:i]
+		}
+		if st.win.end == st.size {
+			return b
+		}
+	}
+	for w := uint64(lazyWindow); ; w *= 4 {
 		n := min(w, st.size-off)
-		b, err := st.f.ReadMappedInto(st.buf, st.addr+off, n, "DT_STRTAB")
+		b, err := st.f.ReadMappedInto(st.win.buf, st.addr+off, n, "DT_STRTAB")
 		if err != nil {
 			if st.err == nil {
 				st.err = err
 			}
+			st.win = window{}
 			return nil
 		}
-		st.buf = b
+		st.win = window{b, off, off + n}
 		if i := bytes.IndexByte(b, 0); i >= 0 {
 			return b[:i]
 		}
@@ -255,7 +265,7 @@ func (t *tables) verIndex(i int) uint16 {
 		if !z.hasVersym || i >= z.n {
 			return 1
 		}
-		if b := z.read(&z.vbuf, z.versym+2*uint64(i), 2, "DT_VERSYM"); b != nil {
+		if b := z.at(&z.vers, z.versym+2*uint64(i), 2, z.versym+2*uint64(z.n), "DT_VERSYM"); b != nil {
 			return t.o.order.Uint16(b)
 		}
 		return 1
@@ -433,32 +443,49 @@ func (t *tables) sparse(f *elfedit.File, symtab, n, versym uint64, hasVersym boo
 			return nil, err
 		}
 	}
-	t.lazy = &lazyTables{f: f, n: int(n), sym: symtab, versym: versym, hasVersym: hasVersym}
+	t.lazy = &lazyTables{f: f, n: int(n), sym: symtab, symsz: uint64(t.symsz), versym: versym, hasVersym: hasVersym}
 	return t, nil
 }
 
-// lazyTables reads a file's symbol and version-index tables an entry at a
-// time (tables.sparse). A read that fails (the file changed
-// since it was checked) reads as nothing, and is the summary's error.
+// lazyTables reads a file's symbol and version-index tables a window at
+// a time (tables.sparse): a pass over them in table order reads each byte
+// once, through a buffer of lazyWindow bytes. A read that fails (the file
+// changed since it was checked) reads as nothing, and is the pass's error.
 type lazyTables struct {
 	f           *elfedit.File
 	n           int
 	sym, versym uint64
+	symsz       uint64
 	hasVersym   bool
-	ent, vbuf   []byte
+	syms, vers  window
 	err         error
 }
 
-func (z *lazyTables) read(buf *[]byte, addr, n uint64, what string) []byte {
-	b, err := z.f.ReadMappedInto(*buf, addr, n, what)
+// lazyWindow is how much of a big table a pass reads at once.
+const lazyWindow = 64 << 10
+
+// window is the bytes of a table at [start, end), as last read.
+type window struct {
+	buf        []byte
+	start, end uint64
+}
+
+// at is the n bytes at addr of the table that ends at limit, through w.
+func (z *lazyTables) at(w *window, addr, n, limit uint64, what string) []byte {
+	if addr >= w.start && addr+n <= w.end {
+		return w.buf[addr-w.start : addr-w.start+n]
+	}
+	size := min(max(n, lazyWindow), limit-addr)
+	b, err := z.f.ReadMappedInto(w.buf, addr, size, what)
 	if err != nil {
 		if z.err == nil {
 			z.err = err
 		}
+		*w = window{}
 		return nil
 	}
-	*buf = b
-	return b
+	*w = window{b, addr, addr + size}
+	return b[:n]
 }
 
 // readBinding reads the references relocations make, and checks that the
