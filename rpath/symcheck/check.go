@@ -122,8 +122,9 @@ type Options struct {
 	// OnlyProblems leaves bound and weak unbound references out of the
 	// result: what a check over a tree needs, at a fraction of the cost.
 	OnlyProblems bool
-	// CacheBytes bounds the tables kept between checks (the least recently
-	// used go first); 0 means 16 MiB.
+	// CacheBytes bounds what is kept of the files read (references,
+	// versions, summaries; the least recently used go first); 0 means
+	// 16 MiB.
 	CacheBytes int
 	// Open opens a file to read (nil: elfedit.Open); a caller that reads
 	// many files lends its buffers (elfedit.Buffers.Open).
