@@ -149,8 +149,10 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 		}
 	}
 	// A dry run writes nothing, and a write that keeps old sections plans
-	// afresh: no plan is kept for either.
-	if !c.dryRun && !c.keepOld {
+	// afresh: no plan is kept for either. Nor with the symbol check, which
+	// runs between decide and the write: kept through it, the plans cost
+	// more collections than planning again costs (bench/SYMBOLS.md).
+	if !c.dryRun && !c.keepOld && c.sym == nil {
 		c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
 	}
 	rep := &Report{Files: make([]*File, len(files))}
