@@ -21,7 +21,9 @@ import (
 // writes every file with the plan decide made and kept (the debug log's
 // "planned" is "once"), instead of reading, planning and verifying it a
 // second time: a kept plan holds its file's bytes by offset, so the
-// budget takes every small file's, at one job as at several.
+// budget takes every small file's, at one job as at several. With the
+// symbol check on, between decide and the write, no plan is kept
+// ("again"): through the check they cost more than planning again.
 func TestPlansKeptForTheWrite(t *testing.T) {
 	// Libraries with 3,000 exported names (a 200 KB string table that
 	// moves when rewritten), stripped as installed libraries are: copies
@@ -32,7 +34,12 @@ func TestPlansKeptForTheWrite(t *testing.T) {
 		fmt.Fprintf(&src, "void kept_plan_test_function_with_a_long_exported_name_%04d(void) {}\n", i)
 	}
 	big := cfix.Spec{Soname: "libbig.so", Needed: []string{"libk0.so"}, Source: src.String(), Strip: true}
-	for _, jobs := range []int{1, 4} {
+	for _, tc := range []struct {
+		jobs    int
+		symbols patch.SymbolsMode
+		want    string
+	}{{1, patch.SymbolsOff, "once"}, {4, patch.SymbolsOff, "once"}, {1, patch.SymbolsError, "again"}} {
+		jobs := tc.jobs
 		tr := newTree(t)
 		for i := range 60 {
 			tr.place(fmt.Sprintf("lib/libk%d.so", i), lib(fmt.Sprintf("libk%d.so", i), "libk0.so"))
@@ -45,7 +52,7 @@ func TestPlansKeptForTheWrite(t *testing.T) {
 		}
 		var logs bytes.Buffer
 		log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		rep := tr.mustPatch([]string{"."}, patch.WithJobs(jobs), patch.WithLogger(log), patch.WithDriverLinkFor(policy.DriverLinkAll))
+		rep := tr.mustPatch([]string{"."}, patch.WithJobs(jobs), patch.WithLogger(log), patch.WithDriverLinkFor(policy.DriverLinkAll), patch.WithSymbols(tc.symbols))
 		require.Equal(t, 130, rep.Changed, "%d jobs: every file rewritten", jobs)
 		planned := map[string]int{}
 		sc := bufio.NewScanner(&logs)
@@ -56,6 +63,6 @@ func TestPlansKeptForTheWrite(t *testing.T) {
 				planned[rec.Planned]++
 			}
 		}
-		assert.Equal(t, map[string]int{"once": 130}, planned, "%d jobs", jobs)
+		assert.Equal(t, map[string]int{tc.want: 130}, planned, "%d jobs, symbols %s", jobs, tc.symbols)
 	}
 }

@@ -134,10 +134,10 @@ func WithIgnoreSymbols(patterns ...string) Option {
 
 func (c *config) symbolsMode() SymbolsMode {
 	if c.symbols == "" {
-		// Off until the check costs at most half again the job it checks
-		// (bench/SYMBOLS.md): on trees of many small files it costs
-		// 1.6-2x the CPU on 2 cores.
-		return SymbolsOff
+		// A binary that cannot load is the failure a build can still
+		// prevent; the check costs about half again the job on a tree of
+		// many small files, less on CUDA packages (bench/SYMBOLS.md).
+		return SymbolsError
 	}
 	return c.symbols
 }
