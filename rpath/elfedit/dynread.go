@@ -48,19 +48,29 @@ func (f *File) MappedSize(addr uint64) uint64 {
 // range no PT_LOAD maps, or one past the end of the file, is an error
 // naming what; nothing is allocated before the range is checked.
 func (f *File) ReadMapped(addr, n uint64, what string) ([]byte, error) {
-	off, ok := f.vaddrToOff(addr, n)
-	if !ok {
-		return nil, formatErr(0, "%s: address 0x%x (size 0x%x) maps to no PT_LOAD", what, addr, n)
+	off, err := f.mappedOff(addr, n, what)
+	if err != nil {
+		return nil, err
 	}
 	return readAt(f.r, f.size, off, n, what)
+}
+
+// mappedOff is the file offset of the n bytes at virtual address addr, or
+// the error a read of them is.
+func (f *File) mappedOff(addr, n uint64, what string) (uint64, error) {
+	off, ok := f.vaddrToOff(addr, n)
+	if !ok {
+		return 0, formatErr(0, "%s: address 0x%x (size 0x%x) maps to no PT_LOAD", what, addr, n)
+	}
+	return off, nil
 }
 
 // CheckMapped reports the error ReadMapped would for the range, without
 // reading it: for a reader that reads a table an entry at a time.
 func (f *File) CheckMapped(addr, n uint64, what string) error {
-	off, ok := f.vaddrToOff(addr, n)
-	if !ok {
-		return formatErr(0, "%s: address 0x%x (size 0x%x) maps to no PT_LOAD", what, addr, n)
+	off, err := f.mappedOff(addr, n, what)
+	if err != nil {
+		return err
 	}
 	return inFile(f.size, off, n, what)
 }
@@ -71,13 +81,10 @@ func (f *File) CheckMapped(addr, n uint64, what string) error {
 // the tables, and reads each once. The bytes are not among those a plan's
 // fingerprint covers (an edit does not depend on them).
 func (f *File) ReadMappedInto(buf []byte, addr, n uint64, what string) ([]byte, error) {
-	off, ok := f.vaddrToOff(addr, n)
-	if !ok {
-		return nil, formatErr(0, "%s: address 0x%x (size 0x%x) maps to no PT_LOAD", what, addr, n)
-	}
-	if err := inFile(f.size, off, n, what); err != nil {
+	if err := f.CheckMapped(addr, n, what); err != nil {
 		return nil, err
 	}
+	off, _ := f.vaddrToOff(addr, n)
 	if uint64(cap(buf)) < n {
 		buf = make([]byte, n)
 	}

@@ -201,10 +201,10 @@ func fileKey(path string) string {
 }
 
 func (c *Checker) read(path string, binding bool) (*object, error) {
-	return c.readWith(func(p string, _ *scratch) (*elfedit.File, error) { return c.opts.Open(p) }, path, binding)
+	return c.readWith(c.opts.Open, path, binding)
 }
 
-func (c *Checker) readWith(open func(string, *scratch) (*elfedit.File, error), path string, binding bool) (*object, error) {
+func (c *Checker) readWith(open func(string) (*elfedit.File, error), path string, binding bool) (*object, error) {
 	e := c.entry(path)
 	e.once.Do(func() {
 		s := c.scratch.get()
@@ -318,7 +318,7 @@ func (c *Checker) CheckVersions(cfg ldso.Config, tree *ldso.Tree) (*Result, erro
 // known when it is made (summaryOf), so a caller that reads every file it
 // will check first makes fewer.
 func (c *Checker) Read(path string) error {
-	_, err := c.readWith(openDynamic, path, true)
+	_, err := c.readWith(elfedit.OpenDynamic, path, true)
 	return err
 }
 
@@ -747,7 +747,7 @@ func (c *Checker) summaryOf(o *object, n *symName) (*summary, error) {
 	sc := c.scratch.get()
 	defer c.scratch.put(sc)
 	// The string table is read with the others, or a name at a time.
-	f, err := openDynamic(o.path, sc)
+	f, err := elfedit.OpenDynamic(o.path)
 	if err != nil {
 		return nil, err
 	}

@@ -50,13 +50,24 @@ func (s *shard[V]) get(k []byte) (V, bool) {
 	return v, ok
 }
 
-func (s *shard[V]) put(k string, v V) {
+// getOrAdd is k's value, v put there if k has none.
+func (s *shard[V]) getOrAdd(k string, v V) V {
+	s.mu.RLock()
+	old, ok := s.m[k]
+	s.mu.RUnlock()
+	if ok {
+		return old
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if old, ok := s.m[k]; ok {
+		return old
+	}
 	if s.m == nil {
 		s.m = map[string]V{}
 	}
 	s.m[k] = v
+	return v
 }
 
 // shardOf spreads names over the shards by their last bytes and length
@@ -102,7 +113,7 @@ func (ns *names) intern(b []byte) *symName {
 	}
 	s := string(b)
 	n := &symName{s: s, gnu: elfedit.GNUHash(s), sysv: elfedit.SysVHash(s), id: ns.count.Load()}
-	ns.shards[shardOf(b)].put(s, n)
+	ns.shards[shardOf(b)].getOrAdd(s, n) // new: intern holds mu
 	ns.publish(n)
 	g := ns.gnu.Load()
 	if g == nil {
@@ -150,21 +161,5 @@ func (ns *names) publish(n *symName) {
 
 // str is s, interned.
 func (ns *names) str(s string) string {
-	sh := &ns.strs[shardOf(s)]
-	sh.mu.RLock()
-	t, ok := sh.m[s]
-	sh.mu.RUnlock()
-	if ok {
-		return t
-	}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if t, ok := sh.m[s]; ok {
-		return t
-	}
-	if sh.m == nil {
-		sh.m = map[string]string{}
-	}
-	sh.m[s] = s
-	return s
+	return ns.strs[shardOf(s)].getOrAdd(s, s)
 }

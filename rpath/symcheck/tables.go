@@ -223,15 +223,13 @@ func (st *strTable) bytes(off uint64) []byte {
 	}
 	for w := uint64(lazyWindow); ; w *= 4 {
 		n := min(w, st.size-off)
-		b, err := st.f.ReadMappedInto(st.win.buf, st.addr+off, n, "DT_STRTAB")
+		b, err := st.win.fill(st.f, st.addr, off, n, "DT_STRTAB")
 		if err != nil {
 			if st.err == nil {
 				st.err = err
 			}
-			st.win = window{}
 			return nil
 		}
-		st.win = window{b, off, off + n}
 		if i := bytes.IndexByte(b, 0); i >= 0 {
 			return b[:i]
 		}
@@ -290,8 +288,8 @@ const maxTable = 1 << 30
 // readObject reads what the version check needs of the ELF file at path,
 // and with binding its references, in the same open; else loadBinding
 // reads them when symbols are bound.
-func readObject(open func(string, *scratch) (*elfedit.File, error), path string, binding bool, ns *names, s *scratch) (*object, error) {
-	f, err := open(path, s)
+func readObject(open func(string) (*elfedit.File, error), path string, binding bool, ns *names, s *scratch) (*object, error) {
+	f, err := open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -304,11 +302,6 @@ func readObject(open func(string, *scratch) (*elfedit.File, error), path string,
 	return o, nil
 }
 
-// openDynamic opens path for one pass over its tables (elfedit.OpenDynamic).
-func openDynamic(path string, _ *scratch) (*elfedit.File, error) {
-	return elfedit.OpenDynamic(path)
-}
-
 // loadBinding reads the references, once, from a file read before.
 func (o *object) loadBinding(ns *names, sp *scratchPool) error {
 	o.bindOnce.Do(func() {
@@ -317,7 +310,7 @@ func (o *object) loadBinding(ns *names, sp *scratchPool) error {
 		}
 		s := sp.get()
 		defer sp.put(s)
-		f, err := openDynamic(o.path, s)
+		f, err := elfedit.OpenDynamic(o.path)
 		if err != nil {
 			o.bindErr = err
 			return
@@ -475,17 +468,26 @@ func (z *lazyTables) at(w *window, addr, n, limit uint64, what string) []byte {
 	if addr >= w.start && addr+n <= w.end {
 		return w.buf[addr-w.start : addr-w.start+n]
 	}
-	size := min(max(n, lazyWindow), limit-addr)
-	b, err := z.f.ReadMappedInto(w.buf, addr, size, what)
+	b, err := w.fill(z.f, 0, addr, min(max(n, lazyWindow), limit-addr), what)
 	if err != nil {
 		if z.err == nil {
 			z.err = err
 		}
-		*w = window{}
 		return nil
 	}
-	*w = window{b, addr, addr + size}
 	return b[:n]
+}
+
+// fill reads the n bytes at virtual address base+off into w, which then
+// holds [off, off+n); on an error it holds nothing.
+func (w *window) fill(f *elfedit.File, base, off, n uint64, what string) ([]byte, error) {
+	b, err := f.ReadMappedInto(w.buf, base+off, n, what)
+	if err != nil {
+		*w = window{}
+		return nil, err
+	}
+	*w = window{b, off, off + n}
+	return b, nil
 }
 
 // readBinding reads the references relocations make, and checks that the
