@@ -52,8 +52,8 @@ type Config struct {
 	// x86_64…) tried after the glibc-hwcaps ones, best first. glibc 2.37
 	// removed them; DefaultConfig leaves this empty.
 	LegacyHwcaps []string `json:"legacy_hwcaps,omitempty"`
-	// Identities, when set, remembers the canonical path of every file
-	// found, across Resolve calls: for many calls over a tree that does
+	// Identities, when set, remembers the identity of every file found,
+	// across Resolve calls: for many calls over a tree that does
 	// not change meanwhile (the symbol check of every file of a tree).
 	Identities *IdentityCache `json:"-"`
 	// Untraced leaves Need.Tried empty: for a caller that needs where each

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -419,4 +421,45 @@ func TestResolveDlopen(t *testing.T) {
 	require.NoError(t, tr.Format(&out))
 	assert.Contains(t, out.String(), "    dlopen libP.so.1 => /plug/libP.so.1 (runpath of /x/libX.so)\n")
 	assert.Contains(t, out.String(), "    dlopen libnone.so.2 => not found\n")
+}
+
+// TestResolveHardLink: one file under two names, by a hard link, is loaded
+// once: ld.so compares st_dev and st_ino of what it opens with every
+// object loaded, and so does Resolve (a symbolic link's target would be
+// found by its path too; a hard link has no other path). The loader's own
+// trace lists the file once.
+func TestResolveHardLink(t *testing.T) {
+	dir := t.TempDir()
+	cc(t, filepath.Join(dir, "a/libx.so"), leafSrc, "-shared", "-Wl,-soname,libx.so")
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "b"), 0o755))
+	require.NoError(t, os.Link(filepath.Join(dir, "a/libx.so"), filepath.Join(dir, "b/liby.so")))
+	// The executable is linked against a copy named liby.so (a link-time
+	// stand-in): it needs both names.
+	cc(t, filepath.Join(dir, "stub/liby.so"), leafSrc, "-shared", "-Wl,-soname,liby.so")
+	exe := filepath.Join(dir, "exe")
+	cc(t, exe, mainSrc, "-Wl,--no-as-needed", "-L"+filepath.Join(dir, "a"), "-lx", "-L"+filepath.Join(dir, "stub"), "-ly",
+		"-Wl,--enable-new-dtags,-rpath,"+filepath.Join(dir, "a")+":"+filepath.Join(dir, "b"))
+
+	cfg, err := ldso.DefaultConfig("", elf.ELFCLASS64, elf.EM_X86_64)
+	require.NoError(t, err)
+	for _, ids := range []*ldso.IdentityCache{nil, {}} {
+		cfg.Identities = ids
+		tr, err := ldso.Resolve(cfg, readELF, exe)
+		require.NoError(t, err)
+		var y *ldso.Need
+		for _, n := range tr.Needs {
+			if n.Name == "liby.so" {
+				y = n
+			}
+		}
+		require.NotNil(t, y)
+		assert.True(t, y.AlreadyLoaded, "liby.so is libx.so's file")
+		assert.Equal(t, filepath.Join(dir, "a/libx.so"), y.Path)
+	}
+
+	cmd := exec.Command(exe)
+	cmd.Env = []string{"LD_TRACE_LOADED_OBJECTS=1"}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, 1, strings.Count(string(out), dir), "the loader maps the file once:\n%s", out)
 }

@@ -198,8 +198,7 @@ func Resolve(cfg Config, read Reader, exe string) (*Tree, error) {
 
 	// A running program's $ORIGIN comes from /proc/self/exe: the
 	// executable's path with every link resolved.
-	id := fsy.identity(exe)
-	r.main = &loaded{path: exe, id: id, names: []string{exe}, obj: obj, origin: path.Dir(id), exe: true}
+	r.main = &loaded{path: exe, id: fsy.identity(exe), names: []string{exe}, obj: obj, origin: path.Dir(fsy.canonical(exe)), exe: true}
 	if obj.Soname != "" {
 		r.main.names = append(r.main.names, obj.Soname)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -60,22 +61,46 @@ func (f *fsys) host(p string) (string, error) {
 	return filepath.Join(f.root, filepath.FromSlash(r)), nil
 }
 
-// identity returns the canonical logical path of p: the file's identity for
-// "already loaded" checks, standing in for ld.so's st_dev/st_ino compare.
+// identity returns p's file identity for "already loaded" checks: its
+// device and inode, as ld.so compares st_dev and st_ino (so a hard link is
+// the file it links to), or p cleaned when it cannot be stat'ed.
 func (f *fsys) identity(p string) string {
+	return f.cached("id", p, f.findIdentity)
+}
+
+// canonical returns the logical path of p with every link resolved, as
+// /proc/self/exe gives a running program's (its $ORIGIN), or p cleaned
+// when it cannot be resolved.
+func (f *fsys) canonical(p string) string {
+	return f.cached("real", p, f.findCanonical)
+}
+
+// cached is find(p), remembered in f.ids (if any) under kind.
+func (f *fsys) cached(kind, p string, find func(string) string) string {
 	if f.ids == nil {
-		return f.findIdentity(p)
+		return find(p)
 	}
-	key := f.root + "\x00" + f.abs(p)
+	key := kind + "\x00" + f.root + "\x00" + f.abs(p)
 	if v, ok := f.ids.m.Load(key); ok {
 		return v.(string)
 	}
-	id := f.findIdentity(p)
-	f.ids.m.Store(key, id)
-	return id
+	v := find(p)
+	f.ids.m.Store(key, v)
+	return v
 }
 
 func (f *fsys) findIdentity(p string) string {
+	if hp, err := f.host(p); err == nil {
+		var st syscall.Stat_t
+		if syscall.Stat(hp, &st) == nil {
+			// No logical path starts with a NUL.
+			return "\x00" + strconv.FormatUint(uint64(st.Dev), 16) + ":" + strconv.FormatUint(st.Ino, 16)
+		}
+	}
+	return path.Clean(f.abs(p))
+}
+
+func (f *fsys) findCanonical(p string) string {
 	if f.root == "" {
 		if r, err := filepath.EvalSymlinks(f.abs(p)); err == nil {
 			return r

@@ -159,10 +159,10 @@ func (c *config) checkSymbols(ctx context.Context, rep *Report) error {
 			todo = append(todo, f)
 		}
 	}
-	// Every output's references are read before any closure is bound:
-	// the names they use are then known when a file's definitions are
-	// summarized (symcheck.Checker.Read). An error is the check's of each
-	// closure that holds the file.
+	// Every output's references are read, and its definitions summarized
+	// in the same pass, before any closure is bound (symcheck.Checker.Read):
+	// the summaries then answer for the names the outputs use. An error
+	// is the check's of each closure that holds the file.
 	err := parallel(ctx, c.jobs, len(todo), func(i int) { _ = sc.chk.Read(todo[i].Path) })
 	if err == nil {
 		err = parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i]) })
@@ -457,6 +457,20 @@ func (sc *symbolCheck) check(f *File, cfg ldso.Config, tree *ldso.Tree) error {
 		return nil
 	}
 	exe := f.Kind == elfedit.KindExecutable
+	// Kept to the write: sized once (a tree's libraries can leave tens of
+	// thousands of references to their programs).
+	n := 1
+	for _, v := range res.Versions {
+		if v.Status == symcheck.FailsAtLoad {
+			n++
+		}
+	}
+	for _, b := range res.Symbols {
+		if b.Status.Failing() {
+			n++
+		}
+	}
+	f.Symbols = slices.Grow(f.Symbols, n)
 	var driver []string
 	for _, n := range res.Incomplete {
 		if b := filepath.Base(n); sc.c.driverLibs.Match(b) && !slices.Contains(driver, b) {

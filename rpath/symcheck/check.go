@@ -142,8 +142,8 @@ type Checker struct {
 	names   names
 	scratch scratchPool
 	mu      sync.Mutex
-	files   map[string]*entry // by fileKey
-	alias   map[string]string // path → fileKey
+	files   map[fileID]*entry // by fileKey
+	alias   map[string]fileID // path → fileKey
 	memo    map[string][]int  // library and the set it reaches → references it leaves unresolved
 	bytes   int               // kept by the entries read
 	tick    uint64
@@ -166,7 +166,7 @@ func New(opts Options) *Checker {
 	if opts.Open == nil {
 		opts.Open = elfedit.Open
 	}
-	return &Checker{opts: opts, files: map[string]*entry{}, alias: map[string]string{}, memo: map[string][]int{}}
+	return &Checker{opts: opts, files: map[fileID]*entry{}, alias: map[string]fileID{}, memo: map[string][]int{}}
 }
 
 // entry is the cache entry of path, made if new, marked as just used.
@@ -190,25 +190,36 @@ func (c *Checker) entry(path string) *entry {
 	return e
 }
 
+// fileID is a file's identity: its device and inode, or its path when it
+// cannot be stat'ed.
+type fileID struct {
+	dev, ino uint64
+	path     string
+}
+
 // fileKey is the file at path's identity: one file found under several
 // paths (a library by its soname's link and by its own name) is read once.
-func fileKey(path string) string {
+func fileKey(path string) fileID {
 	var st syscall.Stat_t
 	if err := syscall.Stat(path, &st); err != nil {
-		return "path\x00" + path
+		return fileID{path: path}
 	}
-	return fmt.Sprintf("id\x00%d:%d", st.Dev, st.Ino)
+	return fileID{dev: uint64(st.Dev), ino: st.Ino}
 }
 
 func (c *Checker) read(path string, binding bool) (*object, error) {
-	return c.readWith(c.opts.Open, path, binding)
+	what := readVersions
+	if binding {
+		what = readRefs
+	}
+	return c.readWith(c.opts.Open, path, what)
 }
 
-func (c *Checker) readWith(open func(string) (*elfedit.File, error), path string, binding bool) (*object, error) {
+func (c *Checker) readWith(open func(string) (*elfedit.File, error), path string, what reading) (*object, error) {
 	e := c.entry(path)
 	e.once.Do(func() {
 		s := c.scratch.get()
-		e.o, e.err = readObject(open, path, binding, &c.names, s)
+		e.o, e.err = readObject(open, path, what, &c.names, s)
 		c.scratch.put(s)
 		c.account(e)
 	})
@@ -223,7 +234,11 @@ func (c *Checker) Reader() ldso.Reader {
 		e := c.entry(path)
 		e.once.Do(func() {
 			s := c.scratch.get()
-			e.o, e.err = newObject(f, c.opts.Binding || f.Kind() == elfedit.KindExecutable, &c.names, s)
+			what := readVersions
+			if c.opts.Binding || f.Kind() == elfedit.KindExecutable {
+				what = readRefs
+			}
+			e.o, e.err = newObject(f, what, &c.names, s)
 			c.scratch.put(s)
 			if e.err != nil {
 				e.err = fmt.Errorf("%s: %w", path, e.err)
@@ -253,7 +268,7 @@ func (c *Checker) account(e *entry) {
 // fit the budget; a check holding one keeps it until it returns.
 func (c *Checker) evict() {
 	for c.bytes > c.opts.CacheBytes {
-		var old string
+		var old fileID
 		var oe *entry
 		for p, e := range c.files {
 			if e.size > 0 && (oe == nil || e.used < oe.used) {
@@ -314,11 +329,11 @@ func (c *Checker) CheckVersions(cfg ldso.Config, tree *ldso.Tree) (*Result, erro
 // Read reads what a check reads of the file at path, unless it was read
 // already: a file its caller has read and judged (an output, as decided),
 // opened with elfedit.OpenDynamic. The names its references use are known
-// from then on: a file's summary of its definitions answers for the names
-// known when it is made (summaryOf), so a caller that reads every file it
-// will check first makes fewer.
+// from then on, and its summary of its definitions is made from the same
+// tables, for the names known then: a caller that reads every file it will
+// check first opens few of them again (summaryOf).
 func (c *Checker) Read(path string) error {
-	_, err := c.readWith(elfedit.OpenDynamic, path, true)
+	_, err := c.readWith(elfedit.OpenDynamic, path, readSummary)
 	return err
 }
 
@@ -445,30 +460,31 @@ func checkVersions(order []*loadedObj, onlyProblems bool) []VersionNeed {
 		if l.o == nil {
 			continue
 		}
-		for _, n := range l.o.needs {
-			p := named(n.file)
-			for _, v := range n.vers {
-				vn := VersionNeed{Object: l.Path, File: n.file, Version: v.name, Weak: v.weak}
-				switch {
-				case p == nil || p.o == nil:
-					vn.Status = Unchecked
-				case !p.o.hasDefs:
-					vn.Provider, vn.Status = p.Path, NoVersionInfo
-				default:
-					vn.Provider = p.Path
-					vn.Status = FailsAtLoad
-					if v.weak {
-						vn.Status = WeakUnbound
-					}
-					for _, d := range p.o.verdefs {
-						if d.hash == v.hash && d.name == v.name {
-							vn.Status = Bound
-						}
+		var p *loadedObj
+		for i, v := range l.o.needs {
+			if i == 0 || v.file != l.o.needs[i-1].file {
+				p = named(v.file)
+			}
+			vn := VersionNeed{Object: l.Path, File: v.file, Version: v.name, Weak: v.weak}
+			switch {
+			case p == nil || p.o == nil:
+				vn.Status = Unchecked
+			case !p.o.hasDefs:
+				vn.Provider, vn.Status = p.Path, NoVersionInfo
+			default:
+				vn.Provider = p.Path
+				vn.Status = FailsAtLoad
+				if v.weak {
+					vn.Status = WeakUnbound
+				}
+				for _, d := range p.o.verdefs {
+					if d.hash == v.hash && d.name == v.name {
+						vn.Status = Bound
 					}
 				}
-				if !onlyProblems || vn.Status == FailsAtLoad || vn.Status == Unchecked {
-					out = append(out, vn)
-				}
+			}
+			if !onlyProblems || vn.Status == FailsAtLoad || vn.Status == Unchecked {
+				out = append(out, vn)
 			}
 		}
 	}
@@ -713,7 +729,6 @@ func (c *Checker) failure(l *loadedObj, use string) Status {
 // find looks q up in o, through o's summary.
 func (c *Checker) find(o *object, q query, named bool) (def cand, ok, assert bool, err error) {
 	if o.filter != nil && !o.filter.mayDefine(q.n) {
-		// The walk cannot find it: no summary needed to say so.
 		return cand{}, false, false, nil
 	}
 	s, err := c.summaryOf(o, q.n)
@@ -724,11 +739,10 @@ func (c *Checker) find(o *object, q query, named bool) (def cand, ok, assert boo
 	return def, ok, assert, nil
 }
 
-// summaryOf is a summary of o that answers for n. It is made at the
-// first lookup in o that its Bloom filter passes (a file only searched is
-// never read again), and made again when one asks a name interned since:
-// a caller that reads every file's references before it binds any, as the
-// main job reads its outputs', makes most files' once.
+// summaryOf is a summary of o that answers for n. Unless Read made it, it
+// is made at the first lookup in o that its Bloom filter passes (a file
+// only searched is never read again), and made again when one asks a name
+// interned since.
 func (c *Checker) summaryOf(o *object, n *symName) (*summary, error) {
 	if s := o.sum.Load(); s != nil && n.id < s.covered {
 		return s, nil

@@ -147,7 +147,7 @@ func (t *tables) summarize(ns *names) *summary {
 			return false
 		})
 	}
-	sum.cands = slices.Clip(sum.cands)
+	sum.cands = slices.Clone(sum.cands) // of its own size: kept for the run
 	return sum
 }
 
@@ -179,10 +179,24 @@ func (t *tables) summarizeGNU(ns *names) *summary {
 			chainStart = i + 1
 		}
 	}
-	// By name, in table order within one: the walk's order.
-	slices.SortStableFunc(sum.cands, func(a, b cand) int { return int(a.id) - int(b.id) })
-	sum.cands = slices.Clip(sum.cands)
+	sum.cands = byName(sum.cands)
 	return sum
+}
+
+// byName is cands in a slice of their own size (kept for the run), sorted
+// by name and in table order within one (the walk's order): sorted as
+// keys of name and position, faster than a stable sort of the cands.
+func byName(cands []cand) []cand {
+	keys := make([]uint64, len(cands))
+	for k, c := range cands {
+		keys[k] = uint64(c.id)<<32 | uint64(k)
+	}
+	slices.Sort(keys)
+	out := make([]cand, len(cands))
+	for j, k := range keys {
+		out[j] = cands[uint32(k)]
+	}
+	return out
 }
 
 // bloomPasses is candidates' first test: the Bloom filter of .gnu.hash.

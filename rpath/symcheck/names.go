@@ -2,6 +2,7 @@ package symcheck
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -30,9 +31,16 @@ type names struct {
 	// gnu has bit h>>1 & gnuMask set for each name's GNU hash h: a
 	// symbol whose .gnu.hash chain value misses it has none of the names.
 	gnu atomic.Pointer[[(gnuMask + 1) / 64]atomic.Uint64]
-	// strs interns the version and file names of version records, the
-	// same few in most files.
+	// strs interns the file names of version records, the same few in
+	// most files; vers the records themselves.
 	strs [nameShards]shard[string]
+	vers [nameShards]verShard
+}
+
+// verShard is one part of the interned version records.
+type verShard struct {
+	mu sync.RWMutex
+	m  map[version]*version
 }
 
 const nameShards = 64
@@ -162,4 +170,28 @@ func (ns *names) publish(n *symName) {
 // str is s, interned.
 func (ns *names) str(s string) string {
 	return ns.strs[shardOf(s)].getOrAdd(s, s)
+}
+
+// version is v interned: one record for every file that needs or defines
+// it (its strings interned with it).
+func (ns *names) version(v version) *version {
+	sh := &ns.vers[(shardOf(v.name)+shardOf(v.file))%nameShards]
+	sh.mu.RLock()
+	p, ok := sh.m[v]
+	sh.mu.RUnlock()
+	if ok {
+		return p
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if p, ok := sh.m[v]; ok {
+		return p
+	}
+	if sh.m == nil {
+		sh.m = map[version]*version{}
+	}
+	v.name, v.file = strings.Clone(v.name), strings.Clone(v.file)
+	p = &v
+	sh.m[v] = p
+	return p
 }

@@ -31,6 +31,7 @@ type scratch struct {
 	bufs   [nbufs][]byte
 	relocs []uint64
 	refs   []symRef
+	built  []ref
 }
 
 // read reads n bytes at virtual address addr of f into buffer k.
@@ -73,6 +74,9 @@ func (sp *scratchPool) put(s *scratch) {
 	}
 	if cap(s.refs) > maxKept/8 {
 		s.refs = nil
+	}
+	if cap(s.built) > maxKept/8 {
+		s.built = nil
 	}
 	sp.mu.Lock()
 	defer sp.mu.Unlock()

@@ -28,13 +28,15 @@ type object struct {
 	dynamic bool
 	// versions is glibc's l_versions: index → version, from DT_VERNEED
 	// (vna_other) and the non-base DT_VERDEF entries (vd_ndx).
-	versions  []version
-	verdefs   []version // every DT_VERDEF entry, the base one included
-	hasDefs   bool      // DT_VERDEF present
-	hasSymtab bool      // DT_SYMTAB present
-	hasVersym bool      // DT_VERSYM present, with DT_SYMTAB
-	needs     []verNeed
-	refs      []ref // the references binding looks up, in symbol order
+	// Its entries, and those of verdefs and needs, are interned
+	// (names.version): most files need the same few versions of libc.
+	versions  []*version // nil where no record sets the index
+	verdefs   []*version // every DT_VERDEF entry, the base one included
+	hasDefs   bool       // DT_VERDEF present
+	hasSymtab bool       // DT_SYMTAB present
+	hasVersym bool       // DT_VERSYM present, with DT_SYMTAB
+	needs     []*version // every DT_VERNEED auxiliary entry, in file order
+	refs      []ref      // the references binding looks up, in symbol order
 	bindNow   bool
 	symbolic  bool
 	// filter is the .gnu.hash Bloom filter, folded; nil without one.
@@ -54,11 +56,6 @@ type version struct {
 	hidden bool
 	file   string // vn_file for a needed version
 	weak   bool
-}
-
-type verNeed struct {
-	file string
-	vers []version
 }
 
 // tables are an object's symbol, string, version-index and hash tables as
@@ -275,8 +272,8 @@ func (t *tables) verIndex(i int) uint16 {
 }
 
 func (o *object) versionAt(ndx uint16) version {
-	if int(ndx) < len(o.versions) {
-		return o.versions[ndx]
+	if int(ndx) < len(o.versions) && o.versions[ndx] != nil {
+		return *o.versions[ndx]
 	}
 	return version{}
 }
@@ -288,13 +285,13 @@ const maxTable = 1 << 30
 // readObject reads what the version check needs of the ELF file at path,
 // and with binding its references, in the same open; else loadBinding
 // reads them when symbols are bound.
-func readObject(open func(string) (*elfedit.File, error), path string, binding bool, ns *names, s *scratch) (*object, error) {
+func readObject(open func(string) (*elfedit.File, error), path string, what reading, ns *names, s *scratch) (*object, error) {
 	f, err := open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	o, err := newObject(f, binding, ns, s)
+	o, err := newObject(f, what, ns, s)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -318,7 +315,7 @@ func (o *object) loadBinding(ns *names, sp *scratchPool) error {
 		defer f.Close()
 		st, err := newStrTable(f, s, maxKept)
 		if err == nil {
-			err = o.readBinding(f, ns, s, st)
+			err = o.readBinding(f, ns, s, st, false)
 		}
 		if err != nil {
 			o.bindErr = fmt.Errorf("%s: %w", o.path, err)
@@ -327,9 +324,20 @@ func (o *object) loadBinding(ns *names, sp *scratchPool) error {
 	return o.bindErr
 }
 
-// newObject reads the dynamic section's flags and the version tables;
-// with binding, also what loadBinding reads.
-func newObject(f *elfedit.File, binding bool, ns *names, s *scratch) (*object, error) {
+// reading says what newObject reads of a file.
+type reading uint8
+
+const (
+	readVersions reading = iota // the version records: the version check
+	readRefs                    // and the references: binding too
+	// and a summary of its definitions for the names interned so far,
+	// made from the tables read for the references (Checker.Read).
+	readSummary
+)
+
+// newObject reads the dynamic section's flags and the version tables, and
+// with readRefs and readSummary, what loadBinding reads.
+func newObject(f *elfedit.File, what reading, ns *names, s *scratch) (*object, error) {
 	o := &object{class: f.Header.Class, mach: f.Header.Machine, order: f.ByteOrder()}
 	if !f.IsDynamic() {
 		o.bound = true
@@ -365,8 +373,8 @@ func newObject(f *elfedit.File, binding bool, ns *names, s *scratch) (*object, e
 	if st.err != nil {
 		return nil, st.err
 	}
-	if binding {
-		if err := o.readBinding(f, ns, s, st); err != nil {
+	if what >= readRefs {
+		if err := o.readBinding(f, ns, s, st, what == readSummary); err != nil {
 			return nil, err
 		}
 		o.bound = true
@@ -492,8 +500,9 @@ func (w *window) fill(f *elfedit.File, base, off, n uint64, what string) ([]byte
 
 // readBinding reads the references relocations make, and checks that the
 // tables a lookup reads can be read (a file whose tables cannot is an
-// error of every check it is part of, not only of those that look in it).
-func (o *object) readBinding(f *elfedit.File, ns *names, s *scratch, st *strTable) error {
+// error of every check it is part of, not only of those that look in it);
+// with summarize, makes the summary from the same tables.
+func (o *object) readBinding(f *elfedit.File, ns *names, s *scratch, st *strTable, summarize bool) error {
 	if _, ok := f.DynValue(elf.DT_SYMTAB); !ok {
 		return nil
 	}
@@ -509,9 +518,16 @@ func (o *object) readBinding(f *elfedit.File, ns *names, s *scratch, st *strTabl
 	if err != nil {
 		return err
 	}
-	o.buildRefs(t, rs, ns)
+	o.buildRefs(t, rs, ns, s)
 	if err := t.err(); err != nil {
 		return err
+	}
+	if summarize && o.hasSymtab {
+		sum := t.summarize(ns)
+		if err := t.err(); err != nil {
+			return err
+		}
+		o.sum.Store(sum)
 	}
 	if t.gnu != nil {
 		bits := uint32(32)
@@ -540,7 +556,7 @@ func (r ref) weak() bool { return r.kind&refWeak != 0 }
 func (o *object) query(r ref, ns *names) query {
 	q := query{n: ns.byID(r.id), plt: r.kind&(refData|refCopy) == 0}
 	if r.vi != 0 {
-		q.ver = &o.versions[r.vi]
+		q.ver = o.versions[r.vi]
 	}
 	return q
 }
@@ -548,9 +564,11 @@ func (o *object) query(r ref, ns *names) query {
 // buildRefs turns the relocations' symbols into lookups once, however many
 // closures the object is part of: references to local or hidden symbols,
 // and to symbols the object defines (bar a copy relocation's), need none.
-// Their names are interned in ns.
-func (o *object) buildRefs(t *tables, rs []symRef, ns *names) {
-	o.refs = make([]ref, 0, len(rs))
+// Their names are interned in ns; they are built in s and kept in a slice
+// of their own size (most relocations of a library are to its own symbols).
+func (o *object) buildRefs(t *tables, rs []symRef, ns *names, sc *scratch) {
+	refs := sc.built[:0]
+	defer func() { sc.built = refs[:0] }()
 	for _, r := range rs {
 		if int(r.idx) >= t.nsyms() {
 			break
@@ -563,15 +581,17 @@ func (o *object) buildRefs(t *tables, rs []symRef, ns *names) {
 			continue
 		}
 		rf := ref{id: ns.intern(t.strBytes(s.name)).id, kind: r.kind}
-		if vi := t.verIndex(int(r.idx)) & 0x7fff; vi >= 2 && int(vi) < len(o.versions) && o.versions[vi].hash != 0 {
+		if vi := t.verIndex(int(r.idx)) & 0x7fff; vi >= 2 && int(vi) < len(o.versions) && o.versions[vi] != nil && o.versions[vi].hash != 0 {
 			rf.vi = vi
 		}
 		if s.bind() == elf.STB_WEAK {
 			rf.kind |= refWeak
 		}
-		o.refs = append(o.refs, rf)
+		refs = append(refs, rf)
 	}
-	o.refs = slices.Clip(o.refs)
+	if len(refs) > 0 {
+		o.refs = slices.Clone(refs)
+	}
 }
 
 // symRef is a symbol relocations use and how.
@@ -582,7 +602,7 @@ type symRef struct {
 
 // size is about how many bytes the object keeps, for the cache's budget.
 func (o *object) size() int {
-	n := 8*len(o.refs) + 48*(len(o.versions)+len(o.verdefs))
+	n := 8*len(o.refs) + 8*(len(o.versions)+len(o.verdefs)+len(o.needs))
 	if s := o.sum.Load(); s != nil {
 		n += 12 * len(s.cands)
 	}
@@ -703,10 +723,10 @@ func (t *tables) readHashes(f *elfedit.File, s *scratch) error {
 // readVersions reads DT_VERNEED and DT_VERDEF into l_versions, as glibc's
 // _dl_check_map_versions fills it.
 func (o *object) readVersions(f *elfedit.File, ns *names, s *scratch, st *strTable) error {
-	set := func(ndx uint16, v version) {
+	set := func(ndx uint16, v *version) {
 		ndx &= 0x7fff
 		for int(ndx) >= len(o.versions) {
-			o.versions = append(o.versions, version{})
+			o.versions = append(o.versions, nil)
 		}
 		o.versions[ndx] = v
 	}
@@ -720,23 +740,20 @@ func (o *object) readVersions(f *elfedit.File, ns *names, s *scratch, st *strTab
 					return errShort{fmt.Sprintf("entry at +0x%x", off)}
 				}
 				cnt, file, aux, next := o.order.Uint16(b[off+2:]), o.word(b[off+4:], 0), o.word(b[off+8:], 0), o.word(b[off+12:], 0)
-				n := verNeed{file: ns.str(st.cstr(file))}
+				vnFile := ns.str(st.cstr(file))
 				ao := off + uint64(aux)
 				for range cnt {
 					if ao+16 > uint64(len(b)) {
 						return errShort{fmt.Sprintf("auxiliary entry at +0x%x", ao)}
 					}
 					hash, flags, other, name, anext := o.word(b[ao:], 0), o.order.Uint16(b[ao+4:]), o.order.Uint16(b[ao+6:]), o.word(b[ao+8:], 0), o.word(b[ao+12:], 0)
-					v := version{name: ns.str(st.cstr(name)), hash: hash, hidden: other&0x8000 != 0, file: n.file, weak: flags&verFlgWeak != 0}
-					n.vers = append(n.vers, v)
+					v := ns.version(version{name: st.cstr(name), hash: hash, hidden: other&0x8000 != 0, file: vnFile, weak: flags&verFlgWeak != 0})
+					o.needs = append(o.needs, v) // a record naming no version asks nothing
 					set(other, v)
 					if anext == 0 {
 						break
 					}
 					ao += uint64(anext)
-				}
-				if len(n.vers) > 0 { // a record naming no version asks nothing
-					o.needs = append(o.needs, n)
 				}
 				if next == 0 {
 					break
@@ -763,7 +780,7 @@ func (o *object) readVersions(f *elfedit.File, ns *names, s *scratch, st *strTab
 				if off+uint64(aux)+8 > uint64(len(b)) {
 					return errShort{fmt.Sprintf("auxiliary entry of +0x%x", off)}
 				}
-				v := version{name: ns.str(st.cstr(o.word(b[off+uint64(aux):], 0))), hash: hash}
+				v := ns.version(version{name: st.cstr(o.word(b[off+uint64(aux):], 0)), hash: hash})
 				o.verdefs = append(o.verdefs, v)
 				if flags&verFlgBase == 0 {
 					set(ndx, v)
