@@ -134,12 +134,10 @@ func WithIgnoreSymbols(patterns ...string) Option {
 
 func (c *config) symbolsMode() SymbolsMode {
 	if c.symbols == "" {
-		// Off until the check costs at most half again the job it checks
-		// without breaking issue 6's bounds (bench/SYMBOLS.md): on, it is
-		// 1.5x the CPU of the many-small tree on 2 cores, 2.2x on the
-		// file-count trees of small files, and takes their peak RSS to
-		// 64.1 MiB.
-		return SymbolsOff
+		// A binary that cannot load is the failure a build can still
+		// prevent; the check costs about half again the job on a tree of
+		// many small files, less on CUDA packages (bench/SYMBOLS.md).
+		return SymbolsError
 	}
 	return c.symbols
 }
