@@ -331,7 +331,8 @@ const (
 	readVersions reading = iota // the version records: the version check
 	readRefs                    // and the references: binding too
 	// and a summary of its definitions for the names interned so far,
-	// made from the tables read for the references (Checker.Read).
+	// made from the tables read for the references when they are read
+	// whole (Checker.Read).
 	readSummary
 )
 
@@ -522,7 +523,11 @@ func (o *object) readBinding(f *elfedit.File, ns *names, s *scratch, st *strTabl
 	if err := t.err(); err != nil {
 		return err
 	}
-	if summarize && o.hasSymtab {
+	// A summary costs one pass over tables already read; a file whose
+	// tables are read a window at a time (the largest libraries) waits
+	// for its first lookup, when every output's names are known, not to
+	// be read twice over.
+	if summarize && o.hasSymtab && t.lazy == nil {
 		sum := t.summarize(ns)
 		if err := t.err(); err != nil {
 			return err
