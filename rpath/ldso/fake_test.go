@@ -425,9 +425,9 @@ func TestResolveDlopen(t *testing.T) {
 
 // TestResolveHardLink: one file under two names, by a hard link, is loaded
 // once: ld.so compares st_dev and st_ino of what it opens with every
-// object loaded, and so does Resolve (a symbolic link's target would be
-// found by its path too; a hard link has no other path). The loader's own
-// trace lists the file once.
+// object loaded, and so does Resolve (comparing paths with links resolved
+// tells a symbolic link from its target, not a hard link). The loader's
+// own trace lists the file once.
 func TestResolveHardLink(t *testing.T) {
 	dir := t.TempDir()
 	cc(t, filepath.Join(dir, "a/libx.so"), leafSrc, "-shared", "-Wl,-soname,libx.so")

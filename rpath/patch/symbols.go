@@ -455,20 +455,6 @@ func (sc *symbolCheck) check(f *File, cfg ldso.Config, tree *ldso.Tree) error {
 		return nil
 	}
 	exe := f.Kind == elfedit.KindExecutable
-	// Kept to the write: sized once (a tree's libraries can leave tens of
-	// thousands of references to their programs).
-	n := 1
-	for _, v := range res.Versions {
-		if v.Status == symcheck.FailsAtLoad {
-			n++
-		}
-	}
-	for _, b := range res.Symbols {
-		if b.Status.Failing() {
-			n++
-		}
-	}
-	f.Symbols = slices.Grow(f.Symbols, n)
 	var driver []string
 	for _, n := range res.Incomplete {
 		if b := filepath.Base(n); sc.c.driverLibs.Match(b) && !slices.Contains(driver, b) {

@@ -729,6 +729,7 @@ func (c *Checker) failure(l *loadedObj, use string) Status {
 // find looks q up in o, through o's summary.
 func (c *Checker) find(o *object, q query, named bool) (def cand, ok, assert bool, err error) {
 	if o.filter != nil && !o.filter.mayDefine(q.n) {
+		// The walk cannot find it: no summary needed to say so.
 		return cand{}, false, false, nil
 	}
 	s, err := c.summaryOf(o, q.n)

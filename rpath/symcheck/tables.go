@@ -753,7 +753,7 @@ func (o *object) readVersions(f *elfedit.File, ns *names, s *scratch, st *strTab
 					}
 					hash, flags, other, name, anext := o.word(b[ao:], 0), o.order.Uint16(b[ao+4:]), o.order.Uint16(b[ao+6:]), o.word(b[ao+8:], 0), o.word(b[ao+12:], 0)
 					v := ns.version(version{name: st.cstr(name), hash: hash, hidden: other&0x8000 != 0, file: vnFile, weak: flags&verFlgWeak != 0})
-					o.needs = append(o.needs, v) // a record naming no version asks nothing
+					o.needs = append(o.needs, v)
 					set(other, v)
 					if anext == 0 {
 						break
