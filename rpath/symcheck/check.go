@@ -228,14 +228,20 @@ func (c *Checker) readWith(open func(string) (*elfedit.File, error), path string
 
 // Reader returns an ldso.Reader that also reads, in the same open, what
 // the version check needs of each file (and, of an executable, what binding
-// needs), for later checks of this Checker: give it to ldso.Resolve.
+// needs; with Options.Binding, of every file, with its summary as Read
+// makes it), for later checks of this Checker: give it to ldso.Resolve.
 func (c *Checker) Reader() ldso.Reader {
 	return ldso.ElfReaderOpen(c.opts.Open, func(path string, f *elfedit.File) {
 		e := c.entry(path)
 		e.once.Do(func() {
 			s := c.scratch.get()
 			what := readVersions
-			if c.opts.Binding || f.Kind() == elfedit.KindExecutable {
+			switch {
+			case c.opts.Binding:
+				// Every file is bound and most are looked in: the
+				// summary too, while the tables are at hand.
+				what = readSummary
+			case f.Kind() == elfedit.KindExecutable:
 				what = readRefs
 			}
 			e.o, e.err = newObject(f, what, &c.names, s)
