@@ -2,7 +2,6 @@ package symcheck
 
 import (
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -25,7 +24,7 @@ type symName struct {
 // count says it is there (a summary answers for the first count names).
 type names struct {
 	mu     sync.Mutex
-	shards [nameShards]shard[*symName]
+	shards [nameShards]shard[string, *symName]
 	count  atomic.Uint32
 	dir    atomic.Pointer[[]*nameChunkOf] // byID's table
 	// gnu has bit h>>1 & gnuMask set for each name's GNU hash h: a
@@ -33,25 +32,27 @@ type names struct {
 	gnu atomic.Pointer[[(gnuMask + 1) / 64]atomic.Uint64]
 	// strs interns the file names of version records, the same few in
 	// most files; vers the records themselves.
-	strs [nameShards]shard[string]
-	vers [nameShards]verShard
-}
-
-// verShard is one part of the interned version records.
-type verShard struct {
-	mu sync.RWMutex
-	m  map[version]*version
+	strs [nameShards]shard[string, string]
+	vers [nameShards]shard[version, *version]
 }
 
 const nameShards = 64
 
 // shard is one part of a map split by the key's hash, each with its lock.
-type shard[V any] struct {
+type shard[K comparable, V any] struct {
 	mu sync.RWMutex
-	m  map[string]V
+	m  map[K]V
 }
 
-func (s *shard[V]) get(k []byte) (V, bool) {
+func (s *shard[K, V]) get(k K) (V, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	v, ok := s.m[k]
+	return v, ok
+}
+
+// getBytes is get of a string key given as bytes (not copied to look up).
+func getBytes[V any](s *shard[string, V], k []byte) (V, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	v, ok := s.m[string(k)]
@@ -59,7 +60,7 @@ func (s *shard[V]) get(k []byte) (V, bool) {
 }
 
 // getOrAdd is k's value, v put there if k has none.
-func (s *shard[V]) getOrAdd(k string, v V) V {
+func (s *shard[K, V]) getOrAdd(k K, v V) V {
 	s.mu.RLock()
 	old, ok := s.m[k]
 	s.mu.RUnlock()
@@ -72,7 +73,7 @@ func (s *shard[V]) getOrAdd(k string, v V) V {
 		return old
 	}
 	if s.m == nil {
-		s.m = map[string]V{}
+		s.m = map[K]V{}
 	}
 	s.m[k] = v
 	return v
@@ -102,7 +103,7 @@ func (ns *names) mayHave(h uint32) bool {
 
 // lookup is b's name, nil if not interned.
 func (ns *names) lookup(b []byte) *symName {
-	n, _ := ns.shards[shardOf(b)].get(b)
+	n, _ := getBytes(&ns.shards[shardOf(b)], b)
 	return n
 }
 
@@ -173,25 +174,12 @@ func (ns *names) str(s string) string {
 }
 
 // version is v interned: one record for every file that needs or defines
-// it (its strings interned with it).
+// it.
 func (ns *names) version(v version) *version {
 	sh := &ns.vers[(shardOf(v.name)+shardOf(v.file))%nameShards]
-	sh.mu.RLock()
-	p, ok := sh.m[v]
-	sh.mu.RUnlock()
-	if ok {
+	if p, ok := sh.get(v); ok {
 		return p
 	}
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if p, ok := sh.m[v]; ok {
-		return p
-	}
-	if sh.m == nil {
-		sh.m = map[version]*version{}
-	}
-	v.name, v.file = strings.Clone(v.name), strings.Clone(v.file)
-	p = &v
-	sh.m[v] = p
-	return p
+	nv := v
+	return sh.getOrAdd(v, &nv)
 }
