@@ -68,11 +68,17 @@ func (f *File) mappedOff(addr, n uint64, what string) (uint64, error) {
 // CheckMapped reports the error ReadMapped would for the range, without
 // reading it: for a reader that reads a table an entry at a time.
 func (f *File) CheckMapped(addr, n uint64, what string) error {
+	_, err := f.checkedOff(addr, n, what)
+	return err
+}
+
+// checkedOff is mappedOff, the range also checked to lie in the file.
+func (f *File) checkedOff(addr, n uint64, what string) (uint64, error) {
 	off, err := f.mappedOff(addr, n, what)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	return inFile(f.size, off, n, what)
+	return off, inFile(f.size, off, n, what)
 }
 
 // ReadMappedInto is ReadMapped into buf's storage when its capacity holds n
@@ -81,10 +87,10 @@ func (f *File) CheckMapped(addr, n uint64, what string) error {
 // the tables, and reads each once. The bytes are not among those a plan's
 // fingerprint covers (an edit does not depend on them).
 func (f *File) ReadMappedInto(buf []byte, addr, n uint64, what string) ([]byte, error) {
-	if err := f.CheckMapped(addr, n, what); err != nil {
+	off, err := f.checkedOff(addr, n, what)
+	if err != nil {
 		return nil, err
 	}
-	off, _ := f.vaddrToOff(addr, n)
 	if uint64(cap(buf)) < n {
 		buf = make([]byte, n)
 	}

@@ -91,13 +91,25 @@ func (f *fsys) cached(kind, p string, find func(string) string) string {
 
 func (f *fsys) findIdentity(p string) string {
 	if hp, err := f.host(p); err == nil {
-		var st syscall.Stat_t
-		if syscall.Stat(hp, &st) == nil {
+		if id, err := IdentityOf(hp); err == nil {
 			// No logical path starts with a NUL.
-			return "\x00" + strconv.FormatUint(uint64(st.Dev), 16) + ":" + strconv.FormatUint(st.Ino, 16)
+			return "\x00" + strconv.FormatUint(id.Dev, 16) + ":" + strconv.FormatUint(id.Ino, 16)
 		}
 	}
 	return path.Clean(f.abs(p))
+}
+
+// FileID is a file's identity as ld.so tells loaded objects apart: its
+// st_dev and st_ino.
+type FileID struct{ Dev, Ino uint64 }
+
+// IdentityOf is the identity of the file at host path p, links followed.
+func IdentityOf(p string) (FileID, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(p, &st); err != nil {
+		return FileID{}, err
+	}
+	return FileID{Dev: uint64(st.Dev), Ino: st.Ino}, nil
 }
 
 func (f *fsys) findCanonical(p string) string {

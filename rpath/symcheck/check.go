@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"syscall"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
@@ -190,21 +189,21 @@ func (c *Checker) entry(path string) *entry {
 	return e
 }
 
-// fileID is a file's identity: its device and inode, or its path when it
+// fileID is a file's identity (ldso.IdentityOf), or its path when it
 // cannot be stat'ed.
 type fileID struct {
-	dev, ino uint64
-	path     string
+	ldso.FileID
+	path string
 }
 
 // fileKey is the file at path's identity: one file found under several
 // paths (a library by its soname's link and by its own name) is read once.
 func fileKey(path string) fileID {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
+	id, err := ldso.IdentityOf(path)
+	if err != nil {
 		return fileID{path: path}
 	}
-	return fileID{dev: uint64(st.Dev), ino: st.Ino}
+	return fileID{FileID: id}
 }
 
 func (c *Checker) read(path string, binding bool) (*object, error) {

@@ -12,18 +12,30 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 )
 
+// tableFiles are the host's files the table tests read: an executable
+// and a library with .gnu.hash, versions and relocations of both kinds.
+var tableFiles = []string{"/bin/true", "/lib/x86_64-linux-gnu/libpcre2-8.so.0"}
+
+// readHost reads the host's file at path (the test is skipped without
+// it) and opens its bytes.
+func readHost(t *testing.T, path string) ([]byte, *elfedit.File) {
+	t.Helper()
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Skipf("%s: %v", path, err)
+	}
+	f, err := elfedit.NewFile(bytes.NewReader(orig), int64(len(orig)))
+	require.NoError(t, err)
+	return orig, f
+}
+
 // TestHostileTables: mangled symbol, version, hash and relocation tables
 // give an error or a smaller answer, never a panic or a read past the
 // file; every lookup on what was read terminates, and answers through the
 // object's summary exactly as the loader's walk of the tables does.
 func TestHostileTables(t *testing.T) {
-	for _, path := range []string{"/bin/true", "/lib/x86_64-linux-gnu/libpcre2-8.so.0"} {
-		orig, err := os.ReadFile(path)
-		if err != nil {
-			t.Skipf("%s: %v", path, err)
-		}
-		f, err := elfedit.NewFile(bytes.NewReader(orig), int64(len(orig)))
-		require.NoError(t, err)
+	for _, path := range tableFiles {
+		orig, f := readHost(t, path)
 		var ns names
 		var sp scratchPool
 		o, err := newObject(f, readRefs, &ns, sp.get())
@@ -119,13 +131,8 @@ func TestHostileTables(t *testing.T) {
 // TestStrTableLazy: a string table read a string at a time reads every
 // string as the whole table does, in both of its readings.
 func TestStrTableLazy(t *testing.T) {
-	for _, path := range []string{"/bin/true", "/lib/x86_64-linux-gnu/libpcre2-8.so.0"} {
-		orig, err := os.ReadFile(path)
-		if err != nil {
-			t.Skipf("%s: %v", path, err)
-		}
-		f, err := elfedit.NewFile(bytes.NewReader(orig), int64(len(orig)))
-		require.NoError(t, err)
+	for _, path := range tableFiles {
+		_, f := readHost(t, path)
 		whole, err := newStrTable(f, &scratch{}, 0)
 		require.NoError(t, err)
 		require.NotEmpty(t, whole.b)

@@ -65,22 +65,22 @@ func (sp *scratchPool) get() *scratch {
 
 func (sp *scratchPool) put(s *scratch) {
 	for i, b := range s.bufs {
-		if cap(b) > maxKept {
-			s.bufs[i] = nil
-		}
+		s.bufs[i] = upTo(b, maxKept)
 	}
-	if cap(s.relocs) > maxKept/8 {
-		s.relocs = nil
-	}
-	if cap(s.refs) > maxKept/8 {
-		s.refs = nil
-	}
-	if cap(s.built) > maxKept/8 {
-		s.built = nil
-	}
+	s.relocs = upTo(s.relocs, maxKept/8)
+	s.refs = upTo(s.refs, maxKept/8)
+	s.built = upTo(s.built, maxKept/8)
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if len(sp.idle) < maxIdle {
 		sp.idle = append(sp.idle, s)
 	}
+}
+
+// upTo is b, or nil when its storage holds more than n elements.
+func upTo[T any](b []T, n int) []T {
+	if cap(b) > n {
+		return nil
+	}
+	return b
 }
