@@ -192,9 +192,7 @@ func pickVersion(count map[string]int, suffixes []string) string {
 
 // ReadLibcudaFile is ReadLibcuda on the file at path.
 func ReadLibcudaFile(path string) (Libcuda, error) {
-	// Non-blocking, and only a regular file: a FIFO would wait for a
-	// writer.
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	f, err := openRegular(path)
 	if err != nil {
 		return Libcuda{}, err
 	}
@@ -203,12 +201,28 @@ func ReadLibcudaFile(path string) (Libcuda, error) {
 	if err != nil {
 		return Libcuda{}, err
 	}
-	if !st.Mode().IsRegular() {
-		return Libcuda{}, fmt.Errorf("%s: not a regular file", path)
-	}
 	l, err := ReadLibcuda(f, st.Size())
 	if err != nil {
 		return Libcuda{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return l, nil
+}
+
+// openRegular opens a regular file for reading, non-blocking: a FIFO
+// would wait for a writer.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	return f, nil
 }
