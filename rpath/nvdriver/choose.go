@@ -2,6 +2,8 @@ package nvdriver
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,12 +38,19 @@ type Compat struct {
 type Machine struct {
 	Module  string
 	Devices []int
+	// Tegra is set on a Jetson whose GPU is driven by nvgpu
+	// (/sys/module/nvgpu), which has no module version to read.
+	Tegra bool
 }
 
 // Choice is the libcuda to take and why, in words for a person.
+// Fallback marks a driver taken although the module is older than compat
+// (rules 4 and 5): compat cannot run there, and the driver may be too old
+// for a program built for compat's CUDA, so neither choice may work.
 type Choice struct {
-	Use    Use    `json:"use"`
-	Reason string `json:"reason"`
+	Use      Use    `json:"use"`
+	Reason   string `json:"reason"`
+	Fallback bool   `json:"fallback,omitempty"`
 }
 
 // Choose decides between cuda_compat's libcuda and the driver's own on a
@@ -51,7 +60,9 @@ type Choice struct {
 // lists; on a module of its own version or newer, it fails at cuInit with
 // CUDA error 803 (system driver mismatch). In order:
 //
-//  1. no kernel module: nothing can work;
+//  1. no kernel module: nothing can work, except on a Jetson driven by
+//     nvgpu, which has no version to compare: compat when given, as the
+//     jetpack-nixos builds that use cuda_compat intend;
 //  2. no compat, or its version unknown: the driver;
 //  3. the module is not older than compat (the same branch counts:
 //     compat 580.95.05 on 580.159.04 takes the driver): the driver;
@@ -68,24 +79,28 @@ type Choice struct {
 // same inputs; its tests compare the two on a shared table.
 func Choose(c Compat, m Machine) Choice {
 	switch {
+	case m.Module == "" && m.Tegra && c.Version != "":
+		return Choice{Use: UseCompat, Reason: "a Jetson driven by nvgpu has no module version to compare: cuda_compat " + c.Version + " is taken, as the build intends"}
+	case m.Module == "" && m.Tegra:
+		return Choice{Use: UseDriver, Reason: "a Jetson driven by nvgpu, and no cuda_compat"}
 	case m.Module == "":
-		return Choice{UseNone, "no NVIDIA kernel module is loaded: no libcuda can work on this machine"}
+		return Choice{Use: UseNone, Reason: "no NVIDIA kernel module is loaded: no libcuda can work on this machine"}
 	case c.Version == "":
-		return Choice{UseDriver, "no cuda_compat libcuda of a known version"}
+		return Choice{Use: UseDriver, Reason: "no cuda_compat libcuda of a known version"}
 	case Compare(m.Module, c.Version) >= 0:
-		return Choice{UseDriver, fmt.Sprintf("the driver %s is not older than cuda_compat %s, whose libcuda would fail on it with CUDA error 803", m.Module, c.Version)}
+		return Choice{Use: UseDriver, Reason: fmt.Sprintf("the driver %s is not older than cuda_compat %s, whose libcuda would fail on it with CUDA error 803", m.Module, c.Version)}
 	}
 	if n := c.Note; n != nil && len(n.Driver) > 0 && !slices.Contains(n.Driver, Branch(m.Module)) {
-		return Choice{UseDriver, fmt.Sprintf("cuda_compat %s supports drivers of branches %s; the driver %s is of none of them", c.Version, joinInts(n.Driver), m.Module)}
+		return Choice{Use: UseDriver, Fallback: true, Reason: fmt.Sprintf("cuda_compat %s supports drivers of branches %s; the driver %s is of none of them", c.Version, joinInts(n.Driver), m.Module)}
 	}
 	if n := c.Note; n != nil && len(n.Device) > 0 && m.Devices != nil {
 		for _, d := range m.Devices {
 			if !slices.Contains(n.Device, d) {
-				return Choice{UseDriver, fmt.Sprintf("cuda_compat %s does not support device %d (forward compatibility is for data-center and Jetson GPUs)", c.Version, d)}
+				return Choice{Use: UseDriver, Fallback: true, Reason: fmt.Sprintf("cuda_compat %s does not support device %d (forward compatibility is for data-center and Jetson GPUs)", c.Version, d)}
 			}
 		}
 	}
-	return Choice{UseCompat, fmt.Sprintf("the driver %s is older than cuda_compat %s and of a branch it supports", m.Module, c.Version)}
+	return Choice{Use: UseCompat, Reason: fmt.Sprintf("the driver %s is older than cuda_compat %s and of a branch it supports", m.Module, c.Version)}
 }
 
 // Branch is a driver version's first number: 580 for 580.159.04; 0 when
@@ -105,4 +120,16 @@ func joinInts(xs []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ", ")
+}
+
+// ReadMachine reads what Choose needs of the machine whose procfs and
+// sysfs are mounted at proc and sys. Devices stay unknown.
+func ReadMachine(proc, sys string) Machine {
+	m := Machine{Module: KernelModule(proc, sys)}
+	if m.Module == "" {
+		if st, err := os.Stat(filepath.Join(sys, "module/nvgpu")); err == nil && st.IsDir() {
+			m.Tegra = true
+		}
+	}
+	return m
 }

@@ -41,7 +41,11 @@ func ChooseTable(tb testing.TB) []Row {
 			tb.Fatalf("%s: %d columns, want 6: %q", path, len(f), line)
 		}
 		r := Row{Line: line, Want: nvdriver.Use(f[4]), Reason: f[5]}
-		if f[0] != "-" {
+		switch f[0] {
+		case "-":
+		case "nvgpu":
+			r.Machine.Tegra = true
+		default:
 			r.Machine.Module = f[0]
 		}
 		if f[1] != "-" {
