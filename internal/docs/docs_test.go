@@ -259,17 +259,18 @@ func TestCheckFiguresCatches(t *testing.T) {
 	}
 }
 
-// TestNotes: bench/NOTES.md is copied into every RESULTS.md, so it must not
-// quote a run's ratios (earlier runs' readings are in bench/HISTORY.md), and
-// RESULTS.md must hold it as it is now.
+// TestNotes: bench/README.md's *Reading the numbers* is copied into every
+// RESULTS.md, so it must not quote a run's ratios (earlier runs' readings
+// are in bench/HISTORY.md), and RESULTS.md must hold it as it is now.
 func TestNotes(t *testing.T) {
-	notes := read(t, "bench/NOTES.md")
+	notes, ok := section(read(t, "bench/README.md"), "## Reading the numbers")
+	require.True(t, ok, "bench/README.md has no Reading the numbers section")
 	ratio := regexp.MustCompile(`\d[\d,.]*\s?×`)
 	assert.Empty(t, ratio.FindAllString(notes, -1))
 	reading, ok := section(read(t, "bench/RESULTS.md"), "## Reading the numbers")
 	require.True(t, ok, "bench/RESULTS.md has no Reading the numbers section")
 	assert.Equal(t, strings.TrimSpace(notes), strings.TrimSpace(reading),
-		"bench/RESULTS.md's Reading the numbers is not bench/NOTES.md (bench/report.py copies it)")
+		"bench/RESULTS.md's Reading the numbers is not bench/README.md's (bench/report.py copies it)")
 }
 
 // documents lists the Markdown files of the repository (relative paths),
