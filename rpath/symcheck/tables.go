@@ -17,8 +17,9 @@ import (
 // relocations make, kept; and, made at its first lookup, a summary of its
 // definitions of the names references use (summary). The symbol, string
 // and hash tables themselves are read into scratch buffers and not kept:
-// kept, they were most of what a check over a tree allocated, and the
-// collections they cost were most of its time (bench/SYMBOLS.md).
+// kept, they would be most of what a check over a tree allocates, and
+// under the job's heap limit the collections they cause would be most of
+// its time.
 type object struct {
 	id      uint32 // its identity in the Checker (scopeKey)
 	path    string
