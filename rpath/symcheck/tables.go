@@ -547,8 +547,8 @@ func (o *object) readBinding(f *elfedit.File, ns *names, s *scratch, st *strTabl
 
 // ref is one reference a relocation makes, ready to look up: 8 bytes and
 // no pointer, since every file of a tree keeps its references for the
-// whole check (a quarter of a million over /usr) and the collector would
-// scan them.
+// whole check (hundreds of thousands over a system's libraries) and the
+// collector would scan them.
 type ref struct {
 	id   uint32  // the name's (names.byID)
 	vi   uint16  // its version need's index in versions; 0: unversioned
