@@ -13,7 +13,7 @@
 # peak RSS), then per tree the medians and B's ratio to A. $AB_ARGS_A and
 # $AB_ARGS_B add arguments to one side only (the same binary with a check
 # on and off). Needs bash, coreutils, python3, /usr/bin/time (runs on the
-# GPU machine too: carry the binaries). Recorded runs: bench/AB.md.
+# GPU machine too: carry the binaries). Findings: bench/HISTORY.md.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=bench/corpus-args.sh

@@ -4,7 +4,8 @@
 #
 #   bash bench/index.sh [WORKDIR]        (default /tmp/cpindex)
 #
-# Writes its findings to stdout and to bench/INDEX.md ($OUT).
+# Writes its findings to stdout and to WORKDIR/INDEX.md ($OUT); a summary of
+# them goes to bench/HISTORY.md.
 # 1. Cost. One executable (/usr/bin/curl, copied) is patched against
 #    /usr/lib/x86_64-linux-gnu (every library of this machine) and against a
 #    directory holding only the libraries it needs (copies of the ones the
@@ -36,7 +37,7 @@ CORPUS=${CPCORPUS:-/tmp/cpcorpus}
 USERLAND=${USERLAND:-/tmp/cudapatch-userland}
 BIG=/usr/lib/x86_64-linux-gnu
 EXE=/usr/bin/curl
-OUT=${OUT:-$HERE/INDEX.md}
+OUT=${OUT:-$W/INDEX.md}
 mkdir -p "$W/bin"
 # The report names this machine's directories by their variables.
 exec > >(sed -e "s#$CORPUS#\$CPCORPUS#g" -e "s#$USERLAND#\$USERLAND#g" -e "s#$W#\$W#g" | tee "$OUT")

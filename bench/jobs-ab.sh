@@ -9,7 +9,8 @@
 # run: build, jobs, wall, user and system seconds, peak RSS (/usr/bin/time).
 # Needs bash, coreutils, python3 and /usr/bin/time only (runs on the GPU
 # machine, which has no Go: cross-build the two binaries and carry them).
-# Recorded runs: docs/logs/jobs-ab-DATE-GPU-COMMIT.log, read in bench/JOBS.md.
+# Findings: bench/HISTORY.md (a dated summary per run; the output itself is
+# an artifact of the run, not committed).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 A=$(readlink -f "$1")

@@ -89,7 +89,7 @@ w = out.append
 
 w("# cudapatch benchmarks\n")
 w("Written by `bash bench/run.sh` (one command; it builds what it needs and writes this file). "
-  "Do not edit by hand: the section *Reading the numbers* comes from `bench/NOTES.md`.\n")
+  "Do not edit by hand: the section *Reading the numbers* comes from `bench/README.md`.\n")
 w("## Machine\n")
 w("| | |\n| --- | --- |")
 for k, label in [("date", "date"), ("cpu", "CPU"), ("cores", "cores"), ("mem", "memory"), ("os", "OS"),
@@ -337,10 +337,19 @@ for name, title in (("gobench.txt", "`go test -run=- -bench=. -benchmem ./rpath/
         w(open(p).read().rstrip())
         w("```\n")
 
-notes = os.path.join(BENCH, "NOTES.md")
-if os.path.exists(notes):
+# bench/README.md's section "Reading the numbers", up to the next heading of
+# its level or above, copied as it is (internal/docs checks the copy).
+reading = None
+readme = os.path.join(BENCH, "README.md")
+if os.path.exists(readme):
+    lines = open(readme).read().split("\n")
+    if "## Reading the numbers" in lines:
+        start = lines.index("## Reading the numbers") + 1
+        end = next((i for i in range(start, len(lines)) if re.match(r"#{1,2} ", lines[i])), len(lines))
+        reading = "\n".join(lines[start:end]).strip()
+if reading:
     w("## Reading the numbers\n")
-    w(open(notes).read().strip() + "\n")
+    w(reading + "\n")
 
 with open(os.path.join(OUT, "RESULTS.md"), "w") as f:
     f.write("\n".join(out).replace("\n\n\n", "\n\n"))

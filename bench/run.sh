@@ -235,7 +235,7 @@ log "go test -bench"
 (cd "$REPO" && go test -run=- -bench=. -benchmem ./rpath/...) >"$RAW/gobench.txt" 2>&1 || true
 PROF_TREE=$W/scale-2000/store
 [ -d "$PROF_TREE" ] || PROF_TREE=$W/scale-${SCALES##* }/store
-echo "prof_tree=$PROF_TREE" >>"$RAW/machine.env"
+echo "prof_tree=\$CPBENCH_DIR/${PROF_TREE#"$W"/}" >>"$RAW/machine.env"   # no machine path in the report
 (cd "$REPO" && CUDAPATCH_BENCH_TREE=$PROF_TREE go test ./rpath/patch -run=- \
   -bench=PatchTree -benchtime=3x -cpuprofile="$RAW/cpu.pprof" -o "$RAW/rpath.test") >"$RAW/gobench-tree.txt" 2>&1 || true
 go tool pprof -top -nodecount=30 "$RAW/rpath.test" "$RAW/cpu.pprof" >"$RAW/pprof-top.txt" 2>/dev/null || true

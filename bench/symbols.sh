@@ -3,7 +3,7 @@
 # cudapatch over real trees with --symbols error (the default) and
 # --symbols off, alternating (which goes first alternates too), each run
 # on a fresh copy of the pristine tree, and prints CPU (user+sys), wall
-# and peak RSS (GNU time) per run and their medians (bench/SYMBOLS.md).
+# and peak RSS (GNU time) per run and their medians (findings: bench/HISTORY.md).
 #
 #   bash bench/symbols.sh                 # corpus, small, usr; 3 runs each
 #   RUNS=5 TREES="small" bash bench/symbols.sh

@@ -5,8 +5,8 @@
 # BEFORE and AFTER on a fresh copy each run (default 7 runs each). Prints
 # each run's wall time and peak RSS, then the medians and what the last run
 # of each wrote (which must be the same files). For the GPU machine; checks
-# nothing about the GPU (gpu-proof.sh does). Recorded runs:
-# docs/logs/torch-ab-DATE-GPU-COMMIT.log, read in docs/gpu-proof.md.
+# nothing about the GPU (gpu-proof.sh does). Findings: docs/gpu-proof.md and
+# bench/HISTORY.md (a dated summary per run; the output is not committed).
 set -euo pipefail
 BEFORE=$(readlink -f "$1") AFTER=$(readlink -f "$2") RUNS=${3:-7} W=${4:-/tmp/torch-ab}
 unset LD_LIBRARY_PATH

@@ -277,7 +277,7 @@ func TestNixBuild(t *testing.T) {
 	if err != nil && bytes.Contains(stderr, []byte(killedBuilder)) {
 		// In a fresh chroot, Nix 2.8's first build of the go-modules
 		// fixed-output derivation is killed by signal 9 with an empty
-		// log, now and then (docs/logs/fresh-machine-2026-11-27-*.log);
+		// log, now and then (docs/userland.md, the fresh chroot's runs);
 		// gone under strace, never seen on a VM. One more build; its
 		// results are checked as always.
 		t.Logf("nix-build (-A build): %s; building once more:\n%s", killedBuilder, errorLines(stderr))

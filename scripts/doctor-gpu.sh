@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 15 on the GPU machine, one shot (about 2-4 minutes): what
 # `cudapatch doctor` says on a real NVIDIA host, checked against what really
-# loads. Recorded in docs/doctor.md and docs/logs/doctor-gpu-*.log.
+# loads. Each run is recorded in docs/doctor.md as a dated line (machine,
+# commit, result); the output itself is an artifact, not committed.
 #
 #   bash scripts/doctor-gpu.sh CUDAPATCH [WORKDIR]
 #

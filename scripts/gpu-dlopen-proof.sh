@@ -15,8 +15,8 @@
 # Only RUNPATHs decide: LD_LIBRARY_PATH is unset and every run goes through
 # a copied interpreter with --inhibit-cache. Each step prints PASS or FAIL;
 # the exit status is non-zero if a step of the resolve run failed.
-# Recorded runs: docs/logs/gpu-dlopen-proof-DATE-GPU-COMMIT.log, read in
-# docs/gpu-proof.md.
+# Each run is recorded in docs/gpu-proof.md as a dated line (machine,
+# commit, result); the output itself is an artifact, not committed.
 set -uo pipefail
 CP=$(readlink -f "${1:?usage: gpu-dlopen-proof.sh CUDAPATCH [WORKDIR]}")
 W=${2:-/tmp/gpu-dlopen-proof}

@@ -9,8 +9,8 @@
 # Only RUNPATHs decide: LD_LIBRARY_PATH is unset and every run goes through
 # the interpreter with --inhibit-cache (no /etc/ld.so.cache). Each step
 # prints PASS or FAIL; the script exits non-zero if any step failed.
-# Recorded runs: docs/logs/gpu-proof-DATE-GPU-COMMIT.log, read in
-# docs/gpu-proof.md.
+# Each run is recorded in docs/gpu-proof.md as a dated line (machine,
+# commit, result); the output itself is an artifact, not committed.
 set -uo pipefail
 CP=$(readlink -f "${1:?usage: gpu-proof.sh CUDAPATCH [WORKDIR]}")
 W=${2:-/tmp/gpu-proof}

@@ -45,19 +45,16 @@ func withCode(code int, err error) error {
 // memoryLimit is the Go heap's soft limit unless GOMEMLIMIT says otherwise.
 // The work is headers and string tables, a few MiB per file; with the limit
 // the collector returns garbage before the heap doubles, which keeps peak
-// RSS near what is live (measured: 182 MiB → 78 MiB when two libraries with
-// 17 MiB string tables are patched at once), and peak RSS under 64 MiB.
-// The main job raises it with its --jobs (memoryLimitFor).
+// RSS near what is live, and under 64 MiB at the default jobs of a small
+// machine. The main job raises it with its --jobs (memoryLimitFor).
 const memoryLimit = 56 << 20
 
 // memoryPerJob is the main job's heap limit per job, above memoryLimit.
-// Every job allocates at the same rate (about 130 KiB a small file), so a
-// fixed limit shared by more jobs is reached ever sooner and the collector
-// runs ever more often, each time using CPU the jobs wanted: on 16 cores
-// and 10,000 small files, 16 jobs under 56 MiB ran no faster than 1
-// (3.63 s against 3.69 s, 552 collections), and under 256 MiB in 0.41 s
-// (bench/jobs-memory.sh, bench/JOBS.md). Peak RSS then follows the jobs
-// asked for: under 64 MiB up to 4 jobs, about 16 MiB a job beyond.
+// Every job allocates at the same rate, so a fixed limit shared by more
+// jobs is reached ever sooner and the collector runs ever more often, each
+// time using CPU the jobs wanted: under a fixed limit, more jobs on more
+// cores run no faster than one. Peak RSS then follows the jobs asked for:
+// memoryLimit up to 3 jobs, memoryPerJob a job beyond.
 const memoryPerJob = 16 << 20
 
 // memoryLimitFor is the heap limit of a main job with the given jobs.
@@ -66,11 +63,10 @@ func memoryLimitFor(jobs int) int64 {
 }
 
 // gcPercent is GOGC unless the environment sets it. What is live is small
-// (the files being worked on), so at the default 100 the collector ran every
-// few MiB allocated: 100 collections for 2,000 small files, each stopping
-// every job, which is what kept --jobs from scaling (with collection
-// relaxed, 2 jobs ran 1.6x faster than 1 instead of 1.1x). At 400 it runs
-// a quarter as often, and the memory limit still bounds the heap.
+// (the files being worked on), so at the default 100 the collector would
+// run every few MiB allocated, each time stopping every job, which keeps
+// --jobs from scaling. At 400 it runs a quarter as often, and the memory
+// limit still bounds the heap.
 const gcPercent = 400
 
 func main() {

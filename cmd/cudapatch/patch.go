@@ -297,8 +297,8 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Opt
 			return withCode(exitUsage, e)
 		}
 	case outEvents:
-		// Written in 64 KiB writes, not one per file (10,000 files,
-		// 10,000 system calls after the work is done).
+		// Written in 64 KiB writes, not one per file: the list is
+		// written on one core after the work is done.
 		w := bufio.NewWriterSize(g.stdout, outBuffer)
 		for _, ev := range patch.AutoPatchelfEvents(rep, patch.EventOptions{Display: patch.DisplayPaths(paths)}) {
 			w.WriteString(ev.PythonJSON())
@@ -394,7 +394,7 @@ const outBuffer = 64 << 10
 // writePatched writes the line that says what was done to f, as
 // "PATH: RUNPATH OLD -> NEW[; interpreter OLD -> NEW][; resolution note
 // ...]". The list is written after the work, on one core, in pieces
-// rather than formatted with fmt (ten times faster; bench/HISTORY.md).
+// rather than formatted with fmt, which costs more than the writing.
 func writePatched(w *bufio.Writer, f *patch.File) {
 	// Paths and names are the tree's and the files': escaped, so that
 	// the list stays one line a file (printable.String costs a scan).

@@ -259,17 +259,18 @@ func TestCheckFiguresCatches(t *testing.T) {
 	}
 }
 
-// TestNotes: bench/NOTES.md is copied into every RESULTS.md, so it must not
-// quote a run's ratios (earlier runs' readings are in bench/HISTORY.md), and
-// RESULTS.md must hold it as it is now.
+// TestNotes: bench/README.md's *Reading the numbers* is copied into every
+// RESULTS.md, so it must not quote a run's ratios (earlier runs' readings
+// are in bench/HISTORY.md), and RESULTS.md must hold it as it is now.
 func TestNotes(t *testing.T) {
-	notes := read(t, "bench/NOTES.md")
+	notes, ok := section(read(t, "bench/README.md"), "## Reading the numbers")
+	require.True(t, ok, "bench/README.md has no Reading the numbers section")
 	ratio := regexp.MustCompile(`\d[\d,.]*\s?×`)
 	assert.Empty(t, ratio.FindAllString(notes, -1))
 	reading, ok := section(read(t, "bench/RESULTS.md"), "## Reading the numbers")
 	require.True(t, ok, "bench/RESULTS.md has no Reading the numbers section")
 	assert.Equal(t, strings.TrimSpace(notes), strings.TrimSpace(reading),
-		"bench/RESULTS.md's Reading the numbers is not bench/NOTES.md (bench/report.py copies it)")
+		"bench/RESULTS.md's Reading the numbers is not bench/README.md's (bench/report.py copies it)")
 }
 
 // documents lists the Markdown files of the repository (relative paths),
@@ -326,8 +327,8 @@ func TestLinksResolve(t *testing.T) {
 	}
 }
 
-// TestDocsMap: docs/README.md lists every document and the logs folder,
-// and docs/ holds documents only: dated logs live in docs/logs.
+// TestDocsMap: docs/README.md lists every document, and docs/ holds
+// documents only: a run's log is an artifact, summarized in a document.
 func TestDocsMap(t *testing.T) {
 	listed := links("docs/README.md", read(t, "docs/README.md"))
 	for _, doc := range documents(t) {
@@ -335,12 +336,11 @@ func TestDocsMap(t *testing.T) {
 			assert.Contains(t, listed, doc, "docs/README.md does not list %s", doc)
 		}
 	}
-	assert.Contains(t, listed, "docs/logs")
 	ents, err := os.ReadDir(filepath.Join(root(t), "docs"))
 	require.NoError(t, err)
 	for _, e := range ents {
-		ok := e.Name() == "logs" && e.IsDir() || strings.HasSuffix(e.Name(), ".md")
-		assert.True(t, ok, "docs/%s: docs/ holds documents; logs go to docs/logs", e.Name())
+		ok := !e.IsDir() && strings.HasSuffix(e.Name(), ".md")
+		assert.True(t, ok, "docs/%s: docs/ holds documents only; a run's log is an artifact", e.Name())
 	}
 	assert.False(t, slices.Contains(listed, "docs/README.md"), "docs/README.md lists itself")
 }

@@ -36,11 +36,11 @@ const maxWindows = 8
 // buffers again keeps the garbage collector idle. It also lends the
 // scratch a file's planning builds in (lend): the copy of its string
 // table, the region, the renumbered symbols. Those die with the file, and
-// on a tree of small files they were most of what a run allocated; a heap
+// on a tree of small files they are most of what a run allocates; a heap
 // that fills and is collected every few files costs, besides the
 // collections, the page faults of memory handed back to the kernel and
-// taken again (bench/NOTES.md). The zero value is ready to use, and it is
-// safe for concurrent use. A nil *Buffers allocates.
+// taken again. The zero value is ready to use, and it is safe for
+// concurrent use. A nil *Buffers allocates.
 type Buffers struct {
 	pool    sync.Pool
 	scratch [scratchClasses]sync.Pool // by size class: 512 bytes << i

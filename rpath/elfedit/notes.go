@@ -140,9 +140,9 @@ func noteAlign(a uint64) uint64 {
 //
 // The result is read once per File (a File's bytes do not change under it):
 // Info, Verify and the planner each ask for it, several times per edit.
-// Callers only read it (a copy per call was, with 16 jobs, a tenth of the
-// time spent growing slices); its capacity is its length, so an append
-// copies rather than writes into the memo.
+// Callers only read it (a copy per call would be allocation on every
+// job's hot path); its capacity is its length, so an append copies rather
+// than writes into the memo.
 func (f *File) allNotes() ([]parsedNote, error) {
 	if !f.notes.read {
 		f.notes.all, f.notes.err = f.readAllNotes()

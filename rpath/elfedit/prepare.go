@@ -24,8 +24,8 @@ import (
 // A settled file (its ctime older than the read by more than the
 // kernel's stamps are coarse) that still has the identity it had when it
 // was read holds the same bytes: every write sets ctime. Its fingerprint
-// hashes only the bytes the write takes from the file; any other file's
-// hashes every byte read. Why, and what it saves: bench/ENGINE.md.
+// hashes only the bytes the write takes from the file, so the write does
+// not read the whole file again; any other file's hashes every byte read.
 
 // Settling times (see fileIdent.settled): a ctime with nanoseconds is
 // stamped from the kernel's coarse clock (a tick behind, 10 ms at most)

@@ -302,8 +302,8 @@ func stackTables(rel, interpLen, dynLen, dynAlign, strLen uint64, interp, dyn, s
 // the section header table when it grows, shrinks or lived in the live
 // region. An ET_EXEC file takes the copy in any case, so that a section
 // follows the tables the region holds: patchelf's rewriter for
-// executables aborts when the last section it replaces is the last one
-// (bench/ENGINE.md).
+// executables aborts when the last section it replaces is the last one,
+// and the name table is one it never replaces.
 func (b *builder) layoutTail(L *regionLayout) error {
 	f, h, live, ne := b.f, b.f.Header, b.f.region, b.ne
 	if ne != nil && ne.shstr != nil {

@@ -10,8 +10,9 @@ import (
 // offset order, as linkers write them, and renumbers sh_link and sh_info;
 // the caller renumbers e_shstrndx and the symbol tables with pos (pos[j]
 // is the new index of secs[j]). Unsorted, a later patchelf run (up to
-// 0.18) could overwrite a table left under its grown program header table
-// (bench/ENGINE.md). ok is false when the disorder is no danger (an
+// 0.18) could overwrite a table left under its grown program header table:
+// its walk of the headers in index order stops at the first one past that
+// table. ok is false when the disorder is no danger (an
 // ET_EXEC file, which patchelf sorts itself, or one walkStopsShort finds
 // harmless), or when the file holds section indices elfedit does not
 // renumber (SHT_SYMTAB_SHNDX, SHT_GROUP, extended numbering).

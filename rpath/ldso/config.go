@@ -57,7 +57,8 @@ type Config struct {
 	// not change meanwhile (the symbol check of every file of a tree).
 	Identities *IdentityCache `json:"-"`
 	// Untraced leaves Need.Tried empty: for a caller that needs where each
-	// name was found, not how (half of what a resolution allocates).
+	// name was found, not how (the attempts are a large part of what a
+	// resolution allocates).
 	Untraced bool `json:"-"`
 }
 

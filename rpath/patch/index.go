@@ -327,10 +327,9 @@ func (ix *index) growOne() {
 // lookAhead bounds the work done ahead of need, per job: directories
 // listed, libraries probed. A lookup that misses must wait for the index
 // to grow, and growing one directory or one directory's libraries at a
-// time left the other jobs idle behind it (a 10,000-file tree with a
-// name found nowhere took 0.2 s to grow fully at two jobs); a little
-// work ahead, on every job, keeps them busy, and a lookup that stops
-// early wastes at most this much.
+// time leaves the other jobs idle behind it (a name found nowhere grows
+// the index fully); a little work ahead, on every job, keeps them busy,
+// and a lookup that stops early wastes at most this much.
 const lookAhead = 4
 
 // list lists dir, which a listing made ahead of its turn may hold. With

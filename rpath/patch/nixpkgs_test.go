@@ -1,7 +1,8 @@
 package patch_test
 
 // One test per behaviour of nixpkgs' autoPatchelfHook and driver hooks that
-// cudapatch keeps (/work/shared/design/nixpkgs-contract.md), named after it.
+// cudapatch keeps (docs/auto-patchelf.md: parity with auto-patchelf), named
+// after it.
 
 import (
 	"slices"

@@ -150,8 +150,9 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 	}
 	// A dry run writes nothing, and a write that keeps old sections plans
 	// afresh: no plan is kept for either. Nor with the symbol check, which
-	// runs between decide and the write: kept through it, the plans cost
-	// more collections than planning again costs (bench/SYMBOLS.md).
+	// runs between decide and the write: kept through it, the plans make
+	// each collection of the check's allocations mark them, which costs
+	// more than planning again.
 	if !c.dryRun && !c.keepOld && c.sym == nil {
 		c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
 	}
@@ -307,9 +308,9 @@ func writeOrder(files []*File) []int {
 // holding more than keptPlanMax, or one past keptPlanPerJob times the jobs
 // for the whole run, is dropped and its file planned again when written.
 // A kept plan holds its file's bytes by offset and only what is new as
-// bytes of its own (elfedit's detach.go), a few KiB a file; 4 MiB a job
-// keeps nearly every plan (bench/HISTORY.md has the measurements). The
-// budget grows with the jobs, as cmd/cudapatch's heap limit does.
+// bytes of its own (elfedit's detach.go), a few KiB a file, so the
+// budget keeps the plans of nearly every file whose tables the read cache
+// held. It grows with the jobs, as cmd/cudapatch's heap limit does.
 const (
 	keptPlanMax    = 256 << 10
 	keptPlanPerJob = 4 << 20

@@ -11,7 +11,7 @@ import (
 // by the index, whose probe reads its headers when a name may resolve to
 // it, and by deciding it. Past 128 KiB each read is three or four read
 // calls (the head, the section headers, the tables), so a library read
-// three times (and a third time to be written) took nine to twelve.
+// by both and once more to be written would take nine to twelve.
 // share makes the first two reads one, whichever comes first:
 //
 //   - deciding a library records what a probe of it would read (seed), so a
@@ -40,8 +40,8 @@ type shared struct {
 // library holds its head, section-header window and tables: a few hundred
 // KiB for most libraries. Most are taken soon (the jobs decide the tree in
 // order, and a library is probed when a file near it needs it), so a
-// larger budget saves no reads (bench/HISTORY.md) and what is parked is
-// live memory under the run's heap limit.
+// larger budget saves few reads, and what is parked is live memory under
+// the run's heap limit.
 const parkedPerJob = 1 << 20
 
 // newShare returns the share for the files Run decides, found by collect.

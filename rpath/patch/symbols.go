@@ -135,8 +135,9 @@ func WithIgnoreSymbols(patterns ...string) Option {
 func (c *config) symbolsMode() SymbolsMode {
 	if c.symbols == "" {
 		// A binary that cannot load is the failure a build can still
-		// prevent; the check costs about half again the job on a tree of
-		// many small files, less on CUDA packages (bench/SYMBOLS.md).
+		// prevent, so the check is on unless asked off; what it costs,
+		// reading each closure's tables, weighs most on trees of many
+		// small files.
 		return SymbolsError
 	}
 	return c.symbols

@@ -11,9 +11,10 @@ import (
 
 // A run starts by listing its trees: every file below the PATHs to patch,
 // and every directory below them for the index. walkTree lists a tree
-// once, for both, directories on up to jobs goroutines at a time (one at
-// a time was a seventh of a run; bench/HISTORY.md), and gives both lists
-// in the order filepath.WalkDir visits them.
+// once, for both, directories on up to jobs goroutines at a time (the
+// walk comes before any job has work, so a serial one leaves every other
+// core idle), and gives both lists in the order filepath.WalkDir visits
+// them.
 
 // walkTree returns the regular and special files (special) below root and the directories
 // (root first), each in filepath.WalkDir's lexical pre-order, without

@@ -17,8 +17,9 @@ import (
 // relocations make, kept; and, made at its first lookup, a summary of its
 // definitions of the names references use (summary). The symbol, string
 // and hash tables themselves are read into scratch buffers and not kept:
-// kept, they were most of what a check over a tree allocated, and the
-// collections they cost were most of its time (bench/SYMBOLS.md).
+// kept, they would be most of what a check over a tree allocates, and
+// under the job's heap limit the collections they cause would be most of
+// its time.
 type object struct {
 	id      uint32 // its identity in the Checker (scopeKey)
 	path    string
@@ -546,8 +547,8 @@ func (o *object) readBinding(f *elfedit.File, ns *names, s *scratch, st *strTabl
 
 // ref is one reference a relocation makes, ready to look up: 8 bytes and
 // no pointer, since every file of a tree keeps its references for the
-// whole check (a quarter of a million over /usr) and the collector would
-// scan them.
+// whole check (hundreds of thousands over a system's libraries) and the
+// collector would scan them.
 type ref struct {
 	id   uint32  // the name's (names.byID)
 	vi   uint16  // its version need's index in versions; 0: unversioned
