@@ -57,5 +57,5 @@ func TestReadMatchesGlibc(t *testing.T) {
 		}
 		assert.Equal(t, want, f.got(r), "x86.cpu_features.%s", f.key)
 	}
-	t.Logf("level %d: %q", r.Level(), r.Level().Hwcaps())
+	t.Logf("%#x: level %d, %q", r, r.Level(), r.Level().Hwcaps())
 }

@@ -97,6 +97,18 @@ func TestLevel(t *testing.T) {
 		{"AVX-512 CPU, OS saves no opmask state", with(v4, func(r *Regs) { r.XCR0 = xcrAVX512 &^ xcrOpmask }), 3},
 		{"AVX-512 CPU, OS saves ZMM but no YMM state", with(v4, func(r *Regs) { r.XCR0 = xcrAVX512 &^ xcrYMM }), 2},
 		{"AVX2 CPU", cpu(genuineIntel, 3, xcrAVX), 3},
+		// Two machines' registers as read there, with the level their
+		// ld.so --list-diagnostics printed (isa_1 0xf and 0x7).
+		{"Xeon family 6 model 0xcf VM, AVX-512 and AMX state", Regs{
+			MaxLeaf: 0x20, Vendor: [3]uint32{0x756e6547, 0x49656e69, 0x6c65746e},
+			Leaf1EAX: 0xc06f2, Leaf1ECX: 0xfffa3203, Leaf1EDX: 0x1f8bfbff, Leaf7EBX: 0xf1bf27eb,
+			MaxExtLeaf: 0x80000008, Ext1ECX: 0x121, XCR0: 0x602e7,
+		}, 4},
+		{"EPYC family 0x19 VM, AVX2", Regs{
+			MaxLeaf: 0xd, Vendor: [3]uint32{0x68747541, 0x69746e65, 0x444d4163},
+			Leaf1EAX: 0xa00f11, Leaf1ECX: 0xfffa3203, Leaf1EDX: 0x178bfbff, Leaf7EBX: 0x219c07ab,
+			MaxExtLeaf: 0x80000021, Ext1ECX: 0x4003f3, XCR0: 0x7,
+		}, 3},
 		{"AVX2 CPU, OS XSAVE off", without(cpu(genuineIntel, 3, xcrAVX), "OSXSAVE"), 2},
 		{"AVX2 CPU, OS XSAVE on, YMM state not saved", cpu(genuineIntel, 3, xcrSSE|1), 2},
 		{"AVX-512 flags, OS XSAVE off (XCR0 not read)", without(v4, "OSXSAVE"), 2},
