@@ -48,8 +48,11 @@ func TestLayers(t *testing.T) {
 		// The resolution-cache format and rules: no bytes of files, no policy.
 		{"rpath/ldcache", m("rpath/elfedit")},
 		// The loader simulation reads ELF through elfedit and nothing else,
-		// and resolution-cache notes through ldcache.
-		{"rpath/ldso", m("rpath/elfedit", "rpath/ldcache")},
+		// resolution-cache notes through ldcache, and the CPU's x86-64
+		// level through its own leaf.
+		{"rpath/ldso", m("rpath/elfedit", "rpath/ldcache", "rpath/ldso/internal/x86isa")},
+		// CPUID and glibc's level rules: the standard library only.
+		{"rpath/ldso/internal/x86isa", nil},
 		// The symbol check binds over the loader simulation's closures and
 		// reads its tables through elfedit.
 		{"rpath/symcheck", m("rpath/ldso", "rpath/elfedit", "rpath/ldcache")},

@@ -1,15 +1,15 @@
 package ldso
 
 import (
-	"bufio"
 	"debug/elf"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
+
+	"github.com/cudapatch/cudapatch/rpath/ldso/internal/x86isa"
 )
 
 // Config is the loader's environment: what ld.so would know at startup.
@@ -46,7 +46,8 @@ type Config struct {
 	// SYSTEM_DIRS), in order.
 	DefaultDirs []string `json:"default_dirs"`
 	// Hwcaps are the glibc-hwcaps subdirectory names the CPU supports,
-	// best first (x86-64-v4, x86-64-v3, x86-64-v2).
+	// best first (x86-64-v4, x86-64-v3, x86-64-v2), as ld.so --help lists
+	// them "supported, searched".
 	Hwcaps []string `json:"hwcaps,omitempty"`
 	// LegacyHwcaps are the pre-2.37 hwcap subdirectories (tls/x86_64,
 	// x86_64…) tried after the glibc-hwcaps ones, best first. glibc 2.37
@@ -107,7 +108,12 @@ func machineOf(class elf.Class, machine elf.Machine) (machineInfo, bool) {
 //     (Fedora, SUSE; $LIB = lib64), else /lib and /usr/lib ($LIB = lib).
 //   - Platform: AT_PLATFORM of the machine.
 //   - Hwcaps: for x86-64, the x86-64-v{4,3,2} levels this host's CPU
-//     supports, from /proc/cpuinfo.
+//     supports, from CPUID and the state the OS saves, by glibc's rules
+//     (see rpath/ldso/internal/x86isa); none when this program does not
+//     run on x86-64. Other machines get none: aarch64, i386 and arm
+//     have no glibc-hwcaps subdirectories (glibc's elf/dl-hwcaps-subdirs.c,
+//     the empty default); those of POWER (power10, power9), s390x (z13…)
+//     and RISC-V (rva20u64…) are not modelled.
 //
 // LDLibraryPath, Secure, WorkDir and Loader are left for the caller. An unreadable
 // or malformed cache is an error.
@@ -133,9 +139,8 @@ func DefaultConfig(root string, class elf.Class, machine elf.Machine) (Config, e
 	}
 
 	if machine == elf.EM_X86_64 && class == elf.ELFCLASS64 {
-		flags, err := cpuFlags("/proc/cpuinfo")
-		if err == nil {
-			cfg.Hwcaps = X86Hwcaps(flags)
+		if regs, ok := x86isa.Read(); ok {
+			cfg.Hwcaps = regs.Level().Hwcaps()
 		}
 	}
 
@@ -150,55 +155,4 @@ func DefaultConfig(root string, class elf.Class, machine elf.Machine) (Config, e
 		}
 	}
 	return cfg, nil
-}
-
-// x86Levels lists the CPU features (as /proc/cpuinfo names them) each
-// x86-64 micro-architecture level adds, from the x86-64 psABI; glibc's
-// sysdeps/x86/get-isa-level.h checks the same set.
-var x86Levels = []struct {
-	name  string
-	flags []string
-}{
-	{"x86-64-v2", []string{"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"}},
-	{"x86-64-v3", []string{"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"}},
-	{"x86-64-v4", []string{"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}},
-}
-
-// X86Hwcaps returns the glibc-hwcaps subdirectories a CPU with the given
-// feature flags may use, best first. Each level requires all lower ones.
-func X86Hwcaps(cpuFlags map[string]bool) []string {
-	var out []string
-	for _, l := range x86Levels {
-		for _, f := range l.flags {
-			if !cpuFlags[f] {
-				return out
-			}
-		}
-		out = append([]string{l.name}, out...)
-	}
-	return out
-}
-
-func cpuFlags(path string) (map[string]bool, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if ok && strings.TrimSpace(k) == "flags" {
-			m := map[string]bool{}
-			for _, w := range strings.Fields(v) {
-				m[w] = true
-			}
-			return m, nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	return nil, errors.New("no flags line in " + path)
 }

@@ -72,7 +72,12 @@
 // DT_NEEDED of what they load; such a Need has Dlopen set, and one found
 // nowhere is not [Tree.Missing].
 //
+// The glibc-hwcaps subdirectories of x86-64 come from CPUID as glibc
+// reads it (see [DefaultConfig]), not from /proc/cpuinfo's names.
+//
 // Not modelled: LD_PRELOAD and /etc/ld.so.preload, audit modules,
-// DT_FILTER/DT_AUXILIARY, dlopen flags (RTLD_GLOBAL, namespaces), and the legacy (pre-2.37) hwcap bits of
-// cache entries, which are treated as unsupported.
+// DT_FILTER/DT_AUXILIARY, dlopen flags (RTLD_GLOBAL, namespaces), the legacy
+// (pre-2.37) hwcap bits of cache entries, which are treated as unsupported,
+// the glibc-hwcaps subdirectories of POWER, s390x and RISC-V, and
+// GLIBC_TUNABLES' glibc.cpu.hwcaps, which can mask CPU features.
 package ldso
