@@ -57,7 +57,7 @@ func (a arch) compile(t *testing.T, args ...string) {
 // (no LD_LIBRARY_PATH or LD_PRELOAD) and returns its stdout and stderr.
 func (a arch) exec(t *testing.T, env []string, prog string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	argv := slices.Clone(a.run)
 	for _, e := range env {
