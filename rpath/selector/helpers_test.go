@@ -131,7 +131,8 @@ int fakeCtorSaw(int *v) { *v = ctor_saw; return 0; }
 // progSource is a program that calls the fake entry points, through its
 // DT_NEEDED libcuda.so.1 or through dlopen("libcuda.so.1") and dlsym, and
 // prints what answered and the libcuda files mapped.
-const progSource = `#include <dlfcn.h>
+const progSource = `#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 struct fakeBig { long v[8]; };
@@ -178,6 +179,12 @@ int main(void) {
 			ok &= b.v[i] == 7L * (i + 1) + i * i;
 		printf("big=%s\n", ok ? "ok" : "bad");
 	}
+	/* A later dlopen by name, after the real library is loaded with the
+	 * same SONAME, still gets the selector. */
+	void *again = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	Dl_info info;
+	if (again && dladdr(dlsym(again, "cuInit"), &info))
+		printf("again=%s\n", info.dli_fname);
 	FILE *m = fopen("/proc/self/maps", "r");
 	char line[4096], seen[8][1024];
 	int n = 0;

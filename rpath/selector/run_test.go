@@ -53,7 +53,7 @@ func newTree(t *testing.T, a arch) *tree {
 	main := write(t, filepath.Join(root, "src", "main.c"), progSource)
 	runpath := "-Wl,--enable-new-dtags,-rpath," + tr.selDir + ":" + tr.driverDir
 	tr.needed = filepath.Join(root, "needed")
-	a.compile(t, "-o", tr.needed, main, tr.compat, runpath)
+	a.compile(t, "-o", tr.needed, main, tr.compat, runpath, "-ldl")
 	tr.dlopen = filepath.Join(root, "dlopen")
 	a.compile(t, "-DUSE_DLOPEN", "-o", tr.dlopen, main, runpath, "-ldl")
 	early := filepath.Join(root, "early", "libearly.so")
@@ -160,6 +160,7 @@ func TestSelectorRuns(t *testing.T) {
 						assert.Equal(t, "100 -1", l["version"], what)
 						assert.NotContains(t, out, "real-ctor", what)
 					}
+					assert.Equal(t, tr.sel, l["again"], what)
 					// The selector is mapped, and one real libcuda at most.
 					ms := maps(out)
 					require.Contains(t, ms, tr.sel, what)
