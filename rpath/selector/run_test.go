@@ -44,7 +44,10 @@ func newTree(t *testing.T, a arch) *tree {
 	fns, err := selector.Functions(tr.compat)
 	require.NoError(t, err)
 	require.Equal(t, []string{"cuDriverGetVersion", "cuInit", "fakeBig", "fakeCompatOnly", "fakeCtorSaw", "fakeSum", "fakeWhich"}, fns)
-	spec := selector.Spec{Compat: tr.compat, Info: info, Driver: []string{filepath.Join(root, "nodriver", "libcuda.so.1"), filepath.Join(tr.driverDir, "libcuda.so.1")},
+	spec := selector.Spec{Compat: tr.compat, Info: info, Driver: []string{
+		// The selector itself (skipped: it would forward to itself), a
+		// missing file, then the driver link.
+		filepath.Join(tr.selDir, selector.Name), filepath.Join(root, "nodriver", "libcuda.so.1"), filepath.Join(tr.driverDir, "libcuda.so.1")},
 		Functions: fns, Proc: filepath.Join(root, "proc"), Sys: filepath.Join(root, "sys")}
 	require.NoError(t, os.MkdirAll(tr.selDir, 0o755))
 	require.NoError(t, selector.Build(context.Background(), spec, []string{a.cc}, tr.selDir))

@@ -94,7 +94,8 @@ type Spec struct {
 	// version and the note's driver branches are what the decision uses.
 	Info nvdriver.Compat
 	// Driver lists absolute paths of the driver's libcuda, tried in order
-	// when the driver is chosen (/run/opengl-driver/lib/libcuda.so.1).
+	// when the driver is chosen (/run/opengl-driver/lib/libcuda.so.1); a
+	// path that loads the selector itself is passed over.
 	Driver []string
 	// Functions are the names forwarded, usually Functions(Compat).
 	Functions []string
@@ -261,7 +262,7 @@ func Build(ctx context.Context, spec Spec, cc []string, outDir string) error {
 		"-Wl,-soname,"+Name, "-Wl,-z,noexecstack", "-o", lib, c, "-ldl", "-lpthread")
 	out, err := exec.CommandContext(ctx, cc[0], args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("selector: %s: %w: %s", cc[0], err, bytes.TrimSpace(out))
+		return fmt.Errorf("selector: %s: %w: %s", cc[0], err, oneLine(out))
 	}
 	if err := os.Chmod(lib, 0o555); err != nil {
 		return fmt.Errorf("selector: %w", err)
@@ -270,6 +271,16 @@ func Build(ctx context.Context, spec Spec, cc []string, outDir string) error {
 		return fmt.Errorf("selector: %w", err)
 	}
 	return nil
+}
+
+// oneLine is a compiler's output for a one-line error: its lines joined,
+// at most 400 bytes.
+func oneLine(out []byte) string {
+	s := strings.Join(strings.Fields(string(bytes.ReplaceAll(bytes.TrimSpace(out), []byte("\n"), []byte(" | ")))), " ")
+	if len(s) > 400 {
+		s = s[:400] + "..."
+	}
+	return s
 }
 
 // Read reads the note of a selector file; ErrNotSelector (wrapped, with
