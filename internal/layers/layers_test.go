@@ -45,6 +45,9 @@ func TestLayers(t *testing.T) {
 		{"rpath/fnmatch", nil},
 		// Facts about an installed NVIDIA driver, read from files.
 		{"rpath/nvdriver", nil},
+		// The run-time compat-or-driver selector: generates and builds a
+		// libcuda.so.1 from nvdriver's decision; no policy, no job.
+		{"rpath/selector", m("rpath/nvdriver")},
 		// The resolution-cache format and rules: no bytes of files, no policy.
 		{"rpath/ldcache", m("rpath/elfedit")},
 		// The loader simulation reads ELF through elfedit and nothing else,
