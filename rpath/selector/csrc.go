@@ -157,8 +157,17 @@ static int sel_compare(const char *a, const char *b) {
 	return 0;
 }
 
-/* nvdriver.Choose's rules 1-4 and 6: no devices are known. */
-SEL_HIDDEN int cudapatch_sel_decide(const char *module, const char *compat, const int *branches, int nbranches) {
+/* Whether path is a directory (a loaded module's sysfs entry). */
+static int sel_is_dir(const char *path) {
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* nvdriver.Choose's rules 1-4 and 6: no devices are known. tegra: no
+ * module version, and nvgpu loaded (a Jetson). */
+SEL_HIDDEN int cudapatch_sel_decide(const char *module, int tegra, const char *compat, const int *branches, int nbranches) {
+	if (!*module && tegra)
+		return *compat ? SEL_COMPAT : SEL_DRIVER;
 	if (!*module)
 		return SEL_NONE;
 	if (!*compat)
@@ -180,12 +189,12 @@ SEL_HIDDEN int cudapatch_sel_decide(const char *module, const char *compat, cons
 #ifdef CUDAPATCH_SELECTOR_DECIDE_MAIN
 #include <stdio.h>
 #include <stdlib.h>
-/* argv: proc-file sys-file compat-version|- branches|- */
+/* argv: proc-file sys-file compat-version|- branches|- nvgpu-dir */
 int main(int argc, char **argv) {
 	static const char *const names[] = {"none", "driver", "compat"};
 	char module[64];
 	int branches[256], n = 0;
-	if (argc != 5)
+	if (argc != 6)
 		return 2;
 	if (strcmp(argv[4], "-") != 0)
 		for (char *p = argv[4]; *p && n < 256; p++) {
@@ -195,7 +204,7 @@ int main(int argc, char **argv) {
 		}
 	if (!cudapatch_sel_module(argv[1], argv[2], module, sizeof module))
 		module[0] = 0;
-	int use = cudapatch_sel_decide(module, strcmp(argv[3], "-") ? argv[3] : "", branches, n);
+	int use = cudapatch_sel_decide(module, !module[0] && sel_is_dir(argv[5]), strcmp(argv[3], "-") ? argv[3] : "", branches, n);
 	printf("%s %s\n", names[use], module[0] ? module : "-");
 	return 0;
 }
@@ -256,7 +265,7 @@ static void sel_init(void) {
 	if (!cudapatch_sel_module(sel_proc_version, sel_sys_version, module, sizeof module))
 		module[0] = 0;
 	void *h = 0;
-	switch (cudapatch_sel_decide(module, sel_compat_version + 1, sel_branches, SEL_NBRANCHES)) {
+	switch (cudapatch_sel_decide(module, !module[0] && sel_is_dir(sel_nvgpu), sel_compat_version + 1, sel_branches, SEL_NBRANCHES)) {
 	case SEL_COMPAT:
 		h = sel_dlopen(sel_compat);
 		break;

@@ -80,7 +80,11 @@ func TestDecisionMatchesChoose(t *testing.T) {
 					}
 					branches = strings.Join(bs, ",")
 				}
-				out, err := a.exec(t, nil, prog, proc, sys, compat, branches)
+				nvgpu := filepath.Join(dir, "sys/module/nvgpu")
+				if r.Machine.Tegra {
+					require.NoError(t, os.MkdirAll(nvgpu, 0o755))
+				}
+				out, err := a.exec(t, nil, prog, proc, sys, compat, branches, nvgpu)
 				require.NoError(t, err, "%s", out)
 				want := nvdriver.Choose(r.Compat, r.Machine)
 				require.Equal(t, r.Want, want.Use, "the table and Choose agree: %s", r.Line)
@@ -137,7 +141,7 @@ func TestModuleMatchesKernelModule(t *testing.T) {
 					write(t, sys, *tt.sys)
 				}
 				want := nvdriver.KernelModule(filepath.Join(dir, "proc"), filepath.Join(dir, "sys"))
-				out, err := a.exec(t, nil, prog, proc, sys, "-", "-")
+				out, err := a.exec(t, nil, prog, proc, sys, "-", "-", filepath.Join(dir, "sys/module/nvgpu"))
 				require.NoError(t, err, "%s", out)
 				_, got, _ := strings.Cut(strings.TrimSpace(out), " ")
 				if got == "-" {

@@ -133,7 +133,7 @@ func TestSelectorRuns(t *testing.T) {
 				// one the selector makes.
 				wantUse := map[string]nvdriver.Use{"compat": nvdriver.UseCompat, "driver": nvdriver.UseDriver}[strings.Fields(tt.want.which + " none")[0]]
 				if tt.remove == "" && tt.want.which != "" {
-					assert.Equal(t, wantUse, info.Choose(module).Use, tt.name)
+					assert.Equal(t, wantUse, info.Choose(nvdriver.Machine{Module: module}).Use, tt.name)
 				}
 				var saved []byte
 				if tt.remove != "" {

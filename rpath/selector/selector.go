@@ -125,10 +125,11 @@ func (i *Info) CompatInfo() nvdriver.Compat {
 	return c
 }
 
-// Choose is the choice the selector makes on a machine whose kernel
-// module is module ("" for none): nvdriver.Choose without devices.
-func (i *Info) Choose(module string) nvdriver.Choice {
-	return nvdriver.Choose(i.CompatInfo(), nvdriver.Machine{Module: module})
+// Choose is the choice the selector makes on machine m: nvdriver.Choose
+// without devices, which nothing reads before a libcuda is loaded.
+func (i *Info) Choose(m nvdriver.Machine) nvdriver.Choice {
+	m.Devices = nil
+	return nvdriver.Choose(i.CompatInfo(), m)
 }
 
 // ErrNotSelector is returned by Read for a file without the selector's
@@ -385,6 +386,7 @@ func Source(spec Spec) ([]byte, error) {
 	b.WriteString("0};\n")
 	fmt.Fprintf(&b, "static const char sel_proc_version[] = %s;\n", cString(filepath.Join(s.Proc, "driver/nvidia/version")))
 	fmt.Fprintf(&b, "static const char sel_sys_version[] = %s;\n", cString(filepath.Join(s.Sys, "module/nvidia/version")))
+	fmt.Fprintf(&b, "static const char sel_nvgpu[] = %s;\n", cString(filepath.Join(s.Sys, "module/nvgpu")))
 	descsz := len(note) + 1
 	fmt.Fprintf(&b, "__attribute__((section(%q), used, aligned(4)))\n", NoteSection)
 	fmt.Fprintf(&b, "static const struct { unsigned namesz, descsz, type; char name[%d]; char desc[%d]; } sel_note = {\n",
