@@ -114,7 +114,7 @@ func TestCompletionScripts(t *testing.T) {
 			return exec.CommandContext(ctx, "fish", "--no-config", "-c", "source "+filepath.Join(dir, "cudapatch.fish")+"; complete -C "+shellQuote(line))
 		},
 	}
-	commands := []string{"auto-patchelf", "completion", "doctor", "explain", "help", "lint", "man", "patch", "patchelf", "print", "verify"}
+	commands := []string{"auto-patchelf", "completion", "doctor", "explain", "help", "lint", "man", "patch", "patchelf", "print", "selector", "verify"}
 	for _, tc := range []struct {
 		line string
 		want []string

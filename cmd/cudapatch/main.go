@@ -162,6 +162,7 @@ func newApp(g *globals) *cli.Command {
 		lintCommand(g),
 		explainCommand(g),
 		doctorCommand(g),
+		selectorCommand(g),
 		completionCommand(g),
 		manCommand(g),
 		helpCommand(g),

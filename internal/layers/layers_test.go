@@ -64,7 +64,7 @@ func TestLayers(t *testing.T) {
 		{"rpath/policy", m("rpath/elfedit", "rpath/fnmatch", "rpath/ldcache")},
 		// The siblings above the policy: the main job, lint, doctor and the
 		// drop-in patchelf. None imports another.
-		{"rpath/patch", append(m("rpath/policy"), loader...)},
+		{"rpath/patch", append(m("rpath/policy", "rpath/selector"), loader...)},
 		{"rpath/lint", append(append(m("rpath/policy"), loader...), "github.com/bmatcuk/doublestar/v4")},
 		{"rpath/doctor", append(m("rpath/policy"), loader...)},
 		{"internal/patchelf", append(m("rpath/policy", "rpath/ldcache"), engine...)},

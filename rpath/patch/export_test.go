@@ -429,3 +429,12 @@ func WithHeldClaims(n int64) Option {
 		return nil
 	}
 }
+
+// WithSelectorMachine makes the selector read a fake machine: procfs at
+// proc, sysfs at sys. Give it after WithCudaCompatSelector.
+func WithSelectorMachine(proc, sys string) Option {
+	return func(c *config) error {
+		c.selector.proc, c.selector.sys = proc, sys
+		return nil
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/patch"
 	"github.com/cudapatch/cudapatch/rpath/policy"
+	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
 )
 
 // noteOf reads the resolution note of a file with the standard library, not
@@ -63,7 +64,8 @@ func cudaPackage(t *testing.T) *tree {
 	tr.place("pkg/lib/libfoo.so", lib("libfoo.so", "libdep.so"))
 	tr.place("deps/lib/libdep.so", lib("libdep.so"))
 	tr.place("driver/libcuda.so.1", lib("libcuda.so.1"))
-	tr.place("compat/libcuda.so.1", lib("libcuda.so.1"))
+	tr.place("compat/libcuda.so.580.95.05", cfix.Spec{Soname: "libcuda.so.1", Source: "int cuInit(unsigned f) { return 0; }\n"})
+	tr.symlink("compat/libcuda.so.1", "libcuda.so.580.95.05")
 	tr.place("toolkit/lib/stubs/libcuda.so.1", lib("libcuda.so.1"))
 	return tr
 }
@@ -78,7 +80,7 @@ func cudaOptions(tr *tree, extra ...patch.Option) []patch.Option {
 // TestResolutionNoteWritten: every patched file gets the note of its new
 // RUNPATH, in the same pass, with the CUDA rules: the driver link is a
 // run-time hint, never probed (its libcuda.so.1 exists here and must not
-// be baked in), cuda_compat's libcuda comes first, nothing points into the
+// be baked in), cuda_compat's selector comes first, nothing points into the
 // stubs.
 func TestResolutionNoteWritten(t *testing.T) {
 	for _, compat := range []bool{false, true} {
@@ -86,15 +88,15 @@ func TestResolutionNoteWritten(t *testing.T) {
 			tr := cudaPackage(t)
 			var extra []patch.Option
 			if compat {
-				extra = append(extra, patch.WithCudaCompat(tr.p("compat")))
+				extra = append(extra, patch.WithCudaCompat(tr.p("compat")), patch.WithCudaCompatSelector(tr.p("selector"), "gcc"))
 			}
 			rep := tr.mustPatch([]string{"pkg"}, cudaOptions(tr, extra...)...)
 
 			cudaList := "?{root}/driver"
 			runpath := "{root}/driver:{root}/pkg/lib:{root}/deps/lib"
 			if compat {
-				cudaList = "={root}/compat/libcuda.so.1:?{root}/driver"
-				runpath = "{root}/compat:" + runpath
+				cudaList = "={root}/selector/libcuda.so.1:?{root}/driver"
+				runpath = "{root}/selector:" + runpath
 			}
 			require.Equal(t, tr.x(runpath), tr.runpathOf("pkg/bin/app"))
 			desc, ok := noteOf(t, tr.p("pkg/bin/app"))

@@ -31,7 +31,8 @@ type config struct {
 	ignoreMissing   []*fnmatch.Pattern
 	driverLibs      policy.DriverMatcher
 	noteCache       bool
-	symbols         SymbolsMode // "": SymbolsError
+	selector        selectorBuild // where and how to build the libcuda selector
+	symbols         SymbolsMode   // "": SymbolsError
 	ignoreSymbols   []*fnmatch.Pattern
 	shrinkKept      bool
 	keepOld         bool
@@ -161,14 +162,36 @@ func WithLibc(dir string) Option { return func(c *config) error { c.libcDir = di
 // directory).
 func WithKeepLibc(on bool) Option { return func(c *config) error { c.keepLibc = on; return nil } }
 
-// WithCudaCompat puts a cuda_compat directory first, ahead of the driver
-// link, so its newer libcuda shadows the driver's.
+// WithCudaCompat names cuda_compat. Its directory comes first in every
+// RUNPATH, ahead of the driver link, when it holds a libcuda selector (or
+// no libcuda at all); a directory that holds cuda_compat's own libcuda
+// needs WithCudaCompatSelector, which builds the selector that chooses
+// between it and the driver when each process starts: compat's libcuda
+// first on every machine fails with CUDA error 803 on a driver not older
+// than it.
 func WithCudaCompat(dir string) Option {
 	return func(c *config) error {
 		if dir != "" && !filepath.IsAbs(dir) {
 			return fmt.Errorf("cuda_compat directory %q is not absolute", dir)
 		}
 		c.CudaCompat = dir
+		return nil
+	}
+}
+
+// WithCudaCompatSelector builds the libcuda selector of the
+// WithCudaCompat directory into dir with the C compiler cc (a command and
+// its own flags; default "cc"), and puts dir first instead (see
+// rpath/selector). A dry run builds nothing and decides as if it had.
+func WithCudaCompatSelector(dir string, cc ...string) Option {
+	return func(c *config) error {
+		if dir != "" && !filepath.IsAbs(dir) {
+			return fmt.Errorf("selector directory %q is not absolute", dir)
+		}
+		if len(cc) == 0 {
+			cc = []string{"cc"}
+		}
+		c.selector = selectorBuild{dir: dir, cc: cc}
 		return nil
 	}
 }

@@ -115,6 +115,9 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.prepareCompat(ctx); err != nil {
+		return nil, err
+	}
 	roots, err := absDirs("path", paths)
 	if err != nil {
 		return nil, err

@@ -28,11 +28,10 @@ var runpathRules = []rule{
 	{
 		name: "order compat, driver, runtime deps, resolved dirs in DT_NEEDED order, appends, old $ORIGIN entries",
 		files: map[string]cfix.Spec{
-			"out/bin/app":         withRunpath(exe("libzz.so", "libaa.so"), "$ORIGIN/../lib:/old/lib:${ORIGIN}/x"),
-			"out/lib/libl.so":     withRunpath(lib("libl.so", "libaa.so"), "/old:$ORIGIN"),
-			"deps/a/libaa.so":     lib("libaa.so"),
-			"deps/z/libzz.so":     lib("libzz.so"),
-			"compat/libcuda.so.1": lib("libcuda.so.1"),
+			"out/bin/app":     withRunpath(exe("libzz.so", "libaa.so"), "$ORIGIN/../lib:/old/lib:${ORIGIN}/x"),
+			"out/lib/libl.so": withRunpath(lib("libl.so", "libaa.so"), "/old:$ORIGIN"),
+			"deps/a/libaa.so": lib("libaa.so"),
+			"deps/z/libzz.so": lib("libzz.so"),
 		},
 		opts: func(tr *tree) []patch.Option {
 			return []patch.Option{
@@ -134,11 +133,10 @@ var runpathRules = []rule{
 	{
 		name: "i686 gets /run/opengl-driver-32/lib and no cuda_compat; matched by machine",
 		files: map[string]cfix.Spec{
-			"out/lib32/libi.so":   {Arch: "i686", Soname: "libi.so", Needed: []string{"libdep.so", "libcuda.so.1"}},
-			"out/lib/libx.so":     lib("libx.so", "libdep.so"),
-			"deps64/libdep.so":    lib("libdep.so"),
-			"deps32/libdep.so":    {Arch: "i686", Soname: "libdep.so"},
-			"compat/libcuda.so.1": lib("libcuda.so.1"),
+			"out/lib32/libi.so": {Arch: "i686", Soname: "libi.so", Needed: []string{"libdep.so", "libcuda.so.1"}},
+			"out/lib/libx.so":   lib("libx.so", "libdep.so"),
+			"deps64/libdep.so":  lib("libdep.so"),
+			"deps32/libdep.so":  {Arch: "i686", Soname: "libdep.so"},
 		},
 		opts: func(tr *tree) []patch.Option {
 			return []patch.Option{patch.WithCudaCompat(tr.p("compat")), patch.WithSearch(tr.ps("deps64", "deps32")...)}

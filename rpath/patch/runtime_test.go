@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/patch"
 	"github.com/cudapatch/cudapatch/rpath/policy"
@@ -72,7 +74,10 @@ func prebuilt(t *testing.T) *tree {
 	cfix.Copy(t, driver, tr.p("driver/libcuda.so.1"))
 	tr.place("toolkit/lib/stubs/libcuda.so.1", cuda("stub"))
 	tr.symlink("toolkit/lib/stubs/libcuda.so", "libcuda.so.1")
-	tr.place("compat/libcuda.so.1", cuda("compat"))
+	// cuda_compat as NVIDIA ships it: the versioned file and its soname
+	// link.
+	tr.place("compat/libcuda.so.580.95.05", cuda("compat"))
+	tr.symlink("compat/libcuda.so.1", "libcuda.so.580.95.05")
 	// Linked against the stubs, as such binaries are: the RUNPATH names
 	// the stubs directory.
 	tr.place("pkg/bin/app-direct", cfix.Spec{Exe: true, Libc: true, Source: srcDirect,
@@ -145,8 +150,14 @@ func TestRuntimeWhichLibcuda(t *testing.T) {
 	}{
 		{"driver without compat", func(*tree) []patch.Option { return nil },
 			"direct=driver foo=42", "dlopen=driver foo=42", "{root}/driver:{root}/pkg/lib"},
-		{"compat with it", func(tr *tree) []patch.Option { return []patch.Option{patch.WithCudaCompat(tr.p("compat"))} },
-			"direct=compat foo=42", "dlopen=compat foo=42", "{root}/compat:{root}/driver:{root}/pkg/lib"},
+		// With cuda_compat, the selector decides when each process starts:
+		// compat on a module older than it, the driver on a newer one.
+		{"compat on an older driver", func(tr *tree) []patch.Option { return compatOn(tr, "535.261.03") },
+			"direct=compat foo=42", "dlopen=compat foo=42", "{root}/selector:{root}/driver:{root}/pkg/lib"},
+		{"compat on a newer driver", func(tr *tree) []patch.Option { return compatOn(tr, "590.10.01") },
+			"direct=driver foo=42", "dlopen=driver foo=42", "{root}/selector:{root}/driver:{root}/pkg/lib"},
+		{"compat on the same branch, newer driver", func(tr *tree) []patch.Option { return compatOn(tr, "580.159.04") },
+			"direct=driver foo=42", "dlopen=driver foo=42", "{root}/selector:{root}/driver:{root}/pkg/lib"},
 		// Why the default is "all": libcudart-like libraries have no
 		// DT_NEEDED on libcuda, so "needed" without dlopen discovery leaves
 		// their dlopen nowhere to look. It still never finds the stub.
@@ -176,4 +187,36 @@ func TestRuntimeWhichLibcuda(t *testing.T) {
 			}
 		})
 	}
+}
+
+// compatOn gives cuda_compat with its selector, on a fake machine whose
+// kernel module is module.
+func compatOn(tr *tree, module string) []patch.Option {
+	tr.t.Helper()
+	proc := tr.p("machine/proc")
+	if err := os.MkdirAll(filepath.Join(proc, "driver/nvidia"), 0o755); err != nil {
+		tr.t.Fatal(err)
+	}
+	line := "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  " + module + "  Release Build\n"
+	if err := os.WriteFile(filepath.Join(proc, "driver/nvidia/version"), []byte(line), 0o644); err != nil {
+		tr.t.Fatal(err)
+	}
+	return []patch.Option{
+		patch.WithCudaCompat(tr.p("compat")),
+		patch.WithCudaCompatSelector(tr.p("selector"), "gcc"),
+		patch.WithSelectorMachine(proc, tr.p("machine/sys")),
+	}
+}
+
+// TestCompatNeedsSelector: cuda_compat's own libcuda is never put first
+// on every machine; without a selector directory the job refuses, with
+// one line that says why and what to give.
+func TestCompatNeedsSelector(t *testing.T) {
+	tr := prebuilt(t)
+	_, err := patch.Run(context.Background(), []string{tr.p("pkg")}, patch.WithCudaCompat(tr.p("compat")), patch.WithDriverLink(tr.p("driver")))
+	require.ErrorContains(t, err, "is cuda_compat's own libcuda, which fails with CUDA error 803 on a driver not older than it")
+	require.ErrorContains(t, err, "--cuda-compat-selector")
+	require.NotContains(t, err.Error(), "\n")
+	_, err = patch.Run(context.Background(), []string{tr.p("pkg")}, patch.WithCudaCompatSelector(tr.p("selector")))
+	require.ErrorContains(t, err, "needs a cuda_compat directory")
 }

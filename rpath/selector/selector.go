@@ -404,3 +404,28 @@ func Source(spec Spec) ([]byte, error) {
 	b.WriteString("#endif\n")
 	return b.Bytes(), nil
 }
+
+// ForCompat is the Spec of the selector for the cuda_compat directory dir
+// (its libcuda.so.1, links followed): its version, note and functions
+// read from the file. driver lists the driver's libcuda files to try.
+func ForCompat(dir string, driver []string) (Spec, error) {
+	lib, err := filepath.EvalSymlinks(filepath.Join(dir, Name))
+	if err != nil {
+		return Spec{}, fmt.Errorf("cuda_compat: %w", err)
+	}
+	if lib, err = filepath.Abs(lib); err != nil {
+		return Spec{}, fmt.Errorf("cuda_compat: %w", err)
+	}
+	info, err := nvdriver.ReadCompat(lib)
+	if err != nil {
+		return Spec{}, fmt.Errorf("cuda_compat: %w", err)
+	}
+	if info.Version == "" {
+		return Spec{}, fmt.Errorf("cuda_compat: %s: no driver version in its name or its contents", lib)
+	}
+	fns, err := Functions(lib)
+	if err != nil {
+		return Spec{}, fmt.Errorf("cuda_compat: %w", err)
+	}
+	return Spec{Compat: lib, Info: info, Driver: driver, Functions: fns}, nil
+}
