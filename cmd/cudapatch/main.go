@@ -144,7 +144,10 @@ func newApp(g *globals) *cli.Command {
 	root.Description = "Without a COMMAND, patches every ELF file below each PATH in one pass (as 'cudapatch patch'): " +
 		"each DT_NEEDED is resolved against the PATHs and the --search directories, the driver link and " +
 		"cuda_compat are placed, and every file is written once, after all were decided. Inside a Nix " +
-		"build the interpreter and libc come from $NIX_BINTOOLS."
+		"build the interpreter and libc come from $NIX_BINTOOLS.\n\n" +
+		"A PATH that is a symbolic link is followed when it leads into its own directory or below a " +
+		"directory PATH (its target is patched, and counted once); one that leads elsewhere is refused, " +
+		"naming where it leads. Links below a directory are never followed."
 	root.Flags = append(root.Flags,
 		&cli.BoolFlag{Name: "version", Usage: "print the version, the commit and the Go version, and exit", Local: true})
 	patchAction := root.Action

@@ -638,3 +638,58 @@ func TestPatchOutsideNix(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestPatchLinkOperand: a symbolic link named on the command line, as the
+// issue's `cudapatch -v t2/libe.so` and doctor's fix name one, is patched
+// through: its target gets the line and is counted once, also when the
+// target is named too or walked; -v says it was followed. A link out of
+// its directory and the directories named is refused in one line, exit 2,
+// nothing written.
+func TestPatchLinkOperand(t *testing.T) {
+	c := newCLITree(t)
+	c.place("t2/libe.so.1", cLib("libe.so.1", "libdep.so"))
+	c.place("deps/libdep.so", cLib("libdep.so"))
+	link := func(rel, target string) {
+		t.Helper()
+		if err := os.Symlink(target, c.p(rel)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link("t2/libe.so", "libe.so.1")
+	link("t2/libdep.so", "../deps/libdep.so")
+	t.Chdir(c.root)
+	before := c.hashes()
+	for _, args := range [][]string{
+		{"t2/libe.so"},
+		{"t2/libe.so", "t2/libe.so.1"},
+		{"t2", "t2/libe.so"},
+		{"t2/libe.so", "{root}/t2"},
+	} {
+		code, stdout, stderr := c.runCLI(nil, append([]string{"--dry-run", "--search", "deps"}, args...)...)
+		if code != exitOK {
+			t.Fatalf("%q: exit %d\n%s", args, code, stderr)
+		}
+		c.wantLines(strings.Join(args, " ")+": stdout", stdout,
+			"{root}/t2/libe.so.1: RUNPATH (none) -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name")
+		if l := lines(stderr); l[len(l)-1] != "cudapatch: would patch 1 file, 0 unchanged, 0 skipped, 0 failed, 0 missing dependencies" {
+			t.Errorf("%q: stderr\n%s", args, stderr)
+		}
+	}
+	c.unchanged(before)
+	code, _, stderr := c.runCLI(nil, "-v", "--search", "deps", "t2/libe.so")
+	if code != exitOK || !strings.Contains(stderr, c.x("msg=followed path={root}/t2/libe.so target={root}/t2/libe.so.1")) {
+		t.Errorf("exit %d, stderr\n%s\nwant a line saying the link was followed", code, stderr)
+	}
+	if got := c.runpath("t2/libe.so.1"); got != c.x("/run/opengl-driver/lib:{root}/deps") {
+		t.Errorf("RUNPATH %q", got)
+	}
+
+	before = c.hashes()
+	code, stdout, stderr := c.runCLI(nil, "t2/libdep.so")
+	if code != exitUsage || stdout != "" {
+		t.Errorf("link out: exit %d, stdout %q", code, stdout)
+	}
+	c.wantLines("link out: stderr", stderr,
+		"cudapatch: {root}/t2/libdep.so: a symbolic link to {root}/deps/libdep.so, outside its directory and the directories to patch: not followed (name {root}/deps/libdep.so to patch it)")
+	c.unchanged(before)
+}
