@@ -135,13 +135,7 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]patch.Option, error) {
 	}
 	var store string
 	if cmd.Bool("relative-rpaths") {
-		store = cmd.String("store-dir")
-		if store == "" {
-			store = g.getenv("NIX_STORE")
-		}
-		if store == "" {
-			store = "/nix/store"
-		}
+		store = g.storeDir(cmd.String("store-dir"))
 	}
 	return []patch.Option{
 		patch.WithSearch(cmd.StringSlice("search")...),
@@ -175,6 +169,18 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]patch.Option, error) {
 		patch.WithBuildDirs(buildDirs...),
 		patch.WithLogger(g.log),
 	}, nil
+}
+
+// storeDir is the Nix store of the main job and lint: the one given, else
+// $NIX_STORE, else /nix/store.
+func (g *globals) storeDir(given string) string {
+	switch {
+	case given != "":
+		return given
+	case g.getenv("NIX_STORE") != "":
+		return g.getenv("NIX_STORE")
+	}
+	return "/nix/store"
 }
 
 // loader returns the interpreter and libc directory of the main job: those
