@@ -52,6 +52,7 @@ func patchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "shrink-kept", Usage: "shrink the RUNPATH of files cudapatch gives none, as patchelf --shrink-rpath (the hook's take-over of fixupPhase's shrink pass)"},
 		&cli.BoolFlag{Name: "force-rpath", Usage: "write each RUNPATH as DT_RPATH, as patchelf --force-rpath does (such files get no resolution note)"},
 		&cli.StringSliceFlag{Name: "patchelf-flag", Usage: "one `WORD` of a package's patchelf options (patchelfFlags, auto-patchelf's --extra-args): --force-rpath, --no-clobber-old-sections and --page-size N are honoured, any other is refused (repeatable)"},
+		&cli.BoolFlag{Name: "strict", Usage: "make the command line's warnings errors (exit 2, nothing read): a --search or --search-recursive DIR that does not exist or is not a directory"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "decide and verify, write nothing"},
 		&cli.BoolFlag{Name: "json", Usage: "print the report of every decision as JSON"},
 		&cli.BoolFlag{Name: "structured-logs", Usage: "print auto-patchelf's JSON-lines events instead of one line per changed file"},
@@ -133,6 +134,9 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]patch.Option, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := g.checkSearchDirs(cmd); err != nil {
+		return nil, err
+	}
 	var store string
 	if cmd.Bool("relative-rpaths") {
 		store = g.storeDir(cmd.String("store-dir"))
@@ -169,6 +173,31 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]patch.Option, error) {
 		patch.WithBuildDirs(buildDirs...),
 		patch.WithLogger(g.log),
 	}, nil
+}
+
+// checkSearchDirs says in one line each --search or --search-recursive
+// directory that does not exist or is not a directory (a typo, a file):
+// a warning, as nothing is found there, or with --strict the error.
+func (g *globals) checkSearchDirs(cmd *cli.Command) error {
+	for _, flag := range []string{"search", "search-recursive"} {
+		for _, d := range cmd.StringSlice(flag) {
+			st, err := os.Stat(d)
+			var why string
+			switch {
+			case err != nil:
+				why = unwrapPathError(err).Error()
+			case !st.IsDir():
+				why = "not a directory"
+			default:
+				continue
+			}
+			if cmd.Bool("strict") {
+				return fmt.Errorf("--%s %s: %s (--strict)", flag, d, why)
+			}
+			printable.Fprintf(g.stderr, "cudapatch: warning: --%s %s: %s; nothing is searched there\n", flag, d, why)
+		}
+	}
+	return nil
 }
 
 // storeDir is the Nix store of the main job and lint: the one given, else

@@ -693,3 +693,38 @@ func TestPatchLinkOperand(t *testing.T) {
 		"cudapatch: {root}/t2/libdep.so: a symbolic link to {root}/deps/libdep.so, outside its directory and the directories to patch: not followed (name {root}/deps/libdep.so to patch it)")
 	c.unchanged(before)
 }
+
+// TestPatchSearchDirs: a --search or --search-recursive DIR that does not
+// exist (a typo) or is a file is one warning line naming it, and the job
+// goes on; with --strict it is the one-line error, exit 2, nothing
+// written. auto-patchelf's --libs are search directories too.
+func TestPatchSearchDirs(t *testing.T) {
+	c := pkgTree(t)
+	bad := []string{"--search", "{root}/nope", "--search", "{root}/out/share/doc.txt", "--search-recursive", "{root}/gone"}
+	warnings := []string{
+		"cudapatch: warning: --search {root}/nope: no such file or directory; nothing is searched there",
+		"cudapatch: warning: --search {root}/out/share/doc.txt: not a directory; nothing is searched there",
+		"cudapatch: warning: --search-recursive {root}/gone: no such file or directory; nothing is searched there",
+	}
+	code, _, stderr := c.runCLI(nil, append(append([]string{"--dry-run"}, bad...), "--search", "{root}/deps", "{root}/out")...)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	c.wantLines("stderr", stderr, append(warnings, "cudapatch: would patch 3 files, 0 unchanged, 1 skipped, 0 failed, 0 missing dependencies")...)
+
+	before := c.hashes()
+	for i, flag := range []string{"--search", "--search", "--search-recursive"} {
+		code, stdout, stderr := c.runCLI(nil, "--strict", flag, c.x(bad[2*i+1]), "--search", "{root}/deps", "{root}/out")
+		if code != exitUsage || stdout != "" {
+			t.Errorf("--strict %s: exit %d, stdout %q", flag, code, stdout)
+		}
+		want := strings.Replace(strings.TrimSuffix(warnings[i], "; nothing is searched there"), "warning: ", "", 1) + " (--strict)"
+		c.wantLines("--strict stderr", stderr, want)
+	}
+	c.unchanged(before)
+
+	code, _, stderr = c.runCLI(nil, "auto-patchelf", "--paths", "{root}/out", "--libs", "{root}/deps", "{root}/nope")
+	if code != exitOK || !strings.HasPrefix(stderr, c.x(warnings[0])+"\n") {
+		t.Errorf("auto-patchelf: exit %d, stderr\n%s", code, stderr)
+	}
+}
