@@ -244,7 +244,7 @@ func TestReadOnlyFiles(t *testing.T) {
 			t.Errorf("exit %d, want 2\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
 		for _, p := range []string{fx.Exe, fx.LibDir + "/libfoo.so"} {
-			if want := "error: " + p + ": open: permission denied"; !strings.Contains(stderr, want) {
+			if want := "error: " + p + ": opening for writing: permission denied"; !strings.Contains(stderr, want) {
 				t.Errorf("stderr does not say %q:\n%s", want, stderr)
 			}
 		}
