@@ -405,8 +405,8 @@ func TestSummaryWriteFailure(t *testing.T) {
 	code, stdout, stderr := c.runCLI(nil, "--search", "{root}/deps", "{root}/out")
 	assert.Equal(t, exitUsage, code, stderr)
 	c.wantLines("stdout", stdout,
-		"{root}/out/bin/app: RUNPATH /old/lib -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name",
-		"{root}/out/lib/libl.so: RUNPATH (none) -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name")
+		"{root}/out/bin/app: RUNPATH /old/lib -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name (not written)",
+		"{root}/out/lib/libl.so: RUNPATH (none) -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name (not written)")
 	l := lines(stderr)
 	require.Len(t, l, 2, stderr)
 	assert.Regexp(t, `^error: `+regexp.QuoteMeta(locked)+`: .*(operation not permitted|permission denied)`, l[0])

@@ -342,9 +342,10 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Opt
 		w.Flush() // as before: a failing stdout does not change the exit code
 	default:
 		w := bufio.NewWriterSize(g.stdout, outBuffer)
+		planned := dryRun || !rep.WritePhase
 		for _, f := range rep.Files {
 			if f.Changed && len(f.Errors) == 0 {
-				writePatched(w, f)
+				writePatched(w, f, planned)
 			}
 		}
 		w.Flush() // as before: a failing stdout does not change the exit code
@@ -428,9 +429,12 @@ const outBuffer = 64 << 10
 
 // writePatched writes the line that says what was done to f, as
 // "PATH: RUNPATH OLD -> NEW[; interpreter OLD -> NEW][; resolution note
-// ...]". The list is written after the work, on one core, in pieces
-// rather than formatted with fmt (ten times faster; bench/HISTORY.md).
-func writePatched(w *bufio.Writer, f *patch.File) {
+// ...]", and, when planned (a dry run, or a job that stopped before
+// writing), " (not written)" after it: the line then says what was
+// planned, not done. The list is written after the work, on one core, in
+// pieces rather than formatted with fmt (ten times faster;
+// bench/HISTORY.md).
+func writePatched(w *bufio.Writer, f *patch.File, planned bool) {
 	// Paths and names are the tree's and the files': escaped, so that
 	// the list stays one line a file (printable.String costs a scan).
 	str := func(s string) { w.WriteString(printable.String(s)) }
@@ -466,6 +470,9 @@ func writePatched(w *bufio.Writer, f *patch.File) {
 		w.Write(appendPlural(w.AvailableBuffer(), len(f.ResolutionCache), "name"))
 	case patch.NoteRemoved:
 		w.WriteString("; resolution note removed")
+	}
+	if planned {
+		w.WriteString(" (not written)")
 	}
 	w.WriteByte('\n')
 }

@@ -227,12 +227,22 @@ func TestPatchedLines(t *testing.T) {
 	} {
 		var b bytes.Buffer
 		w := bufio.NewWriterSize(&b, 16) // lines longer than the buffer
-		writePatched(w, &tc.f)
+		writePatched(w, &tc.f, false)
 		if err := w.Flush(); err != nil {
 			t.Fatal(err)
 		}
 		if got := b.String(); got != tc.want+"\n" {
 			t.Errorf("got  %q\nwant %q", got, tc.want+"\n")
+		}
+		// Not written (a dry run, a job stopped before writing): the
+		// line says so.
+		b.Reset()
+		writePatched(w, &tc.f, true)
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := b.String(), tc.want+" (not written)\n"; got != want {
+			t.Errorf("planned: got  %q\nwant %q", got, want)
 		}
 	}
 	for n, want := range map[int]string{0: "0 missing dependencies", 1: "1 missing dependency", 2: "2 missing dependencies", 10: "10 missing dependencies"} {
@@ -260,6 +270,12 @@ func TestPatchMissing(t *testing.T) {
 	}
 	if len(lines(stdout)) != 6 {
 		t.Errorf("stdout %q", stdout)
+	}
+	// Nothing was written: each line says what was planned.
+	for _, l := range lines(stdout) {
+		if !strings.HasSuffix(l, " (not written)") {
+			t.Errorf("line %q reads as done; nothing was written", l)
+		}
 	}
 	c.wantLines("stderr", stderr,
 		"error: auto-patchelf could not satisfy dependency libmiss.so.1 wanted by {root}/out/bin/tool",
@@ -515,6 +531,11 @@ func TestPatchDryRun(t *testing.T) {
 	if len(lines(stdout)) != 3 {
 		t.Errorf("stdout %q", stdout)
 	}
+	for _, l := range lines(stdout) {
+		if !strings.HasSuffix(l, " (not written)") {
+			t.Errorf("line %q reads as done; nothing was written", l)
+		}
+	}
 	c.wantLines("stderr", stderr, "cudapatch: would patch 3 files, 0 unchanged, 1 skipped, 0 failed, 0 missing dependencies")
 	c.unchanged(before)
 }
@@ -670,7 +691,7 @@ func TestPatchLinkOperand(t *testing.T) {
 			t.Fatalf("%q: exit %d\n%s", args, code, stderr)
 		}
 		c.wantLines(strings.Join(args, " ")+": stdout", stdout,
-			"{root}/t2/libe.so.1: RUNPATH (none) -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name")
+			"{root}/t2/libe.so.1: RUNPATH (none) -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name (not written)")
 		if l := lines(stderr); l[len(l)-1] != "cudapatch: would patch 1 file, 0 unchanged, 0 skipped, 0 failed, 0 missing dependencies" {
 			t.Errorf("%q: stderr\n%s", args, stderr)
 		}
