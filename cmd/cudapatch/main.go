@@ -99,12 +99,22 @@ func newGlobals(stdout, stderr io.Writer, env []string) *globals {
 	return &globals{
 		setMemoryLimit: func(int64) {},
 		stdout:         stdout, stderr: stderr, env: env,
-		log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel})),
+		log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel, ReplaceAttr: dropTime})),
 		level:    logLevel,
 		version:  hostVersion(),
 		euid:     os.Geteuid(),
 		findHost: ldso.FindHost,
 	}
+}
+
+// dropTime removes the time from -v's log lines: they are read beside
+// the job's other lines (a Nix build log has its own times), where a
+// full timestamp on each is noise.
+func dropTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
 }
 
 // main runs the command line args (args[0] is the program) and returns
