@@ -240,8 +240,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"print", "nonexistent.so"}, "", "cudapatch: nonexistent.so: no such file or directory\n", exitFindings},
 		{[]string{"print", "docs"}, "", "cudapatch: docs: is a directory, not an ELF file\n", exitFindings},
 		{[]string{"print", "notelf.so"}, "", "cudapatch: notelf.so: not an ELF file\n", exitFindings},
-		{[]string{"verify", "nonexistent.so", "docs", "notelf.so"},
-			"nonexistent.so: no such file or directory\ndocs: is a directory, not an ELF file\nnotelf.so: not an ELF file\n", "", exitFindings},
+		{[]string{"verify", "nonexistent.so", "docs", "notelf.so"}, "",
+			"cudapatch: nonexistent.so: no such file or directory\ncudapatch: docs: is a directory, not an ELF file\ncudapatch: notelf.so: not an ELF file\n", exitFindings},
+		{[]string{"verify", "truncated.so"}, "", "cudapatch: truncated.so: " + trunc + "\n", exitFindings},
 		{[]string{"explain", "nonexistent.so"}, "", "cudapatch: explain: nonexistent.so: no such file or directory\n", exitUsage},
 		{[]string{"explain", "docs"}, "", "cudapatch: explain: docs: is a directory, not an ELF file\n", exitUsage},
 		{[]string{"explain", "notelf.so"}, "", "cudapatch: explain: notelf.so: not an ELF file\n", exitUsage},
@@ -405,8 +406,8 @@ func TestSummaryWriteFailure(t *testing.T) {
 	code, stdout, stderr := c.runCLI(nil, "--search", "{root}/deps", "{root}/out")
 	assert.Equal(t, exitUsage, code, stderr)
 	c.wantLines("stdout", stdout,
-		"{root}/out/bin/app: RUNPATH /old/lib -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name",
-		"{root}/out/lib/libl.so: RUNPATH (none) -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name")
+		"{root}/out/bin/app: RUNPATH /old/lib -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name (not written)",
+		"{root}/out/lib/libl.so: RUNPATH (none) -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name (not written)")
 	l := lines(stderr)
 	require.Len(t, l, 2, stderr)
 	assert.Regexp(t, `^error: `+regexp.QuoteMeta(locked)+`: .*(operation not permitted|permission denied)`, l[0])

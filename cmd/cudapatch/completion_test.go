@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/urfave/cli/v3"
 )
 
 func needShell(t *testing.T, name, debianPackage string) {
@@ -179,6 +180,50 @@ func TestManPage(t *testing.T) {
 	for _, c := range treeCommands(t) {
 		for _, f := range docCommand(c, "").Flags {
 			assert.Contains(t, string(text), "--"+f.Long, "man page lacks %s --%s", c.Name, f.Long)
+		}
+	}
+}
+
+// TestManExamples: the man page has EXAMPLES, each a command line of this
+// binary (its command exists and takes every flag named; the drop-in
+// patchelf's are patchelf's), and its ENVIRONMENT names every variable the
+// commands read, NIX_STORE included.
+func TestManExamples(t *testing.T) {
+	page := manPage(docCommand(treeCommands(t)[0], ""), testVersion)
+	ex := strings.Index(page, "\n.SH EXAMPLES\n")
+	env := strings.Index(page, "\n.SH ENVIRONMENT\n")
+	require.Positive(t, ex, "no EXAMPLES section")
+	require.Positive(t, env, "no ENVIRONMENT section")
+	for _, v := range []string{"NIX_BINTOOLS", "NIX_BUILD_TOP", "NIX_STORE", "LD_LIBRARY_PATH", "NO_COLOR", "GOMEMLIMIT", "GOGC"} {
+		assert.Regexp(t, `\n\.BR? `+v+`\b`, page[env:ex], "ENVIRONMENT lacks %s", v)
+	}
+	require.NotEmpty(t, manExamples)
+	cmds := map[string]*cli.Command{}
+	for _, c := range treeCommands(t) {
+		cmds[c.Name] = c
+	}
+	for _, e := range manExamples {
+		assert.Contains(t, page[ex:], strings.ReplaceAll(roff(e.cmd), "-", `\-`)+"\n", "example %q not in the page", e.cmd)
+		words := strings.Fields(strings.TrimPrefix(e.cmd, "sudo "))
+		require.Equal(t, "cudapatch", words[0], e.cmd)
+		c := cmds["cudapatch"]
+		if len(words) > 1 && cmds[words[1]] != nil {
+			c, words = cmds[words[1]], words[1:]
+		}
+		if c.SkipFlagParsing {
+			continue // patchelf's own options
+		}
+		flags := map[string]bool{}
+		for _, f := range docCommand(c, "").Flags {
+			flags["--"+f.Long] = true
+			if f.Short != "" {
+				flags["-"+f.Short] = true
+			}
+		}
+		for _, w := range words[1:] {
+			if strings.HasPrefix(w, "-") {
+				assert.True(t, flags[w], "example %q: %s takes no %s", e.cmd, c.Name, w)
+			}
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v3"
@@ -186,8 +187,10 @@ func writeDoctor(w io.Writer, rep *doctor.Report) error {
 	switch n := rep.Problems(); {
 	case n > 0:
 		_, err = fmt.Fprintf(w, "\n%s found.\n", plural(n, "problem"))
-	case rep.KernelModule == "":
+	case rep.KernelModule == "" && !slices.ContainsFunc(rep.Checks, func(c doctor.Check) bool { return len(c.Fix) > 0 }):
 		_, err = fmt.Fprintf(w, "\nNo NVIDIA GPU driver is loaded on this machine, so there is nothing to fix here.\n")
+	case rep.KernelModule == "":
+		_, err = fmt.Fprintf(w, "\nNo NVIDIA GPU driver is loaded on this machine, so nothing above is a problem here; a fix above is for a machine with the driver.\n")
 	default:
 		_, err = fmt.Fprintf(w, "\nNo problems found.\n")
 	}

@@ -353,3 +353,30 @@ func fixSnapshot(t *testing.T, root string) map[string]string {
 	}
 	return out
 }
+
+// TestDoctorNoModule: on a machine with no NVIDIA kernel module, doctor
+// FILE says what a machine with the driver would meet, as information, and
+// exits 0: a program whose RUNPATH lacks the driver link gets the fix, and
+// the fix is a command that works (given a link, it names the file the
+// link leads to); once it ran, the program searches the driver link.
+func TestDoctorNoModule(t *testing.T) {
+	m := doctortest.New(t)
+	m.Program("/opt/a/libexec/app", "/opt/a/lib", "libcuda.so.1")
+	m.Symlink("../libexec/app", "/opt/a/bin/app")
+	base := []string{"doctor", "--root", m.Sys.Root, "--proc", m.Sys.Proc, "--sys", m.Sys.Sys}
+	out, errOut, code := runCLI(t, nil, append(base, "/opt/a/bin/app")...)
+	assert.Equal(t, exitOK, code, out+errOut)
+	assert.Empty(t, errOut)
+	assert.NotRegexp(t, `(?m)^problem`, out)
+	assert.Contains(t, out, "info    on a machine with the NVIDIA driver: /opt/a/bin/app needs libcuda.so.1 and the loader would not find it\n"+
+		"  fix:    cudapatch /opt/a/libexec/app   # adds the driver link to its RUNPATH\n")
+	assert.True(t, strings.HasSuffix(out, "\nNo NVIDIA GPU driver is loaded on this machine, so nothing above is a problem here; a fix above is for a machine with the driver.\n"), out)
+
+	// The fix, on the file under the fake root.
+	_, errOut, code = runCLI(t, nil, m.Host("/opt/a/libexec/app"))
+	require.Equal(t, exitOK, code, errOut)
+	out, errOut, code = runCLI(t, nil, append(base, "/opt/a/bin/app")...)
+	assert.Equal(t, exitOK, code, out+errOut)
+	assert.Contains(t, out, "info    /opt/a/bin/app needs libcuda.so.1 and finds none on this machine; it searches the driver link /run/opengl-driver/lib (runpath of /opt/a/bin/app), where a machine with the NVIDIA driver has it\n")
+	assert.NotContains(t, out, "fix:")
+}

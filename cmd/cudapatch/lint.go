@@ -36,7 +36,7 @@ func lintCommand(g *globals) *cli.Command {
 			&cli.StringFlag{Name: "fail-on", Value: "warning", Usage: "exit 1 on findings at or above `info|warning|error`", Validator: severity},
 			&cli.StringFlag{Name: "format", Value: "text", Usage: "output format: `text|json|sarif|junit`", Validator: oneOf("text", "json", "sarif", "junit")},
 			&cli.StringFlag{Name: "driver-link", Value: "/run/opengl-driver/lib", Usage: "the driver link `DIR`"},
-			&cli.StringFlag{Name: "store-dir", Value: "/nix/store", Usage: "the Nix store `DIR`"},
+			&cli.StringFlag{Name: "store-dir", Usage: "the Nix store `DIR`: entries and note elements in it are no build-directory leaks, wherever it lies (default: $NIX_STORE, else /nix/store, as the main job)"},
 			&cli.StringFlag{Name: "driver-version", Usage: "the NVIDIA driver `VERSION` the files are to run with (580.159.04); turns on CP021 compat-older-than-driver"},
 			&cli.StringFlag{Name: "interpreter", Usage: "the main job's interpreter `FILE`: files of another architecture are skipped, as it skips them (default: $NIX_BINTOOLS's, else this machine's)"},
 			&cli.BoolFlag{Name: "preserve-origin", Usage: "the main job kept the old $ORIGIN entries: they are no CP011 missing-dir findings"},
@@ -82,7 +82,7 @@ func lintCommand(g *globals) *cli.Command {
 				lint.WithEnable(splitList(cmd.StringSlice("enable"))...),
 				lint.WithDisable(splitList(cmd.StringSlice("disable"))...),
 				lint.WithDriverLink(cmd.String("driver-link")),
-				lint.WithStoreDir(cmd.String("store-dir")),
+				lint.WithStoreDir(g.storeDir(cmd.String("store-dir"))),
 				lint.WithBuildDirs(g.getenv("NIX_BUILD_TOP")),
 			)
 			if r := cmd.String("root"); r != "" {

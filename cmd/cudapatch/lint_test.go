@@ -16,6 +16,7 @@ import (
 
 	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/lint"
 	"github.com/cudapatch/cudapatch/rpath/lint/linttest"
 	"github.com/cudapatch/cudapatch/rpath/patch"
@@ -311,4 +312,44 @@ func TestLintAgreesWithMainJob(t *testing.T) {
 	out, _, code = runCLI(t, nil, "lint", dir)
 	assert.Equal(t, exitFindings, code)
 	assert.Contains(t, out, "warning CP011 missing-dir: DT_RUNPATH entry "+old+" does not exist")
+}
+
+// TestLintStoreUnderTmp: a store under /tmp (a test's, an unprivileged
+// Nix's), named with --store-dir, lints clean after the main job patched
+// a package in it: its entries and note elements are in the store, no
+// build-directory leak (CP005, CP017). An entry under /tmp outside that
+// store still is one.
+func TestLintStoreUnderTmp(t *testing.T) {
+	store := filepath.Join(t.TempDir(), "store")
+	pkg := filepath.Join(store, "00000000000000000000000000000000-pkg")
+	require.NoError(t, os.CopyFS(pkg, os.DirFS(fixtures.ByName(t, "bfd-pie").Dir)))
+	// A glibc in the store: the host's loader and libc, copied.
+	host, err := ldso.FindHost("")
+	require.NoError(t, err)
+	glibc := filepath.Join(store, "11111111111111111111111111111111-glibc", "lib")
+	require.NoError(t, os.MkdirAll(glibc, 0o755))
+	for _, f := range []string{host.Interpreter, filepath.Join(host.LibcDir, "libc.so.6")} {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(glibc, filepath.Base(f)), b, 0o755))
+	}
+	interp := filepath.Join(glibc, filepath.Base(host.Interpreter))
+	_, errOut, code := runCLI(t, nil, "--interpreter", interp, "--libc", glibc, pkg)
+	require.Equal(t, exitOK, code, errOut)
+
+	out, errOut, code := runCLI(t, nil, "lint", "--store-dir", store, "--interpreter", interp, pkg)
+	assert.Equal(t, exitOK, code, out+errOut)
+	assert.NotContains(t, out, "CP005")
+	assert.NotContains(t, out, "CP017")
+	// $NIX_STORE names it when --store-dir does not, as for the main job.
+	out, errOut, code = runCLI(t, []string{"NIX_STORE=" + store}, "lint", "--interpreter", interp, pkg)
+	assert.Equal(t, exitOK, code, out+errOut)
+
+	elsewhere := filepath.Join(filepath.Dir(store), "build", "lib")
+	lib := filepath.Join(pkg, "lib", "libfoo.so")
+	_, err = elfedit.EditFile(lib, elfedit.Edit{SetPath: &elsewhere}, elfedit.Options{})
+	require.NoError(t, err)
+	out, _, code = runCLI(t, nil, "lint", "--store-dir", store, "--interpreter", interp, pkg)
+	assert.Equal(t, exitFindings, code, out)
+	assert.Contains(t, out, "CP005 build-dir-leak: DT_RUNPATH entry "+elsewhere+" is under the build directory /tmp")
 }

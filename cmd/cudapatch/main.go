@@ -95,12 +95,22 @@ func newGlobals(stdout, stderr io.Writer, env []string) *globals {
 	return &globals{
 		setMemoryLimit: func(int64) {},
 		stdout:         stdout, stderr: stderr, env: env,
-		log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel})),
+		log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: logLevel, ReplaceAttr: dropTime})),
 		level:    logLevel,
 		version:  hostVersion(),
 		euid:     os.Geteuid(),
 		findHost: ldso.FindHost,
 	}
+}
+
+// dropTime removes the time from -v's log lines: they are read beside
+// the job's other lines (a Nix build log has its own times), where a
+// full timestamp on each is noise.
+func dropTime(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) == 0 && a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
 }
 
 // main runs the command line args (args[0] is the program) and returns
@@ -140,7 +150,10 @@ func newApp(g *globals) *cli.Command {
 	root.Description = "Without a COMMAND, patches every ELF file below each PATH in one pass (as 'cudapatch patch'): " +
 		"each DT_NEEDED is resolved against the PATHs and the --search directories, the driver link and " +
 		"cuda_compat are placed, and every file is written once, after all were decided. Inside a Nix " +
-		"build the interpreter and libc come from $NIX_BINTOOLS."
+		"build the interpreter and libc come from $NIX_BINTOOLS.\n\n" +
+		"A PATH that is a symbolic link is followed when it leads into its own directory or below a " +
+		"directory PATH (its target is patched, and counted once); one that leads elsewhere is refused, " +
+		"naming where it leads. Links below a directory are never followed."
 	root.Flags = append(root.Flags,
 		&cli.BoolFlag{Name: "version", Usage: "print the version, the commit and the Go version, and exit", Local: true})
 	patchAction := root.Action

@@ -103,7 +103,37 @@ func manPage(root *cmdDoc, v versionInfo) string {
 		manFlags(&b, c.Flags)
 	}
 	b.WriteString(manTail)
+	b.WriteString(".SH EXAMPLES\n")
+	for i, e := range manExamples {
+		if i > 0 {
+			b.WriteString(".PP\n")
+		}
+		b.WriteString(roff(e.what) + "\n.PP\n.RS\n.nf\n" + strings.ReplaceAll(roff(e.cmd), "-", `\-`) + "\n.fi\n.RE\n")
+	}
+	b.WriteString(manSeeAlso)
 	return b.String()
+}
+
+// manExamples are the man page's EXAMPLES: a command line as typed, and
+// what it does. TestManExamples holds each to the command tree (every
+// command and flag named exists).
+var manExamples = []struct{ cmd, what string }{
+	{`cudapatch --search "$zlib/lib" --search "$cudart/lib" "$out"`,
+		"In a Nix build (the hook runs this for you): patch every ELF file below $out in one pass, resolving each dependency against $out, then the --search directories; the interpreter and libc come from $NIX_BINTOOLS."},
+	{`cudapatch --dry-run -v --search deps/lib out`,
+		"Outside Nix: decide and verify every file below out without writing (each line ends \"(not written)\"), and log where each dependency resolved."},
+	{`cudapatch out/lib/libfoo.so`,
+		"Patch one library. When libfoo.so is a link to libfoo.so.1 in the same directory, libfoo.so.1 is patched."},
+	{`cudapatch lint out`,
+		"Check a patched tree against the rules (cudapatch lint --list-rules); exit 1 on findings."},
+	{`cudapatch explain out/bin/app`,
+		"Say which file the loader would take for each library out/bin/app needs, and which step of its search found it."},
+	{`cudapatch doctor out/bin/app`,
+		"Check this machine's NVIDIA driver setup, and which libcuda.so.1 out/bin/app would load."},
+	{`sudo cudapatch doctor --fix`,
+		"Make the driver link /run/opengl-driver/lib and the tmpfiles.d file that makes it again at boot."},
+	{`cudapatch patchelf --print-rpath out/bin/app`,
+		"The drop-in patchelf: patchelf's options, messages and exit codes."},
 }
 
 // manParagraphs writes a Description: text paragraphs filled, indented
@@ -176,7 +206,13 @@ The Go heap's soft limit; unless set, 56 MiB, and for the main job 16 MiB a job 
 .TP
 .B GOGC
 How much the Go heap may grow between collections, in percent of what is live; 400 unless set.
-.SH SEE ALSO
+.TP
+.B NIX_STORE
+The store of the main job's \fB\-\-relative\-rpaths\fR and of \fBlint\fR when \fB\-\-store\-dir\fR is not given; /nix/store unless set.
+`
+
+// manSeeAlso ends the page, after the EXAMPLES.
+const manSeeAlso = `.SH SEE ALSO
 .BR patchelf (1),
 .BR ld.so (8),
 .BR ldconfig (8),

@@ -53,6 +53,7 @@ func patchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "shrink-kept", Usage: "shrink the RUNPATH of files cudapatch gives none, as patchelf --shrink-rpath (the hook's take-over of fixupPhase's shrink pass)"},
 		&cli.BoolFlag{Name: "force-rpath", Usage: "write each RUNPATH as DT_RPATH, as patchelf --force-rpath does (such files get no resolution note)"},
 		&cli.StringSliceFlag{Name: "patchelf-flag", Usage: "one `WORD` of a package's patchelf options (patchelfFlags, auto-patchelf's --extra-args): --force-rpath, --no-clobber-old-sections and --page-size N are honoured, any other is refused (repeatable)"},
+		&cli.BoolFlag{Name: "strict", Usage: "make the command line's warnings errors (exit 2, nothing read): a --search or --search-recursive DIR that does not exist or is not a directory"},
 		&cli.BoolFlag{Name: "dry-run", Usage: "decide and verify, write nothing"},
 		&cli.BoolFlag{Name: "json", Usage: "print the report of every decision as JSON"},
 		&cli.BoolFlag{Name: "structured-logs", Usage: "print auto-patchelf's JSON-lines events instead of one line per changed file"},
@@ -134,15 +135,12 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]patch.Option, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := g.checkSearchDirs(cmd); err != nil {
+		return nil, err
+	}
 	var store string
 	if cmd.Bool("relative-rpaths") {
-		store = cmd.String("store-dir")
-		if store == "" {
-			store = g.getenv("NIX_STORE")
-		}
-		if store == "" {
-			store = "/nix/store"
-		}
+		store = g.storeDir(cmd.String("store-dir"))
 	}
 	return []patch.Option{
 		patch.WithSearch(cmd.StringSlice("search")...),
@@ -177,6 +175,43 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]patch.Option, error) {
 		patch.WithBuildDirs(buildDirs...),
 		patch.WithLogger(g.log),
 	}, nil
+}
+
+// checkSearchDirs says in one line each --search or --search-recursive
+// directory that does not exist or is not a directory (a typo, a file):
+// a warning, as nothing is found there, or with --strict the error.
+func (g *globals) checkSearchDirs(cmd *cli.Command) error {
+	for _, flag := range []string{"search", "search-recursive"} {
+		for _, d := range cmd.StringSlice(flag) {
+			st, err := os.Stat(d)
+			var why string
+			switch {
+			case err != nil:
+				why = unwrapPathError(err).Error()
+			case !st.IsDir():
+				why = "not a directory"
+			default:
+				continue
+			}
+			if cmd.Bool("strict") {
+				return fmt.Errorf("--%s %s: %s (--strict)", flag, d, why)
+			}
+			printable.Fprintf(g.stderr, "cudapatch: warning: --%s %s: %s; nothing is searched there\n", flag, d, why)
+		}
+	}
+	return nil
+}
+
+// storeDir is the Nix store of the main job and lint: the one given, else
+// $NIX_STORE, else /nix/store.
+func (g *globals) storeDir(given string) string {
+	switch {
+	case given != "":
+		return given
+	case g.getenv("NIX_STORE") != "":
+		return g.getenv("NIX_STORE")
+	}
+	return "/nix/store"
 }
 
 // loader returns the interpreter and libc directory of the main job: those
@@ -309,9 +344,10 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Opt
 		w.Flush() // as before: a failing stdout does not change the exit code
 	default:
 		w := bufio.NewWriterSize(g.stdout, outBuffer)
+		planned := dryRun || !rep.WritePhase
 		for _, f := range rep.Files {
 			if f.Changed && len(f.Errors) == 0 {
-				writePatched(w, f)
+				writePatched(w, f, planned)
 			}
 		}
 		w.Flush() // as before: a failing stdout does not change the exit code
@@ -395,9 +431,12 @@ const outBuffer = 64 << 10
 
 // writePatched writes the line that says what was done to f, as
 // "PATH: RUNPATH OLD -> NEW[; interpreter OLD -> NEW][; resolution note
-// ...]". The list is written after the work, on one core, in pieces
-// rather than formatted with fmt, which costs more than the writing.
-func writePatched(w *bufio.Writer, f *patch.File) {
+// ...]", and, when planned (a dry run, or a job that stopped before
+// writing), " (not written)" after it: the line then says what was
+// planned, not done. The list is written after the work, on one core, in
+// pieces rather than formatted with fmt, which costs more than the
+// writing.
+func writePatched(w *bufio.Writer, f *patch.File, planned bool) {
 	// Paths and names are the tree's and the files': escaped, so that
 	// the list stays one line a file (printable.String costs a scan).
 	str := func(s string) { w.WriteString(printable.String(s)) }
@@ -433,6 +472,9 @@ func writePatched(w *bufio.Writer, f *patch.File) {
 		w.Write(appendPlural(w.AvailableBuffer(), len(f.ResolutionCache), "name"))
 	case patch.NoteRemoved:
 		w.WriteString("; resolution note removed")
+	}
+	if planned {
+		w.WriteString(" (not written)")
 	}
 	w.WriteByte('\n')
 }

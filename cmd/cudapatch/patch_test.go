@@ -227,12 +227,22 @@ func TestPatchedLines(t *testing.T) {
 	} {
 		var b bytes.Buffer
 		w := bufio.NewWriterSize(&b, 16) // lines longer than the buffer
-		writePatched(w, &tc.f)
+		writePatched(w, &tc.f, false)
 		if err := w.Flush(); err != nil {
 			t.Fatal(err)
 		}
 		if got := b.String(); got != tc.want+"\n" {
 			t.Errorf("got  %q\nwant %q", got, tc.want+"\n")
+		}
+		// Not written (a dry run, a job stopped before writing): the
+		// line says so.
+		b.Reset()
+		writePatched(w, &tc.f, true)
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := b.String(), tc.want+" (not written)\n"; got != want {
+			t.Errorf("planned: got  %q\nwant %q", got, want)
 		}
 	}
 	for n, want := range map[int]string{0: "0 missing dependencies", 1: "1 missing dependency", 2: "2 missing dependencies", 10: "10 missing dependencies"} {
@@ -260,6 +270,12 @@ func TestPatchMissing(t *testing.T) {
 	}
 	if len(lines(stdout)) != 6 {
 		t.Errorf("stdout %q", stdout)
+	}
+	// Nothing was written: each line says what was planned.
+	for _, l := range lines(stdout) {
+		if !strings.HasSuffix(l, " (not written)") {
+			t.Errorf("line %q reads as done; nothing was written", l)
+		}
 	}
 	c.wantLines("stderr", stderr,
 		"error: auto-patchelf could not satisfy dependency libmiss.so.1 wanted by {root}/out/bin/tool",
@@ -515,6 +531,11 @@ func TestPatchDryRun(t *testing.T) {
 	if len(lines(stdout)) != 3 {
 		t.Errorf("stdout %q", stdout)
 	}
+	for _, l := range lines(stdout) {
+		if !strings.HasSuffix(l, " (not written)") {
+			t.Errorf("line %q reads as done; nothing was written", l)
+		}
+	}
 	c.wantLines("stderr", stderr, "cudapatch: would patch 3 files, 0 unchanged, 1 skipped, 0 failed, 0 missing dependencies")
 	c.unchanged(before)
 }
@@ -542,10 +563,14 @@ func TestPatchVerbose(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
+	// The lines carry no time (a build log has its own).
 	var logs []string
 	for _, l := range lines(stderr) {
-		if rest, ok := strings.CutPrefix(l, "time="); ok {
-			logs = append(logs, rest[strings.Index(rest, " ")+1:])
+		if strings.HasPrefix(l, "level=") {
+			logs = append(logs, l)
+		}
+		if strings.Contains(l, "time=") {
+			t.Errorf("a log line with a time: %q", l)
 		}
 	}
 	c.wantLines("-v logs", strings.Join(logs, "\n"),
@@ -636,5 +661,95 @@ func TestPatchOutsideNix(t *testing.T) {
 	code, _, stderr = c.runCLI(nil, "--search", "{root}/deps", "--dry-run", "{root}/out")
 	if code != 0 || len(lines(stderr)) != 1 {
 		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// TestPatchLinkOperand: a symbolic link named on the command line, as the
+// issue's `cudapatch -v t2/libe.so` and doctor's fix name one, is patched
+// through: its target gets the line and is counted once, also when the
+// target is named too or walked; -v says it was followed. A link out of
+// its directory and the directories named is refused in one line, exit 2,
+// nothing written.
+func TestPatchLinkOperand(t *testing.T) {
+	c := newCLITree(t)
+	c.place("t2/libe.so.1", cLib("libe.so.1", "libdep.so"))
+	c.place("deps/libdep.so", cLib("libdep.so"))
+	link := func(rel, target string) {
+		t.Helper()
+		if err := os.Symlink(target, c.p(rel)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link("t2/libe.so", "libe.so.1")
+	link("t2/libdep.so", "../deps/libdep.so")
+	t.Chdir(c.root)
+	before := c.hashes()
+	for _, args := range [][]string{
+		{"t2/libe.so"},
+		{"t2/libe.so", "t2/libe.so.1"},
+		{"t2", "t2/libe.so"},
+		{"t2/libe.so", "{root}/t2"},
+	} {
+		code, stdout, stderr := c.runCLI(nil, append([]string{"--dry-run", "--search", "deps"}, args...)...)
+		if code != exitOK {
+			t.Fatalf("%q: exit %d\n%s", args, code, stderr)
+		}
+		c.wantLines(strings.Join(args, " ")+": stdout", stdout,
+			"{root}/t2/libe.so.1: RUNPATH (none) -> /run/opengl-driver/lib:{root}/deps; resolution note for 1 name (not written)")
+		if l := lines(stderr); l[len(l)-1] != "cudapatch: would patch 1 file, 0 unchanged, 0 skipped, 0 failed, 0 missing dependencies" {
+			t.Errorf("%q: stderr\n%s", args, stderr)
+		}
+	}
+	c.unchanged(before)
+	code, _, stderr := c.runCLI(nil, "-v", "--search", "deps", "t2/libe.so")
+	if code != exitOK || !strings.Contains(stderr, c.x("msg=followed path={root}/t2/libe.so target={root}/t2/libe.so.1")) {
+		t.Errorf("exit %d, stderr\n%s\nwant a line saying the link was followed", code, stderr)
+	}
+	if got := c.runpath("t2/libe.so.1"); got != c.x("/run/opengl-driver/lib:{root}/deps") {
+		t.Errorf("RUNPATH %q", got)
+	}
+
+	before = c.hashes()
+	code, stdout, stderr := c.runCLI(nil, "t2/libdep.so")
+	if code != exitUsage || stdout != "" {
+		t.Errorf("link out: exit %d, stdout %q", code, stdout)
+	}
+	c.wantLines("link out: stderr", stderr,
+		"cudapatch: {root}/t2/libdep.so: a symbolic link to {root}/deps/libdep.so, outside its directory and the directories to patch: not followed (name {root}/deps/libdep.so to patch it)")
+	c.unchanged(before)
+}
+
+// TestPatchSearchDirs: a --search or --search-recursive DIR that does not
+// exist (a typo) or is a file is one warning line naming it, and the job
+// goes on; with --strict it is the one-line error, exit 2, nothing
+// written. auto-patchelf's --libs are search directories too.
+func TestPatchSearchDirs(t *testing.T) {
+	c := pkgTree(t)
+	bad := []string{"--search", "{root}/nope", "--search", "{root}/out/share/doc.txt", "--search-recursive", "{root}/gone"}
+	warnings := []string{
+		"cudapatch: warning: --search {root}/nope: no such file or directory; nothing is searched there",
+		"cudapatch: warning: --search {root}/out/share/doc.txt: not a directory; nothing is searched there",
+		"cudapatch: warning: --search-recursive {root}/gone: no such file or directory; nothing is searched there",
+	}
+	code, _, stderr := c.runCLI(nil, append(append([]string{"--dry-run"}, bad...), "--search", "{root}/deps", "{root}/out")...)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	c.wantLines("stderr", stderr, append(warnings, "cudapatch: would patch 3 files, 0 unchanged, 1 skipped, 0 failed, 0 missing dependencies")...)
+
+	before := c.hashes()
+	for i, flag := range []string{"--search", "--search", "--search-recursive"} {
+		code, stdout, stderr := c.runCLI(nil, "--strict", flag, c.x(bad[2*i+1]), "--search", "{root}/deps", "{root}/out")
+		if code != exitUsage || stdout != "" {
+			t.Errorf("--strict %s: exit %d, stdout %q", flag, code, stdout)
+		}
+		want := strings.Replace(strings.TrimSuffix(warnings[i], "; nothing is searched there"), "warning: ", "", 1) + " (--strict)"
+		c.wantLines("--strict stderr", stderr, want)
+	}
+	c.unchanged(before)
+
+	code, _, stderr = c.runCLI(nil, "auto-patchelf", "--paths", "{root}/out", "--libs", "{root}/deps", "{root}/nope")
+	if code != exitOK || !strings.HasPrefix(stderr, c.x(warnings[0])+"\n") {
+		t.Errorf("auto-patchelf: exit %d, stderr\n%s", code, stderr)
 	}
 }

@@ -60,7 +60,8 @@ func verifyCommand(g *globals) *cli.Command {
 				for _, e := range out {
 					switch {
 					case e.Error != "":
-						printable.Fprintf(g.stdout, "%s\n", e.Error)
+						// As print's: on stderr, with the program's name.
+						printable.Fprintf(g.stderr, "cudapatch: %s\n", e.Error)
 					case len(e.Problems) == 0 && len(e.Tolerated) == 0:
 						printable.Fprintf(g.stdout, "%s: ok\n", e.Path)
 					default:

@@ -182,11 +182,34 @@ type doctor struct {
 	driver []*fnmatch.Pattern
 	cache  *ldso.Cache
 	libs   map[string]Libcuda // by host path of the file, read once
+	// noModule says no NVIDIA kernel module is loaded (kernel): no
+	// check is then a problem for this machine.
+	noModule bool
 }
 
+// add records a check. On a machine with no NVIDIA kernel module (kernel
+// says so first) nothing is a problem for that machine: what would be one
+// on a machine with the driver is information, and says so.
 func (d *doctor) add(id string, s Status, fix []string, format string, args ...any) *Check {
-	d.rep.Checks = append(d.rep.Checks, Check{ID: id, Status: s, Message: fmt.Sprintf(format, args...), Fix: fix})
+	msg := fmt.Sprintf(format, args...)
+	if s == StatusProblem && d.noModule {
+		s, msg = StatusInfo, onDriverMachine+msg
+	}
+	d.rep.Checks = append(d.rep.Checks, Check{ID: id, Status: s, Message: msg, Fix: fix})
 	return &d.rep.Checks[len(d.rep.Checks)-1]
+}
+
+// onDriverMachine starts what would be a problem on a machine with the
+// NVIDIA driver, said on one without.
+const onDriverMachine = "on a machine with the NVIDIA driver: "
+
+// patchCommand is the cudapatch command line that patches file: the file
+// a chain of symbolic links at file leads to, so that the command patches
+// it wherever it lies (the main job follows a link named on its command
+// line only into the link's own directory).
+func (d *doctor) patchCommand(file string) string {
+	chain := d.chain(file)
+	return "cudapatch " + chain[len(chain)-1]
 }
 
 func (d *doctor) host(p string) string {
@@ -269,6 +292,7 @@ func (d *doctor) kernel() {
 		d.add("kernel-module", StatusInfo, nil,
 			"no NVIDIA kernel module is loaded (no %s, no %s): this machine cannot run CUDA programs, so nothing below is a problem for it; the checks still show what a CUDA program would find",
 			filepath.Join(d.sys.Proc, "driver/nvidia/version"), filepath.Join(d.sys.Sys, "module/nvidia/version"))
+		d.noModule = true
 		return
 	}
 	d.add("kernel-module", StatusOK, nil, "NVIDIA kernel module %s is loaded", d.rep.KernelModule)
@@ -685,8 +709,16 @@ func (d *doctor) program(file string) error {
 	where, how, requester, step := "", "", "", ""
 	for _, n := range tr.Needs {
 		if n.Name == "libcuda.so.1" {
-			if !n.Found() {
-				d.add("program-libcuda", StatusProblem, []string{"cudapatch " + file + "   # adds the driver link to its RUNPATH"},
+			switch {
+			case !n.Found() && d.noModule && driverLinkStep(n, d.sys.DriverLink) != "":
+				// Not found here for want of a driver; where there is
+				// one, the driver link holds it.
+				d.add("program-libcuda", StatusInfo, nil,
+					"%s needs libcuda.so.1 and finds none on this machine; it searches the driver link %s (%s of %s), where a machine with the NVIDIA driver has it",
+					file, d.sys.DriverLink, driverLinkStep(n, d.sys.DriverLink), n.Requester)
+				return nil
+			case !n.Found():
+				d.add("program-libcuda", StatusProblem, []string{d.patchCommand(file) + "   # adds the driver link to its RUNPATH"},
 					"%s needs libcuda.so.1 and the loader would not find it", file)
 				return nil
 			}
@@ -722,8 +754,14 @@ func (d *doctor) program(file string) error {
 		}
 	}
 	if where == "" {
+		if tag := d.searchesLink(read, callers[0]); dlopeners > 0 && d.noModule && tag != "" {
+			d.add("program-libcuda", StatusInfo, nil,
+				"%s loads %s, which dlopens libcuda.so.1 and finds none on this machine; it searches the driver link %s (%s), where a machine with the NVIDIA driver has it",
+				file, callers[0], d.sys.DriverLink, tag)
+			return nil
+		}
 		if dlopeners > 0 {
-			fix := []string{"cudapatch " + callers[0] + "   # puts the driver link in its RUNPATH"}
+			fix := []string{d.patchCommand(callers[0]) + "   # puts the driver link in its RUNPATH"}
 			if d.rep.LinkBroken {
 				fix = d.linkFix()
 			}
@@ -757,7 +795,7 @@ func (d *doctor) program(file string) error {
 	var c *Check
 	switch {
 	case win.Kind == KindStub:
-		c = d.add("program-libcuda", StatusProblem, []string{"cudapatch " + file + "   # rewrites the RUNPATH: driver link first, stubs removed"},
+		c = d.add("program-libcuda", StatusProblem, []string{d.patchCommand(file) + "   # rewrites the RUNPATH: driver link first, stubs removed"},
 			"%s would load the stub %s (%s): CUDA fails with \"CUDA driver is a stub library\"", file, where, how)
 	case win.Kind == KindCompat:
 		if msg != "" {
@@ -778,6 +816,17 @@ func (d *doctor) program(file string) error {
 	return nil
 }
 
+// driverLinkStep is the step in which the loader tried dir for n ("" if
+// none did).
+func driverLinkStep(n *ldso.Need, dir string) string {
+	for _, a := range n.Tried {
+		if path.Clean(a.Dir) == path.Clean(dir) {
+			return string(a.Step)
+		}
+	}
+	return ""
+}
+
 func matchAny(patterns []string, name string) bool {
 	for _, p := range patterns {
 		if fnmatch.Match(p, path.Base(name)) {
@@ -785,6 +834,26 @@ func matchAny(patterns []string, name string) bool {
 		}
 	}
 	return false
+}
+
+// searchesLink says where caller's own search path (DT_RUNPATH, else
+// DT_RPATH) names the driver link, as "runpath of CALLER"; "" where it
+// does not.
+func (d *doctor) searchesLink(read ldso.Reader, caller string) string {
+	o, err := read(d.host(caller))
+	if err != nil {
+		return ""
+	}
+	search, tag := o.RunPath, "runpath"
+	if !o.HasRunPath {
+		search, tag = o.RPath, "rpath"
+	}
+	for _, e := range strings.Split(search, ":") {
+		if e != "" && path.Clean(e) == path.Clean(d.sys.DriverLink) {
+			return tag + " of " + caller
+		}
+	}
+	return ""
 }
 
 // candidates lists every libcuda.so.1 the loader could take for a request

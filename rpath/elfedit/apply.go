@@ -405,7 +405,10 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	wf := rf
 	if opt.Claim == nil {
 		if wf, err = reopenForWriting(rf, path, nofollow); err != nil {
-			return nil, openErr(err, opt.NoFollow)
+			if opt.NoFollow && errors.Is(err, syscall.ELOOP) {
+				return nil, openErr(err, true)
+			}
+			return nil, forWriting(err)
 		}
 		// Locked as a claim locks it, so this write and a main job's
 		// (or another tool's that locks) do not interleave.
@@ -723,6 +726,18 @@ func openErr(err error, nofollow bool) error {
 		return fmt.Errorf("is a symbolic link (not followed)")
 	}
 	return unwrapPath(err)
+}
+
+// forWriting is the error of an open for writing, without the path
+// (EditFile and the caller add it once): "opening for writing: permission
+// denied" says what was refused, which "open: permission denied" does
+// not, for a file that was read.
+func forWriting(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("opening for writing: %w", pe.Err)
+	}
+	return err
 }
 
 // unwrapPath drops the path from *PathError, since EditFile adds it once.

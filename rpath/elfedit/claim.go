@@ -67,7 +67,7 @@ func (f *File) Claim() (*Claim, error) {
 		wf, err = rf.reopen(syscall.O_RDWR | syscall.O_NONBLOCK)
 	}
 	if err != nil {
-		return nil, unwrapPath(err)
+		return nil, forWriting(err)
 	}
 	if err := cl.lock(wf); err != nil {
 		wf.Close()

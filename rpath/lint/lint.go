@@ -613,12 +613,9 @@ func (l *linter) checkEntry(p searchPath, i int, e string, add addFunc) {
 // checkBuildDir reports an entry under a build directory, or naming
 // $NIX_BUILD_TOP, and says whether it did.
 func (l *linter) checkBuildDir(tag, e string, add addFunc) bool {
-	for _, b := range l.buildDirs {
-		b = strings.TrimSuffix(b, "/")
-		if e == b || strings.HasPrefix(e, b+"/") {
-			add(BuildDirLeak, e, "%s entry %s is under the build directory %s, which is gone at run time (or, worse, writable by others)", tag, e, b)
-			return true
-		}
+	if b := l.underBuildDir(e); b != "" {
+		add(BuildDirLeak, e, "%s entry %s is under the build directory %s, which is gone at run time (or, worse, writable by others)", tag, e, b)
+		return true
 	}
 	if strings.Contains(e, "$NIX_BUILD_TOP") || strings.Contains(e, "${NIX_BUILD_TOP}") {
 		add(BuildDirLeak, e, "%s entry %s names $NIX_BUILD_TOP, unexpanded", tag, e)

@@ -220,13 +220,23 @@ func (l *linter) staleReason(got, exp []ldcache.Element, dirs []string) string {
 
 func listOf(els []ldcache.Element) string { return ldcache.Entry{Elements: els}.PathList() }
 
-// underBuildDir returns the build directory p lies under, "" if none.
+// underBuildDir returns the build directory p lies under, "" if none. A
+// build directory that holds the store (/tmp, for a test's store or an
+// unprivileged Nix's) does not make a path in the store a leak: the store
+// is where the files linted are to run from.
 func (l *linter) underBuildDir(p string) string {
+	inStore := within(p, l.storeDir)
 	for _, b := range l.buildDirs {
 		b = strings.TrimSuffix(b, "/")
-		if p == b || strings.HasPrefix(p, b+"/") {
+		if (p == b || strings.HasPrefix(p, b+"/")) && !(inStore && within(l.storeDir, b)) {
 			return b
 		}
 	}
 	return ""
+}
+
+// within says whether p is dir or lies below it.
+func within(p, dir string) bool {
+	dir = strings.TrimSuffix(dir, "/")
+	return p == dir || strings.HasPrefix(p, dir+"/")
 }

@@ -244,7 +244,7 @@ func TestReadOnlyFiles(t *testing.T) {
 			t.Errorf("exit %d, want 2\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 		}
 		for _, p := range []string{fx.Exe, fx.LibDir + "/libfoo.so"} {
-			if want := "error: " + p + ": open: permission denied"; !strings.Contains(stderr, want) {
+			if want := "error: " + p + ": opening for writing: permission denied"; !strings.Contains(stderr, want) {
 				t.Errorf("stderr does not say %q:\n%s", want, stderr)
 			}
 		}
@@ -383,9 +383,19 @@ func TestSymlinkLoopsAndEscapes(t *testing.T) {
 		return err
 	})
 	before := hashes(t, outsideFiles...)
-	// The tree, a link loop and a link out of the tree as roots, and the
-	// tree again as a recursive search directory.
-	roots := []string{fx.Dir, filepath.Join(fx.Dir, "bin/outside-main")}
+	// A link out of the tree named as a root is refused, naming it and
+	// where it leads; nothing is written.
+	outLink := filepath.Join(fx.Dir, "bin/outside-main")
+	inside := hashes(t, elfFiles(fx)...)
+	_, err := patch.Run(context.Background(), []string{fx.Dir, outLink}, fsOpts(patch.WithSearchRecursive(fx.Dir))...)
+	if !errors.Is(err, patch.ErrLinkOut) || !strings.Contains(err.Error(), outLink) || !strings.Contains(err.Error(), outside+"/bin/main") {
+		t.Errorf("Patch with a root linking out of the tree: %v, want ErrLinkOut naming the link and its target", err)
+	}
+	sameHashes(t, before, "outside the tree, named through a link")
+	sameHashes(t, inside, "the tree, after a refused root")
+	// The tree, with its links loops and links out of it, and the tree
+	// again as a recursive search directory.
+	roots := []string{fx.Dir}
 	rep, err := patch.Run(context.Background(), roots, fsOpts(patch.WithSearchRecursive(fx.Dir))...)
 	if err != nil {
 		t.Fatalf("Patch: %v", err)

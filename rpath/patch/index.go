@@ -147,6 +147,9 @@ func buildIndex(ctx context.Context, c *config, roots []string, below map[string
 	search := slices.Clone(c.search)
 	for _, r := range c.searchRecursive {
 		dirs, err := dirsBelow(ctx, r, c.jobs)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // nothing to search, as for a --search that does not exist
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,8 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -122,7 +124,7 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, below, dirs, err := collect(ctx, roots, c.recurse, c.jobs)
+	files, below, dirs, err := collect(ctx, roots, c.recurse, c.jobs, c.log)
 	defer func() {
 		for _, d := range dirs {
 			d.Close()
@@ -406,20 +408,29 @@ type found struct{ path, root string }
 // collect lists the regular files below the roots, root by root, each
 // root's files in sorted order (walkTree, jobs directories at a time), and,
 // when it recurses, the directories below each root that is a directory,
-// for the index. Symbolic links are never followed: a link may point out
-// of the tree being patched. It opens each root that is a directory (and
+// for the index. A root that is a symbolic link is followed when it leads
+// into its own directory or below a directory root (followRoots); links
+// met below a root are never followed: a link may point out of the tree
+// being patched, and one that points into it reaches a file the walk lists
+// anyway. It opens each root that is a directory (and
 // the directory of each that is a file): what Run opens to decide and
 // write below a root, it opens from that directory's descriptor without
 // following a link (confine.Dir), so a directory swapped for a link out of
 // the tree while the job runs is not followed. The caller closes them.
-func collect(ctx context.Context, roots []string, recurse bool, jobs int) ([]found, map[string][]string, []*confine.Dir, error) {
+func collect(ctx context.Context, roots []string, recurse bool, jobs int, log *slog.Logger) ([]found, map[string][]string, []*confine.Dir, error) {
 	var out []found
+	var keys []string // out's paths with every link resolved, to find a file reached twice
 	var opened []*confine.Dir
 	below := map[string][]string{}
-	for _, r := range roots {
-		st, err := os.Lstat(r)
-		if err != nil {
-			return nil, nil, opened, err
+	targets, stats, err := followRoots(roots)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for i, given := range roots {
+		r, st := targets[i], stats[i]
+		if r != given {
+			log.LogAttrs(ctx, slog.LevelDebug, "followed", slog.String("path", given), slog.String("target", r),
+				slog.String("why", "a symbolic link named as a path to patch: its target is patched"))
 		}
 		if st.Mode().IsRegular() || special(st.Mode().Type()) {
 			d, err := confine.Open(filepath.Dir(r))
@@ -428,6 +439,7 @@ func collect(ctx context.Context, roots []string, recurse bool, jobs int) ([]fou
 			}
 			opened = append(opened, d)
 			out = append(out, found{r, r})
+			keys = append(keys, filepath.Join(resolved(filepath.Dir(r)), filepath.Base(r)))
 			continue
 		}
 		if !st.IsDir() {
@@ -442,23 +454,99 @@ func collect(ctx context.Context, roots []string, recurse bool, jobs int) ([]fou
 		if err != nil {
 			return nil, nil, opened, err
 		}
+		canon := resolved(r)
 		for _, p := range files {
 			out = append(out, found{p, r})
+			keys = append(keys, canon+p[len(r):])
 		}
 		if recurse {
-			below[r] = dirs
+			below[given] = dirs
 		}
 	}
-	// A file reached from two roots (a directory and a file below it) is
-	// decided once, under the first: two decisions would claim it twice
-	// (the second finding it locked) and write it twice.
+	// A file reached from two roots (a directory and a file below it, or
+	// a link named as a root and its target) is decided once, under the
+	// first: two decisions would claim it twice (the second finding it
+	// locked) and write it twice.
 	seen := make(map[string]bool, len(out))
-	out = slices.DeleteFunc(out, func(f found) bool {
-		dup := seen[f.path]
-		seen[f.path] = true
-		return dup
-	})
-	return out, below, opened, nil
+	kept := out[:0]
+	for i, f := range out {
+		if !seen[keys[i]] {
+			seen[keys[i]] = true
+			kept = append(kept, f)
+		}
+	}
+	return kept, below, opened, nil
+}
+
+// ErrLinkOut is what a root that is a symbolic link out of the paths to
+// patch fails with (followRoots).
+var ErrLinkOut = errors.New("not followed")
+
+// followRoots returns each root, or, for a root that is a symbolic link,
+// the path it leads to with every link resolved, and what each is (Lstat).
+// A link is followed, as find -H and patchelf follow one named on the
+// command line, when it leads to its own directory or below it
+// (lib/libfoo.so -> libfoo.so.1), or below a root that is a directory:
+// what it leads to is then part of the tree being patched. One that leads
+// elsewhere (another package, the host's files) is an error naming both,
+// wrapping ErrLinkOut, as is one that leads nowhere: the job does not
+// write a file that is not part of what it was asked to patch.
+func followRoots(roots []string) ([]string, []os.FileInfo, error) {
+	targets := make([]string, len(roots))
+	stats := make([]os.FileInfo, len(roots))
+	var trees []string // the directory roots, links resolved
+	for i, r := range roots {
+		st, err := os.Lstat(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		targets[i], stats[i] = r, st
+		if st.IsDir() {
+			trees = append(trees, resolved(r))
+		}
+	}
+	for i, r := range roots {
+		if stats[i].Mode().Type() != os.ModeSymlink {
+			continue
+		}
+		t, err := filepath.EvalSymlinks(r)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: a symbolic link that leads nowhere: %w", r, unwrapPath(err))
+		}
+		inside := func(d string) bool { return within(t, d) }
+		if !inside(resolved(filepath.Dir(r))) && !slices.ContainsFunc(trees, inside) {
+			return nil, nil, fmt.Errorf("%s: a symbolic link to %s, outside its directory and the directories to patch: %w (name %s to patch it)", r, t, ErrLinkOut, t)
+		}
+		st, err := os.Lstat(t)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: a symbolic link to %s: %w", r, t, unwrapPath(err))
+		}
+		targets[i], stats[i] = t, st
+	}
+	return targets, stats, nil
+}
+
+// within says whether p is dir or lies below it (lexically).
+func within(p, dir string) bool {
+	return p == dir || strings.HasPrefix(p, strings.TrimSuffix(dir, "/")+"/")
+}
+
+// unwrapPath drops the operation of an *fs.PathError but keeps its path.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Path, pe.Err)
+	}
+	return err
+}
+
+// resolved is p with every symbolic link resolved, p itself when that
+// fails (the file is then read by the path given, and fails there).
+func resolved(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
 }
 
 // dirOf is the opened root (collect) path lies below, the deepest if

@@ -270,7 +270,7 @@ func TestPartlyWritableTree(t *testing.T) {
 		if code != 2 {
 			t.Errorf("dry-run=%v: exit %d, want 2\nstdout:\n%s\nstderr:\n%s", dry, code, stdout, stderr)
 		}
-		if want := "error: " + theirs + ": open: permission denied"; !strings.Contains(stderr, want) {
+		if want := "error: " + theirs + ": opening for writing: permission denied"; !strings.Contains(stderr, want) {
 			t.Errorf("dry-run=%v: stderr does not say %q:\n%s", dry, want, stderr)
 		}
 		if strings.Count(stderr, "error: ") != 1 {
