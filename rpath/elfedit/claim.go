@@ -12,9 +12,12 @@ import (
 // planning to the end of its write: opened for writing (a file the user
 // may not write fails while deciding), locked with flock(LOCK_EX|LOCK_NB)
 // so a second run fails instead of interleaving, and its identity
-// (device, inode, size, mtime, ctime) checked again before the first
-// byte is written. A writer that takes no lock is caught by that check
-// and by the size checks around every appending write (guarded).
+// (device, inode, link count, size, mtime, ctime) checked again before
+// the first byte is written, and once more, with its path, just before
+// and after the commit (guarded.beforeCommit). A writer that takes no
+// lock is caught by those checks and by the size checks around every
+// appending write; a hard link made or a path renamed, which no lock
+// stops, by the link count and the path.
 
 // ErrLocked means another process holds the file's lock: another run of
 // cudapatch, or a tool that locks what it writes.
@@ -107,6 +110,8 @@ func (cl *Claim) same(st *syscall.Stat_t) error {
 	switch {
 	case now.dev != cl.id.dev || now.ino != cl.id.ino:
 		return fmt.Errorf("replaced by another file since it was read; left as it is")
+	case now.nlink != cl.id.nlink:
+		return fmt.Errorf("%w: %s; left as it is", ErrChanged, linksChanged(cl.id.nlink, now.nlink))
 	case now.size != cl.id.size:
 		return fmt.Errorf("%w: %d bytes, now %d; left as it is", ErrChanged, cl.id.size, now.size)
 	case now != cl.id:

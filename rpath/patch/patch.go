@@ -248,7 +248,11 @@ func (c *config) write(ctx context.Context, rep *Report, step func()) error {
 		}
 		// Written through the descriptor decide opened below the root and
 		// locked, which must still be the file at f.Path (elfedit.Claim).
-		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan, KeepOldSections: c.keepOld, Claim: f.claim})
+		opt := elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan, KeepOldSections: c.keepOld, Claim: f.claim}
+		if c.writeHook != nil {
+			opt = elfedit.WithHook(opt, func(at string) { c.writeHook(f.Path, at) })
+		}
+		res, err := elfedit.EditFile(f.Path, f.edit, opt)
 		f.claim.Close()
 		f.claim = nil
 		c.kept.give(f.plan)
