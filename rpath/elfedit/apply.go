@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"github.com/cudapatch/cudapatch/internal/confine"
 )
 
 // Target is what a plan is written to: the file it was made from.
@@ -297,8 +299,17 @@ type Options struct {
 	// BreakHardLinks edits a file with several hard links by writing a
 	// copy next to it and renaming the copy over the path, leaving the
 	// other links with the old content. Without it such files are refused
-	// with ErrHardLinks: editing in place would change every link.
+	// with ErrHardLinks (unless Links names every other link): editing in
+	// place would change every link.
 	BreakHardLinks bool
+	// Links are the file's other names, which the caller means to edit
+	// with it (every one gets this edit). A file whose link count is one
+	// more than len(Links) is edited in place, once, for all its names;
+	// each must name the file before anything is written and just before
+	// and after the commit, and the count must stay, or the write fails
+	// (ErrChanged) and the file is restored. With any other count the
+	// file is refused (or, with BreakHardLinks, copied) as without them.
+	Links []Link
 	// DryRun plans and verifies but writes nothing.
 	DryRun bool
 	// NoFollow refuses a path that is a symbolic link instead of editing
@@ -340,6 +351,26 @@ type Options struct {
 func WithHook(o Options, fn func(at string)) Options {
 	o.hook = fn
 	return o
+}
+
+// Link is a name of a file: Path, opened below Dir without following
+// a symbolic link (confine.Dir), or with Dir nil by path, not following
+// a final link.
+type Link struct {
+	Dir  *confine.Dir
+	Path string
+}
+
+// stat is what the link names now.
+func (l Link) stat() (*syscall.Stat_t, error) {
+	if l.Dir != nil {
+		return l.Dir.Stat(l.Path)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(l.Path, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: l.Path, Err: err}
+	}
+	return &st, nil
 }
 
 // Result of EditFile.
@@ -433,7 +464,8 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	if opt.DryRun {
 		return res, nil
 	}
-	if st.Nlink > 1 {
+	linked := len(opt.Links) > 0 && uint64(st.Nlink) == uint64(len(opt.Links))+1
+	if st.Nlink > 1 && !linked {
 		if !opt.BreakHardLinks {
 			return nil, &HardLinkError{Links: uint64(st.Nlink)}
 		}
@@ -469,6 +501,16 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	g := &guarded{cachedTarget: cachedTarget{wf, rc}, size: st.Size, hook: opt.hook, direct: plan.recover != nil, want: identOf(st)}
 	if where != nil {
 		g.names = append(g.names, where)
+	}
+	if linked {
+		for _, l := range opt.Links {
+			g.names = append(g.names, l.stat)
+		}
+		// Every name of it is one the caller edits, before a byte is.
+		if err := g.sameFile(st); err != nil {
+			closeWF()
+			return nil, fmt.Errorf("%w; left as it is", err)
+		}
 	}
 	if err := plan.Apply(g, opt.Sync); err != nil {
 		closeWF()

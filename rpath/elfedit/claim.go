@@ -179,3 +179,26 @@ func (cl *Claim) take() (*fdFile, *syscall.Stat_t, error) {
 	}
 	return wf, st, nil
 }
+
+// Identity is which file a File reads and how many names it has.
+type Identity struct {
+	Dev, Ino uint64
+	Links    uint64 // the link count
+}
+
+// Identity is the file's as stat said when it was opened; false for a
+// File not opened from a path (NewFile).
+func (f *File) Identity() (Identity, bool) {
+	r := f.r
+	if o, ok := r.(*overlay); ok {
+		r = o.base
+	}
+	c, ok := r.(*readCache)
+	if !ok {
+		return Identity{}, false
+	}
+	if _, ok := c.f.(*fdFile); !ok {
+		return Identity{}, false
+	}
+	return Identity{Dev: c.opened.dev, Ino: c.opened.ino, Links: c.opened.nlink}, true
+}

@@ -130,3 +130,49 @@ func TestCommitIdentity(t *testing.T) {
 		}
 	}
 }
+
+// TestEditFileLinks: a file with three hard links is edited in place, once,
+// when Links names its two other names (every name then reads the
+// result and runs); with one of them only, it is refused (ErrHardLinks);
+// with a name that no longer names it (another file there, the count
+// right), the write fails before a byte is written.
+func TestEditFileLinks(t *testing.T) {
+	tests := []struct {
+		name    string
+		links   func(a, b, stranger string) []string
+		wantErr string
+	}{
+		{"every other name", func(a, b, _ string) []string { return []string{a, b} }, ""},
+		{"one name short", func(a, _, _ string) []string { return []string{a} }, "file has several hard links (3 links)"},
+		{"a name of another file", func(a, _, s string) []string { return []string{a, s} }, "its path names another file now"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := fileOpsFixture(t)
+			exe := c.Exe
+			orig := readFile(t, exe)
+			a, b, stranger := exe+".a", filepath.Join(t.TempDir(), "b"), exe+".s"
+			require.NoError(t, os.Link(exe, a))
+			require.NoError(t, os.Link(exe, b))
+			require.NoError(t, os.WriteFile(stranger, orig, 0o755))
+			var links []elfedit.Link
+			for _, p := range tt.links(a, b, stranger) {
+				links = append(links, elfedit.Link{Path: p})
+			}
+			_, err := elfedit.EditFile(exe, elfedit.Edit{SetPath: str(c.LibDir)}, elfedit.Options{NoFollow: true, Links: links})
+			if tt.wantErr != "" {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tt.wantErr)
+				for _, p := range []string{exe, a, b, stranger} {
+					assert.Equal(t, orig, readFile(t, p), "%s was written", p)
+				}
+				return
+			}
+			require.NoError(t, err)
+			for _, p := range []string{exe, a, b} {
+				assert.Equal(t, uint64(3), stat(t, p).Nlink)
+				require.NoError(t, runs(t, c)(p))
+			}
+		})
+	}
+}
