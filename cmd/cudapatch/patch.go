@@ -398,7 +398,9 @@ func usedHost(rep *patch.Report) bool {
 }
 
 // summary is the last line of the main job: every file counted once as
-// patched, unchanged, skipped or failed, then the missing dependencies.
+// patched, unchanged, skipped or failed (a file's other names, hard
+// links written with it, said after the patched), then the missing
+// dependencies.
 // "nothing written" says an error stopped the job before the write phase.
 func summary(rep *patch.Report, dryRun bool) string {
 	verb := "patched"
@@ -408,8 +410,17 @@ func summary(rep *patch.Report, dryRun bool) string {
 	case !rep.WritePhase:
 		verb = "nothing written: would patch"
 	}
-	return fmt.Sprintf("%s %s, %d unchanged, %d skipped, %d failed, %s",
-		verb, plural(rep.Changed, "file"), rep.Unchanged, rep.Skipped, rep.Failed, plural(len(rep.Missing), "missing dependency"))
+	linked := ""
+	if rep.Linked > 0 {
+		// Names of a file counted under another of its names.
+		noun := "names"
+		if rep.Linked == 1 {
+			noun = "name"
+		}
+		linked = fmt.Sprintf(" (%d more %s: hard links)", rep.Linked, noun)
+	}
+	return fmt.Sprintf("%s %s%s, %d unchanged, %d skipped, %d failed, %s",
+		verb, plural(rep.Changed, "file"), linked, rep.Unchanged, rep.Skipped, rep.Failed, plural(len(rep.Missing), "missing dependency"))
 }
 
 // onlyFindings says the job failed for what it found, not for a file it
@@ -472,6 +483,11 @@ func writePatched(w *bufio.Writer, f *patch.File, planned bool) {
 		w.Write(appendPlural(w.AvailableBuffer(), len(f.ResolutionCache), "name"))
 	case patch.NoteRemoved:
 		w.WriteString("; resolution note removed")
+	}
+	if f.SameFileAs != "" {
+		w.WriteString("; a hard link of ")
+		str(f.SameFileAs)
+		w.WriteString(", written with it")
 	}
 	if planned {
 		w.WriteString(" (not written)")

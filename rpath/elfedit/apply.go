@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"github.com/cudapatch/cudapatch/internal/confine"
 )
 
 // Target is what a plan is written to: the file it was made from.
@@ -19,10 +21,15 @@ type Target interface {
 
 type syncer interface{ Sync() error }
 
-// stepChecker is a Target that checks, before the commit, that the file
-// is still as the steps before left it (guarded). Other steps write
-// bytes nothing reads yet, or, past the end, check for themselves.
-type stepChecker interface{ beforeStep() error }
+// commitChecker is a Target that checks, just before the commit, that
+// the file is still the one the plan was made for, as the steps before
+// left it, and just after it, that it still was: else the commit is
+// undone (guarded). Other steps write bytes nothing reads yet, or, past
+// the end, check for themselves.
+type commitChecker interface {
+	beforeCommit() error
+	afterCommit() error
+}
 
 // oldViewer is a Target that holds what the file held before the plan
 // ran, and lends it for the undo copies instead of a copy of its own
@@ -79,16 +86,17 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 			return rollback(fmt.Errorf("sync after the journal: %w", err))
 		}
 	}
-	check, _ := t.(stepChecker)
+	check, _ := t.(commitChecker)
 	for i, st := range p.Steps[:n] {
-		if check != nil && st.Kind == StepCommit {
-			if err := check.beforeStep(); err != nil {
-				return rollback(fmt.Errorf("step %d (%s): %w", i, st.What, err))
-			}
-		}
 		if st.Kind == StepCommit {
 			if err := flush(); err != nil {
 				return rollback(fmt.Errorf("sync before commit: %w", err))
+			}
+			// The last thing before the commit: a sync may take long.
+			if check != nil {
+				if err := check.beforeCommit(); err != nil {
+					return rollback(fmt.Errorf("step %d (%s): %w", i, st.What, err))
+				}
 			}
 		}
 		if st.Kind == StepTruncate {
@@ -114,6 +122,13 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 				return err // the result is in place; only its tidying failed
 			}
 			return rollback(err)
+		}
+		if check != nil && st.Kind == StepCommit {
+			// A link made, or the path renamed, between the check and
+			// the write: the commit is undone.
+			if err := check.afterCommit(); err != nil {
+				return rollback(fmt.Errorf("step %d (%s): %w", i, st.What, err))
+			}
 		}
 		if st.Kind != StepCommit || i == n-1 && len(data) == len(st.data) {
 			continue
@@ -284,8 +299,17 @@ type Options struct {
 	// BreakHardLinks edits a file with several hard links by writing a
 	// copy next to it and renaming the copy over the path, leaving the
 	// other links with the old content. Without it such files are refused
-	// with ErrHardLinks: editing in place would change every link.
+	// with ErrHardLinks (unless Links names every other link): editing in
+	// place would change every link.
 	BreakHardLinks bool
+	// Links are the file's other names, which the caller means to edit
+	// with it (every one gets this edit). A file whose link count is one
+	// more than len(Links) is edited in place, once, for all its names;
+	// each must name the file before anything is written and just before
+	// and after the commit, and the count must stay, or the write fails
+	// (ErrChanged) and the file is restored. With any other count the
+	// file is refused (or, with BreakHardLinks, copied) as without them.
+	Links []Link
 	// DryRun plans and verifies but writes nothing.
 	DryRun bool
 	// NoFollow refuses a path that is a symbolic link instead of editing
@@ -312,10 +336,41 @@ type Options struct {
 	// detached) the file is planned afresh. Not used with
 	// KeepOldSections.
 	Prepared *Plan
-	// hook, set by tests, runs in the write at the moments another
-	// process's append matters: "append" before bytes are appended (the
-	// size checked), "end" before the last check of the size.
+	// hook, set by tests (WithHook), runs in the write at the moments
+	// another process's change matters: "append" before bytes are
+	// appended (the size checked), "commit" before the check just before
+	// the commit, "committed" before the check just after it, "end"
+	// before the last check of the size.
 	hook func(at string)
+}
+
+// WithHook returns o with fn run at the moments of the write another
+// process's change matters (see Options.hook): for tests, here and in
+// the packages that write through EditFile, that change the file at
+// those moments.
+func WithHook(o Options, fn func(at string)) Options {
+	o.hook = fn
+	return o
+}
+
+// Link is a name of a file: Path, opened below Dir without following
+// a symbolic link (confine.Dir), or with Dir nil by path, not following
+// a final link.
+type Link struct {
+	Dir  *confine.Dir
+	Path string
+}
+
+// stat is what the link names now.
+func (l Link) stat() (*syscall.Stat_t, error) {
+	if l.Dir != nil {
+		return l.Dir.Stat(l.Path)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(l.Path, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: l.Path, Err: err}
+	}
+	return &st, nil
 }
 
 // Result of EditFile.
@@ -351,13 +406,26 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	var rf *fdFile
 	var st *syscall.Stat_t
 	var err error
+	var where func() (*syscall.Stat_t, error) // what path names now
 	if opt.Claim != nil {
 		// Read and written through the claim's descriptor: the file
 		// found and locked while deciding, whatever its path names now.
 		if rf, st, err = opt.Claim.take(); err != nil {
 			return nil, err
 		}
+		where = opt.Claim.where
 	} else {
+		where = func() (*syscall.Stat_t, error) {
+			var st syscall.Stat_t
+			stat := syscall.Stat
+			if opt.NoFollow {
+				stat = syscall.Lstat
+			}
+			if err := stat(path, &st); err != nil {
+				return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+			}
+			return &st, nil
+		}
 		// O_NONBLOCK: opening a FIFO for reading would otherwise wait
 		// for a writer forever; for a regular file it changes nothing.
 		if rf, err = openFD(path, syscall.O_RDONLY|syscall.O_NONBLOCK|nofollow); err != nil {
@@ -396,7 +464,8 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	if opt.DryRun {
 		return res, nil
 	}
-	if st.Nlink > 1 {
+	linked := len(opt.Links) > 0 && uint64(st.Nlink) == uint64(len(opt.Links))+1
+	if st.Nlink > 1 && !linked {
 		if !opt.BreakHardLinks {
 			return nil, &HardLinkError{Links: uint64(st.Nlink)}
 		}
@@ -432,7 +501,20 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	// reads the file itself. The commit is checked to find the file as
 	// the steps before it left it, and what the file grows by is appended
 	// (guarded).
-	g := &guarded{cachedTarget: cachedTarget{wf, rc}, size: st.Size, hook: opt.hook, direct: plan.recover != nil}
+	g := &guarded{cachedTarget: cachedTarget{wf, rc}, size: st.Size, hook: opt.hook, direct: plan.recover != nil, want: identOf(st)}
+	if where != nil {
+		g.names = append(g.names, where)
+	}
+	if linked {
+		for _, l := range opt.Links {
+			g.names = append(g.names, l.stat)
+		}
+		// Every name of it is one the caller edits, before a byte is.
+		if err := g.sameFile(st); err != nil {
+			closeWF()
+			return nil, fmt.Errorf("%w; left as it is", err)
+		}
+	}
 	if err := plan.Apply(g, opt.Sync); err != nil {
 		closeWF()
 		return nil, err
@@ -466,6 +548,16 @@ type guarded struct {
 	size   int64
 	hook   func(at string) // Options.hook
 	direct bool            // read the file, not the cache (a recovery plan)
+	// want is what the file must still be at the commit: its device,
+	// inode and link count as when it was taken, its mtime and ctime as
+	// this edit's own last write left them (each write before the commit
+	// stats the file after it, which is all that tells this process's
+	// stamps from another's).
+	want fileIdent
+	// names stat what each name of the file names now: every one must
+	// still name it at the commit.
+	names     []func() (*syscall.Stat_t, error)
+	committed bool
 }
 
 func (g *guarded) ReadAt(b []byte, off int64) (int, error) {
@@ -482,6 +574,92 @@ func (g *guarded) oldBytes(off, n int64) ([]byte, bool) {
 	return g.cachedTarget.oldBytes(off, n)
 }
 
+// beforeCommit checks, just before the commit, that the file is the one
+// decided on (its link count as it was, every name still naming it) and
+// as this edit's steps left it (its size, mtime and ctime).
+func (g *guarded) beforeCommit() error {
+	if g.hook != nil {
+		g.hook("commit")
+	}
+	st, err := g.fdFile.stat()
+	if err != nil {
+		return unwrapPath(err)
+	}
+	if err := g.sameFile(st); err != nil {
+		return err
+	}
+	if st.Size != g.size {
+		return fmt.Errorf("%w: %d bytes, now %d", ErrChanged, g.size, st.Size)
+	}
+	if st.Mtim != g.want.mtime || st.Ctim != g.want.ctime {
+		return fmt.Errorf("%w: modified while it was being written", ErrChanged)
+	}
+	return nil
+}
+
+// afterCommit checks, just after the commit, that the file was still the
+// one decided on when it landed (a link made, or the path renamed,
+// between beforeCommit and the write); the caller undoes it if not.
+func (g *guarded) afterCommit() error {
+	if g.hook != nil {
+		g.hook("committed")
+	}
+	g.committed = true
+	st, err := g.fdFile.stat()
+	if err != nil {
+		return unwrapPath(err)
+	}
+	return g.sameFile(st)
+}
+
+// sameFile checks that every name of the file still names the file st
+// describes, and that it has the links it had when taken.
+func (g *guarded) sameFile(st *syscall.Stat_t) error {
+	for _, where := range g.names {
+		now, err := where()
+		if err != nil {
+			return fmt.Errorf("%w: no longer found where it was: %w", ErrChanged, unwrapPath(err))
+		}
+		if now.Dev != st.Dev || now.Ino != st.Ino {
+			what := "another file"
+			if now.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				what = "a directory"
+			}
+			return fmt.Errorf("%w: its path names %s now", ErrChanged, what)
+		}
+	}
+	if n := uint64(st.Nlink); n != g.want.nlink {
+		return fmt.Errorf("%w: %s", ErrChanged, linksChanged(g.want.nlink, n))
+	}
+	return nil
+}
+
+// linksChanged says a file's link count went from was to now.
+func linksChanged(was, now uint64) string {
+	return fmt.Sprintf("its link count went from %d to %d (a hard link made or removed)", was, now)
+}
+
+// seen records the mtime and ctime this edit's own write left, before
+// the commit (see want).
+func (g *guarded) seen(st *syscall.Stat_t) {
+	if !g.committed {
+		g.want.mtime, g.want.ctime = st.Mtim, st.Ctim
+	}
+}
+
+// seenNow is seen of a fresh stat.
+func (g *guarded) seenNow() error {
+	if g.committed {
+		return nil
+	}
+	st, err := g.fdFile.stat()
+	if err != nil {
+		return unwrapPath(err)
+	}
+	g.seen(st)
+	return nil
+}
+
 func (g *guarded) beforeStep() error {
 	st, err := g.fdFile.stat()
 	if err != nil {
@@ -496,7 +674,11 @@ func (g *guarded) beforeStep() error {
 func (g *guarded) WriteAt(b []byte, off int64) (int, error) {
 	end := off + int64(len(b))
 	if end <= g.size {
-		return g.fdFile.WriteAt(b, off)
+		n, err := g.fdFile.WriteAt(b, off)
+		if err == nil {
+			err = g.seenNow()
+		}
+		return n, err
 	}
 	n := 0
 	if off < g.size {
@@ -522,6 +704,7 @@ func (g *guarded) WriteAt(b []byte, off int64) (int, error) {
 	if err != nil {
 		return n, unwrapPath(err)
 	}
+	g.seen(st)
 	if st.Size != want {
 		// Another process appended between the check and this write, or
 		// since: its bytes are kept, nothing will point at these, and the
@@ -539,7 +722,7 @@ func (g *guarded) Truncate(size int64) error {
 		return err
 	}
 	g.size = size
-	return nil
+	return g.seenNow()
 }
 
 // undoTo is the last of the first n steps whose old bytes apply keeps

@@ -12,9 +12,12 @@ import (
 // planning to the end of its write: opened for writing (a file the user
 // may not write fails while deciding), locked with flock(LOCK_EX|LOCK_NB)
 // so a second run fails instead of interleaving, and its identity
-// (device, inode, size, mtime, ctime) checked again before the first
-// byte is written. A writer that takes no lock is caught by that check
-// and by the size checks around every appending write (guarded).
+// (device, inode, link count, size, mtime, ctime) checked again before
+// the first byte is written, and once more, with its path, just before
+// and after the commit (guarded.beforeCommit). A writer that takes no
+// lock is caught by those checks and by the size checks around every
+// appending write; a hard link made or a path renamed, which no lock
+// stops, by the link count and the path.
 
 // ErrLocked means another process holds the file's lock: another run of
 // cudapatch, or a tool that locks what it writes.
@@ -107,6 +110,8 @@ func (cl *Claim) same(st *syscall.Stat_t) error {
 	switch {
 	case now.dev != cl.id.dev || now.ino != cl.id.ino:
 		return fmt.Errorf("replaced by another file since it was read; left as it is")
+	case now.nlink != cl.id.nlink:
+		return fmt.Errorf("%w: %s; left as it is", ErrChanged, linksChanged(cl.id.nlink, now.nlink))
 	case now.size != cl.id.size:
 		return fmt.Errorf("%w: %d bytes, now %d; left as it is", ErrChanged, cl.id.size, now.size)
 	case now != cl.id:
@@ -173,4 +178,27 @@ func (cl *Claim) take() (*fdFile, *syscall.Stat_t, error) {
 		return nil, nil, unwrapPath(err)
 	}
 	return wf, st, nil
+}
+
+// Identity is which file a File reads and how many names it has.
+type Identity struct {
+	Dev, Ino uint64
+	Links    uint64 // the link count
+}
+
+// Identity is the file's as stat said when it was opened; false for a
+// File not opened from a path (NewFile).
+func (f *File) Identity() (Identity, bool) {
+	r := f.r
+	if o, ok := r.(*overlay); ok {
+		r = o.base
+	}
+	c, ok := r.(*readCache)
+	if !ok {
+		return Identity{}, false
+	}
+	if _, ok := c.f.(*fdFile); !ok {
+		return Identity{}, false
+	}
+	return Identity{Dev: c.opened.dev, Ino: c.opened.ino, Links: c.opened.nlink}, true
 }

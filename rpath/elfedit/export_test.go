@@ -131,12 +131,6 @@ func Settled(ctime, at time.Time) bool {
 	return fileIdent{ctime: syscall.NsecToTimespec(ctime.UnixNano())}.settled(at)
 }
 
-// WithHook sets o's test hook (Options.hook).
-func WithHook(o Options, fn func(at string)) Options {
-	o.hook = fn
-	return o
-}
-
 // ReadOnlyStringsChunked is ReadOnlyStrings in chunks of the given size,
 // so that tests cut strings at every boundary.
 func ReadOnlyStringsChunked(f *File, sub []byte, chunk uint64, fn func(s []byte) bool) error {

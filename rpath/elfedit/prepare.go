@@ -38,13 +38,13 @@ const (
 
 // fileIdent is what stat says of a file that changes with its bytes.
 type fileIdent struct {
-	dev, ino     uint64
-	size         int64
-	mtime, ctime syscall.Timespec
+	dev, ino, nlink uint64
+	size            int64
+	mtime, ctime    syscall.Timespec
 }
 
 func identOf(st *syscall.Stat_t) fileIdent {
-	return fileIdent{dev: uint64(st.Dev), ino: uint64(st.Ino), size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+	return fileIdent{dev: uint64(st.Dev), ino: uint64(st.Ino), nlink: uint64(st.Nlink), size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
 }
 
 // settled reports whether the file's ctime is old enough, at the time at

@@ -37,10 +37,7 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 	for i := range fs {
 		if len(inherit[i]) > 0 {
 			redo = append(redo, i)
-			if fs[i].claim != nil {
-				fs[i].claim.Close()
-				fs[i].claim = nil
-			}
+			c.unclaim(fs[i])
 			c.kept.give(fs[i].plan)
 			fs[i].plan = nil
 		}

@@ -419,6 +419,16 @@ func WithBeforeWrite(fn func(path string)) Option {
 	}
 }
 
+// WithWriteHook runs fn at the moments of each file's write that
+// elfedit.WithHook names ("commit": after the last check but one, just
+// before the commit), with the file's path.
+func WithWriteHook(fn func(path, at string)) Option {
+	return func(c *config) error {
+		c.writeHook = fn
+		return nil
+	}
+}
+
 // WithHeldClaims lets decide hold at most n files open and locked for
 // the write phase (the descriptors left otherwise); past n, a file is
 // released after deciding and taken again, checked, when written.

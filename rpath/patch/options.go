@@ -57,8 +57,14 @@ type config struct {
 	dirs []*confine.Dir
 	// claims bounds the files held open and locked from decide to write.
 	claims *claimBudget
+	// links are the files with several hard links one of whose names
+	// holds the claim (hardLinks).
+	links linkClaims
 	// beforeWrite, set by tests, runs before each file is written.
 	beforeWrite func(path string)
+	// writeHook, set by tests, runs at the moments of a file's write
+	// that elfedit.WithHook names, with the file's path.
+	writeHook func(path, at string)
 	// newIndex makes the library index: buildIndex, or in tests the
 	// eager oracle it is checked against.
 	newIndex func(ctx context.Context, c *config, roots []string, below map[string][]string) (resolver, error)

@@ -58,6 +58,11 @@ type File struct {
 	DlopenError string `json:"dlopen_error,omitempty"`
 	// Symbols are the symbol check's findings (WithSymbols).
 	Symbols []SymbolFinding `json:"symbols,omitempty"`
+	// SameFileAs is, for a name of a file with several hard links, all
+	// of them in the outputs and all getting the same edit, the name the
+	// file is written and counted under (the first in the report's
+	// order); the file is patched once, in place, and this name with it.
+	SameFileAs string `json:"same_file_as,omitempty"`
 
 	dlopen  policy.Discovered // what dlopen discovery found (names, imports)
 	edit    elfedit.Edit
@@ -71,6 +76,14 @@ type File struct {
 	osabi   elf.OSABI
 	class   elf.Class
 	loaded  *ldso.Object // what the symbol check's loader reads of it, as decided
+	// ident is the file's identity when it has several hard links
+	// (Links > 1), by which hardLinks finds its other names.
+	ident elfedit.Identity
+	// aliases are the file's other names, written with it (hardLinks).
+	aliases []*File
+	// claimedAs is the name claim was taken under, when it is not Path
+	// (another name of the file got there first: hardLinks).
+	claimedAs string
 }
 
 // Missing is one unsatisfied dependency.
@@ -83,10 +96,12 @@ type Missing struct {
 // Report is everything Run decided, in sorted file order.
 //
 // Every file is counted exactly once: Changed + Unchanged + Skipped +
-// Failed == len(Files). A file with an error (it could not be read, its
-// RUNPATH failed the audit, or writing it failed) is Failed, never
-// Unchanged or Changed; a file with a missing dependency is counted by its
-// decision, and the dependency is in Missing.
+// Failed + Linked == len(Files). A file with an error (it could not be
+// read, its RUNPATH failed the audit, or writing it failed) is Failed,
+// never Unchanged or Changed; a file with a missing dependency is counted
+// by its decision, and the dependency is in Missing. A file with several
+// hard links, all in the outputs, is counted once, under its first name
+// (File.SameFileAs); its other names are Linked.
 type Report struct {
 	Files   []*File   `json:"files"`
 	Missing []Missing `json:"missing,omitempty"`
@@ -96,6 +111,9 @@ type Report struct {
 	Unchanged int `json:"unchanged"`
 	Skipped   int `json:"skipped"`
 	Failed    int `json:"failed"`
+	// Linked counts the names of a changed file counted under another
+	// of its names (File.SameFileAs): hard links, patched with it.
+	Linked int `json:"linked,omitempty"`
 	// WritePhase says the files were written: every file was decided
 	// without error or missing dependency, and it was no dry run.
 	WritePhase bool `json:"write_phase"`
@@ -196,6 +214,7 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 	if err := c.dlopenCallers(ctx, rep, files, ix, target); err != nil {
 		return rep, err
 	}
+	c.hardLinks(rep.Files)
 	c.logDecisions(ctx, rep.Files)
 	var errs []error
 	for _, f := range rep.Files {
@@ -212,6 +231,8 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 			rep.Failed++
 		case f.Skipped != "":
 			rep.Skipped++
+		case f.SameFileAs != "":
+			rep.Linked++
 		case f.Changed:
 			rep.Changed++
 		default:
@@ -254,7 +275,12 @@ func (c *config) write(ctx context.Context, rep *Report, step func()) error {
 		}
 		// Written through the descriptor decide opened below the root and
 		// locked, which must still be the file at f.Path (elfedit.Claim).
-		res, err := elfedit.EditFile(f.Path, f.edit, elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan, KeepOldSections: c.keepOld, Claim: f.claim})
+		opt := elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan, KeepOldSections: c.keepOld, Claim: f.claim}
+		opt.Links = c.otherLinks(f)
+		if c.writeHook != nil {
+			opt = elfedit.WithHook(opt, func(at string) { c.writeHook(f.Path, at) })
+		}
+		res, err := elfedit.EditFile(f.Path, f.edit, opt)
 		f.claim.Close()
 		f.claim = nil
 		c.kept.give(f.plan)
@@ -266,10 +292,19 @@ func (c *config) write(ctx context.Context, rep *Report, step func()) error {
 			werrs = append(werrs, err)
 			rep.Changed--
 			rep.Failed++
+			// Its other names were not patched either: each says so.
+			for _, a := range f.aliases {
+				a.addError(ErrorWrite, fmt.Errorf("not written: it is a hard link of %s, whose write failed", f.Path))
+				rep.Linked--
+				rep.Failed++
+			}
 			wmu.Unlock()
 			return true
 		}
 		f.Strategy, f.Written = res.Plan.Strategy, res.Plan.Written
+		for _, a := range f.aliases {
+			a.Strategy = f.Strategy
+		}
 		c.log.Debug("patched", "file", f.Path, "runpath", f.RunPath, "strategy", f.Strategy, "planned", planned(reused))
 		return true
 	}); err != nil {
@@ -296,7 +331,7 @@ func planned(reused bool) string {
 func writeOrder(files []*File) []int {
 	var order []int
 	for i, f := range files {
-		if f.Changed {
+		if f.Changed && f.SameFileAs == "" {
 			order = append(order, i)
 		}
 	}
@@ -733,9 +768,18 @@ func (c *config) prepare(f *elfedit.File, info elfedit.Info, noteNames []string,
 	if out.Changed && plan.Prepared() {
 		out.plan = plan
 	}
-	// EditFile refuses a file with other hard links (writing it would
-	// change them too); finding out now, before anything is written,
-	// keeps the rule that a tree is written only when every file can be.
+	// A file with other hard links is written once for all its names
+	// when every one is in the outputs and gets this edit, and refused
+	// otherwise (writing it would change the others too): hardLinks
+	// settles which, once every file is decided, before anything is
+	// written. It is claimed once, by the first of its names here.
+	if id, ok := f.Identity(); ok && id.Links > 1 {
+		out.ident = id
+		if out.Changed && c.links.first(id) {
+			c.claim(f, out)
+		}
+		return
+	}
 	if n := linkCount(out.Path); out.Changed && n > 1 {
 		out.addError(ErrorHardLinks, &elfedit.HardLinkError{Links: n})
 		return

@@ -369,3 +369,81 @@ func TestFileGivenTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestChangedAtTheCommit: between a file's last check and its commit
+// (patch.WithWriteHook), another process makes a hard link to it from
+// outside the tree, renames it and puts a copy at its path, or puts a
+// directory there. The file fails with one error naming it and what
+// changed, it is not counted patched, the run ends in an error, and no
+// byte changes: not the link outside, not the file now at the path, not
+// the file decided on.
+func TestChangedAtTheCommit(t *testing.T) {
+	tests := []struct{ act, wantErr string }{
+		{"link", "its link count went from 1 to 2 (a hard link made or removed)"},
+		{"replace", "its path names another file now"},
+		{"dir", "its path names a directory now"},
+	}
+	for _, held := range []int64{1 << 20, 0} {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("held=%d/%s", held, tt.act), func(t *testing.T) {
+				fx, dir := fsFixture(t)
+				victim := fx.Exe
+				orig, err := os.ReadFile(victim)
+				if err != nil {
+					t.Fatal(err)
+				}
+				outside := filepath.Join(dir, "outside")
+				moved := victim + ".moved"
+				acted := false
+				rep, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts(patch.WithHeldClaims(held), patch.WithWriteHook(func(p, at string) {
+					if p != victim || at != "commit" {
+						return
+					}
+					acted = true
+					switch tt.act {
+					case "link":
+						must(t, os.Link(victim, outside))
+					case "replace":
+						must(t, os.Rename(victim, moved))
+						must(t, os.WriteFile(victim, orig, 0o755))
+					case "dir":
+						must(t, os.Rename(victim, moved))
+						must(t, os.Mkdir(victim, 0o755))
+					}
+				}))...)
+				if !acted {
+					t.Fatalf("the hook never ran before %s's commit", victim)
+				}
+				if err == nil || !errors.Is(err, elfedit.ErrChanged) || !strings.Contains(err.Error(), victim+": ") || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Errorf("Patch: %v, want ErrChanged naming %s and saying %q", err, victim, tt.wantErr)
+				}
+				f := fileOf(rep, victim)
+				if f == nil || len(f.Errors) != 1 || f.Errors[0].Kind != patch.ErrorWrite {
+					t.Errorf("%s: %+v, want one write error", victim, f)
+				}
+				if rep.Written || rep.Failed != 1 {
+					t.Errorf("report: written %v, %d failed; want not written, 1 failed", rep.Written, rep.Failed)
+				}
+				decided := victim
+				if tt.act != "link" {
+					decided = moved
+				}
+				for _, p := range []string{decided, outside, victim} {
+					if p == outside && tt.act != "link" || p == victim && tt.act != "replace" {
+						continue
+					}
+					if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, orig) {
+						t.Errorf("%s: written (err %v)", p, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+	}
+}
