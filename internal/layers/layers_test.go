@@ -65,8 +65,8 @@ func TestLayers(t *testing.T) {
 		// The siblings above the policy: the main job, lint, doctor and the
 		// drop-in patchelf. None imports another.
 		{"rpath/patch", append(m("rpath/policy", "rpath/selector"), loader...)},
-		{"rpath/lint", append(append(m("rpath/policy"), loader...), "github.com/bmatcuk/doublestar/v4")},
-		{"rpath/doctor", append(m("rpath/policy"), loader...)},
+		{"rpath/lint", append(append(m("rpath/policy", "rpath/selector"), loader...), "github.com/bmatcuk/doublestar/v4")},
+		{"rpath/doctor", append(m("rpath/policy", "rpath/selector"), loader...)},
 		{"internal/patchelf", append(m("rpath/policy", "rpath/ldcache"), engine...)},
 	}
 	// Every layer may escape what files hold for its messages, and open
@@ -116,7 +116,7 @@ func TestCommandWiring(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports " "}}`, module+"/cmd/cudapatch").CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	allowed := []string{"internal/patchelf", "internal/printable", "rpath/patch", "rpath/lint", "rpath/doctor", "rpath/policy",
-		"rpath/elfedit", "rpath/ldcache", "rpath/ldso", "rpath/symcheck"}
+		"rpath/elfedit", "rpath/ldcache", "rpath/ldso", "rpath/symcheck", "rpath/nvdriver", "rpath/selector"}
 	for _, imp := range strings.Fields(string(out)) {
 		if p, ok := strings.CutPrefix(imp, module+"/"); ok {
 			require.Contains(t, allowed, p, "cmd/cudapatch imports %s", imp)

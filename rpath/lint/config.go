@@ -152,7 +152,7 @@ func newConfig(opts []Option) (*config, error) {
 	c.driverLinks = []string{c.driverLink, driverLink32(c.driverLink)}
 	if c.driverVersion == "" {
 		for _, id := range c.enable {
-			if r, ok := lookupRule(id); ok && r.ID == CompatTooOld {
+			if r, ok := lookupRule(id); ok && (r.ID == CompatTooOld || r.ID == CompatChoice) {
 				return nil, fmt.Errorf("rule %s %s needs the target driver version (WithDriverVersion, --driver-version)", r.ID, r.Name)
 			}
 		}
@@ -266,7 +266,7 @@ func WithDriverVersion(v string) Option {
 			return fmt.Errorf("driver version %q: want an NVIDIA driver version like 580.159.04", v)
 		}
 		c.driverVersion = v
-		c.enable = append(c.enable, CompatTooOld)
+		c.enable = append(c.enable, CompatTooOld, CompatChoice)
 		return nil
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
 	"github.com/cudapatch/cudapatch/rpath/policy"
+	"github.com/cudapatch/cudapatch/rpath/selector"
 	"github.com/cudapatch/cudapatch/rpath/symcheck"
 )
 
@@ -95,13 +96,14 @@ func Lint(ctx context.Context, paths []string, opts ...Option) (*Report, error) 
 		jobs = append(jobs, js...)
 	}
 	l := &linter{
-		config:   c,
-		read:     ldso.ElfReader(),
-		driver:   compile(policy.DriverLibraries),
-		dlopener: compile(policy.KnownDlopeners),
-		dirs:     map[string][]string{},
-		ldcfg:    map[[2]int]ldcfgResult{},
-		versions: map[string]string{},
+		config:    c,
+		read:      ldso.ElfReader(),
+		driver:    compile(policy.DriverLibraries),
+		dlopener:  compile(policy.KnownDlopeners),
+		dirs:      map[string][]string{},
+		ldcfg:     map[[2]int]ldcfgResult{},
+		versions:  map[string]string{},
+		selectors: map[string]*selector.Info{},
 	}
 	// The driver's libraries come with the machine: what they define is
 	// not known at build time. The symbol check reads its tables in the
@@ -251,11 +253,12 @@ type linter struct {
 	driver   []*fnmatch.Pattern
 	dlopener []*fnmatch.Pattern
 
-	mu       sync.Mutex
-	dirs     map[string][]string // host directory → names in it; nil: none
-	ldcfg    map[[2]int]ldcfgResult
-	versions map[string]string // libcuda file (logical) → the version it carries
-	symbols  *symcheck.Checker
+	mu        sync.Mutex
+	dirs      map[string][]string // host directory → names in it; nil: none
+	ldcfg     map[[2]int]ldcfgResult
+	versions  map[string]string         // libcuda file (logical) → the version it carries
+	selectors map[string]*selector.Info // directory (logical) → its selector; nil: none
+	symbols   *symcheck.Checker
 }
 
 func compile(patterns []string) []*fnmatch.Pattern {
@@ -587,9 +590,7 @@ func (l *linter) checkEntry(p searchPath, i int, e string, add addFunc) {
 	}
 	if compat && l.driverVersion != "" && (p.driverIdx < 0 || i < p.driverIdx) {
 		if dir, ok := expandOrigin(e, p.origin); ok {
-			if v := l.libcudaVersion(dir); v != "" && nvdriver.Compare(v, l.driverVersion) < 0 {
-				add(CompatTooOld, e, "cuda_compat directory %s holds libcuda %s, older than the driver %s the file is to run with: CUDA fails with error 803 (unsupported display driver / cuda driver combination); build it without cuda_compat for that driver, or with a cuda_compat of %s or newer", e, v, l.driverVersion, l.driverVersion)
-			}
+			l.checkCompat(e, dir, add)
 		}
 	}
 	dir, expanded := expandOrigin(e, p.origin)
@@ -712,4 +713,42 @@ func (l *linter) unroot(s string) string {
 		return s
 	}
 	return strings.ReplaceAll(s, r, "")
+}
+
+// checkCompat judges the cuda_compat entry e (directory dir) for the
+// target driver: a selector by the choice it makes there (nvdriver.Choose,
+// as at run time), cuda_compat's own libcuda by its version, as the
+// loader takes it on every machine.
+func (l *linter) checkCompat(e, dir string, add addFunc) {
+	if sel := l.selectorIn(dir); sel != nil {
+		c := sel.Choose(nvdriver.Machine{Module: l.driverVersion})
+		if c.Fallback {
+			add(CompatTooOld, e, "the libcuda selector in %s takes the driver %s, as cuda_compat %s cannot serve it (%s): a program built for compat's CUDA may not run on either", e, l.driverVersion, sel.CompatVersion, c.Reason)
+			return
+		}
+		add(CompatChoice, e, "the libcuda selector in %s takes the %s with driver %s: %s", e, c.Use, l.driverVersion, c.Reason)
+		return
+	}
+	if v := l.libcudaVersion(dir); v != "" && nvdriver.Compare(v, l.driverVersion) < 0 {
+		add(CompatTooOld, e, "cuda_compat directory %s holds libcuda %s, older than the driver %s the file is to run with, and the loader takes it on every machine: CUDA fails with error 803 (unsupported display driver / cuda driver combination); build with a selector (cudapatch --cuda-compat DIR --cuda-compat-selector OUT), which takes the driver there", e, v, l.driverVersion)
+	}
+}
+
+// selectorIn reads the libcuda selector of dir (inside the root); nil when
+// its libcuda.so.1 is none.
+func (l *linter) selectorIn(dir string) *selector.Info {
+	l.mu.Lock()
+	sel, ok := l.selectors[dir]
+	l.mu.Unlock()
+	if ok {
+		return sel
+	}
+	sel, err := selector.Read(l.host(path.Join(dir, selector.Name)))
+	if err != nil {
+		sel = nil
+	}
+	l.mu.Lock()
+	l.selectors[dir] = sel
+	l.mu.Unlock()
+	return sel
 }

@@ -126,7 +126,7 @@ func TestDriverVersion(t *testing.T) {
 		}
 		assert.Equal(t, want, got, "driver %s", tc.version)
 		if tc.compat {
-			assert.Equal(t, "cuda_compat directory "+linttest.Compat+" holds libcuda 580.95.05, older than the driver 580.159.04 the file is to run with: CUDA fails with error 803 (unsupported display driver / cuda driver combination); build it without cuda_compat for that driver, or with a cuda_compat of 580.159.04 or newer", rep.Findings[0].Message)
+			assert.Equal(t, "cuda_compat directory "+linttest.Compat+" holds libcuda 580.95.05, older than the driver 580.159.04 the file is to run with, and the loader takes it on every machine: CUDA fails with error 803 (unsupported display driver / cuda driver combination); build with a selector (cudapatch --cuda-compat DIR --cuda-compat-selector OUT), which takes the driver there", rep.Findings[0].Message)
 		}
 	}
 	rep, err := lint.Lint(ctx, []string{compat, old}, lint.WithRoot(tr.Root), lint.WithEnable("all"))

@@ -96,6 +96,7 @@ const (
 	SymbolVersion      = "CP022"
 	SymbolAtLoad       = "CP023"
 	SymbolWhenCalled   = "CP024"
+	CompatChoice       = "CP026"
 )
 
 // rules is the table of every rule, in ID order. It is never modified.
@@ -120,10 +121,11 @@ var rules = []Rule{
 	{NoteMalformed, "ldcache-malformed", "the resolution-cache note is malformed, or the loader ignores it", Error, true},
 	{NoteUnloaded, "ldcache-unloaded", "the resolution-cache note is in no PT_NOTE segment: the loader never reads it", Warning, true},
 	{NoteMissing, "ldcache-missing", "a dynamic file with dependencies and a DT_RUNPATH has no resolution-cache note", Info, false},
-	{CompatTooOld, "compat-older-than-driver", "a cuda_compat libcuda the loader takes is older than the target driver (--driver-version): CUDA error 803", Error, false},
+	{CompatTooOld, "compat-older-than-driver", "a cuda_compat libcuda the loader takes is older than the target driver (--driver-version), or neither compat nor the driver can serve it: CUDA error 803", Error, false},
 	{SymbolVersion, "symbol-version-missing", "a symbol version the file or its closure needs is not defined by the library the loader takes: it fails at load", Error, true},
 	{SymbolAtLoad, "symbol-undefined-at-load", "a data symbol (or any symbol of an object bound now) that an executable's closure uses is defined nowhere in it: it fails at load", Error, true},
 	{SymbolWhenCalled, "symbol-undefined-function", "a function that an executable's closure calls is defined nowhere in it: it fails when first called", Warning, true},
+	{CompatChoice, "compat-choice", "which libcuda the cuda_compat selector first in the search path takes with the target driver (--driver-version), and why", Info, false},
 }
 
 // Rules returns every rule, in ID order.

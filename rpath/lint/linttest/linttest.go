@@ -8,6 +8,7 @@
 package linttest
 
 import (
+	"context"
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/selector"
 )
 
 // Store paths of the fixture tree.
@@ -43,7 +45,9 @@ const (
 	// behind its versioned file name.
 	OldCompat        = "/nix/store/77777777777777777777777777777777-cuda_compat-575/compat"
 	OldCompatVersion = "575.57.08"
-	casePrefx        = "/nix/store/99999999999999999999999999999999-"
+	// Selector holds the libcuda selector of Compat (rpath/selector).
+	Selector  = "/nix/store/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-cuda-compat-selector/lib"
+	casePrefx = "/nix/store/99999999999999999999999999999999-"
 )
 
 // Case is one file of the tree.
@@ -271,6 +275,16 @@ func (b *builder) environment() (l libs) {
 		b.tb.Fatal(err)
 	}
 	b.library(Stubs+"/libcuda.so", "libcuda.so.1")
+	spec, err := selector.ForCompat(b.tr.Host(Compat), []string{Driver + "/libcuda.so.1"})
+	if err == nil {
+		err = os.MkdirAll(b.tr.Host(Selector), 0o755)
+	}
+	if err == nil {
+		err = selector.Build(context.Background(), spec, []string{"gcc"}, b.tr.Host(Selector))
+	}
+	if err != nil {
+		b.tb.Fatal(err)
+	}
 	l.foo = b.library(LibFoo+"/libfoo.so", "libfoo.so")
 	b.library(LibFoo2+"/libfoo.so", "libfoo.so")
 	l.sys = b.library("/usr/lib/libsys.so", "libsys.so")
@@ -341,6 +355,8 @@ func (b *builder) faultCases() {
 	// Under a driver of CompatVersion (the tests' WithDriverVersion),
 	// OldCompat's libcuda fails with error 803; Compat's, equal, does not.
 	b.exe("compat-older-than-driver", "CP021", "cuda", str(OldCompat+":"+Driver+":"+LibFoo), rp, Interp)
+	// Compat's selector takes the driver there, and says so.
+	b.exe("compat-choice", "CP026", "cuda", str(Selector+":"+Driver+":"+LibFoo), rp, Interp)
 	b.exe("stub-dir", "CP004", "cuda", str(Driver+":"+LibFoo+":"+Stubs), rp, Interp)
 	b.exe("build-dir-leak", "CP005", "foo", str("/build/source/lib:"+LibFoo), rp, Interp)
 	b.exe("relative-entry", "CP006", "foo", str("lib:"+LibFoo), rp, Interp)
