@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/cudapatch/cudapatch/internal/printable"
+	"github.com/cudapatch/cudapatch/rpath/nvdriver"
+	"github.com/cudapatch/cudapatch/rpath/selector"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,6 +41,8 @@ func explainCommand(g *globals) *cli.Command {
 			&cli.BoolFlag{Name: "symbols", Usage: "also bind every undefined symbol as the loader would (an ldd -r that runs nothing): which library provides each symbol and version; exit 1 if one fails"},
 			&cli.BoolFlag{Name: "bind-now", Usage: "with --symbols: bind functions at load, as LD_BIND_NOW and ldd -r do (a missing function then fails at load)"},
 			&cli.StringFlag{Name: "stubs", Usage: "with --symbols: check the driver's libraries (libcuda.so.1…) against the toolkit's link-time stubs in `DIR` (default: not checked)"},
+			&cli.StringFlag{Name: "proc", Value: "/proc", Usage: "procfs mount `DIR` of the machine a libcuda selector decides on"},
+			&cli.StringFlag{Name: "sys", Value: "/sys", Usage: "sysfs mount `DIR` of the machine a libcuda selector decides on"},
 		},
 		Action: func(ctx context.Context, cmd *cli.Command) error {
 			if cmd.Args().Len() != 1 {
@@ -85,14 +90,22 @@ func explainCommand(g *globals) *cli.Command {
 					return withCode(exitUsage, fmt.Errorf("explain: %w", err))
 				}
 			}
+			takes := selectorChoices(tr, root, nvdriver.ReadMachine(cmd.String("proc"), cmd.String("sys")))
 			if cmd.Bool("json") {
 				err = g.writeJSON(struct {
-					Config  ldso.Config      `json:"config"`
-					Tree    *ldso.Tree       `json:"tree"`
-					Symbols *symcheck.Result `json:"symbols,omitempty"`
-				}{cfg, tr, sym})
+					Config    ldso.Config      `json:"config"`
+					Tree      *ldso.Tree       `json:"tree"`
+					Symbols   *symcheck.Result `json:"symbols,omitempty"`
+					Selectors []selectorChoice `json:"selectors,omitempty"`
+				}{cfg, tr, sym, takes})
 			} else {
 				err = tr.Format(g.stdout)
+				for _, t := range takes {
+					if err == nil {
+						_, err = fmt.Fprintf(g.stdout, "%s is the libcuda selector of cuda_compat %s: on this machine it takes the %s: %s\n",
+							printable.String(t.Path), t.Selector.CompatVersion, t.Takes.Use, t.Takes.Reason)
+					}
+				}
 				if err == nil && sym != nil {
 					err = sym.Format(g.stdout)
 				}
@@ -156,4 +169,31 @@ func symbolOptions(cmd *cli.Command) symcheck.Options {
 func isFile(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && fi.Mode().IsRegular()
+}
+
+// selectorChoice is a libcuda selector a file's closure loads, and what it
+// takes on the machine.
+type selectorChoice struct {
+	Path     string          `json:"path"`
+	Selector *selector.Info  `json:"selector"`
+	Takes    nvdriver.Choice `json:"takes"`
+}
+
+// selectorChoices lists the libcuda selectors among the libraries tr
+// found, once each, with the choice each makes on machine m.
+func selectorChoices(tr *ldso.Tree, root string, m nvdriver.Machine) []selectorChoice {
+	var out []selectorChoice
+	seen := map[string]bool{}
+	for _, n := range tr.Needs {
+		if n.Name != selector.Name || !n.Found() || seen[n.Path] {
+			continue
+		}
+		seen[n.Path] = true
+		info, err := selector.Read(filepath.Join(root, filepath.FromSlash(n.Path)))
+		if err != nil {
+			continue
+		}
+		out = append(out, selectorChoice{Path: n.Path, Selector: info, Takes: info.Choose(m)})
+	}
+	return out
 }

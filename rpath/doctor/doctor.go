@@ -35,6 +35,7 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
 	"github.com/cudapatch/cudapatch/rpath/policy"
+	"github.com/cudapatch/cudapatch/rpath/selector"
 )
 
 // System says where the machine's state is read from.
@@ -91,6 +92,9 @@ const (
 	KindCompat     = "cuda_compat"
 	KindStub       = "stub"
 	KindDriver     = "driver" // a driver installed outside the driver link
+	// KindSelector is cudapatch's libcuda selector (rpath/selector), which
+	// loads cuda_compat's libcuda or the driver's when the process starts.
+	KindSelector = "selector"
 )
 
 // Libcuda is one libcuda.so.1 a program could load.
@@ -110,6 +114,10 @@ type Libcuda struct {
 	Step string `json:"step"`
 	// Loads marks the one the loader takes.
 	Loads bool `json:"loads,omitempty"`
+	// Selector is what a selector was built from, and Takes what it takes
+	// on this machine and why (nvdriver.Choose, as at run time).
+	Selector *selector.Info   `json:"selector,omitempty"`
+	Takes    *nvdriver.Choice `json:"takes,omitempty"`
 }
 
 // version is the version the library reports, else its name's.
@@ -131,6 +139,9 @@ func (l Libcuda) describe() string {
 	}
 	if l.Kind == KindStub {
 		v = "no driver version"
+	}
+	if l.Kind == KindSelector {
+		v = "of cuda_compat " + l.Selector.CompatVersion + ", takes the " + string(l.Takes.Use)
 	}
 	s += fmt.Sprintf(": %s, %s (%s)", l.Kind, v, l.Step)
 	if l.Loads {
@@ -368,7 +379,9 @@ func (d *doctor) libcuda(p, step string) Libcuda {
 	}
 	read, ok := d.libs[file]
 	if !ok {
-		if r, err := nvdriver.ReadLibcudaFile(d.host(file)); err == nil {
+		if sel, err := selector.Read(d.host(file)); err == nil {
+			read = Libcuda{Kind: KindSelector, Selector: sel}
+		} else if r, err := nvdriver.ReadLibcudaFile(d.host(file)); err == nil {
 			read = Libcuda{Version: r.Version}
 			if r.Stub {
 				read.Kind = KindStub
@@ -379,6 +392,10 @@ func (d *doctor) libcuda(p, step string) Libcuda {
 	l.Version = read.Version
 	dir := path.Dir(p)
 	switch {
+	case read.Kind == KindSelector:
+		l.Kind, l.Selector = KindSelector, read.Selector
+		c := read.Selector.Choose(nvdriver.ReadMachine(d.sys.Proc, d.sys.Sys))
+		l.Takes = &c
 	case read.Kind == KindStub || policy.IsStubDir(dir):
 		l.Kind = KindStub
 	case policy.IsCompatDir(dir):
@@ -395,6 +412,9 @@ func (d *doctor) libcuda(p, step string) Libcuda {
 // how to fix it if not.
 func (d *doctor) judge(l Libcuda) (Status, string, []string) {
 	km, v := d.rep.KernelModule, l.version()
+	if l.Kind == KindSelector {
+		return d.judgeSelector(l)
+	}
 	switch {
 	case l.Kind == KindStub:
 		return StatusProblem, "a link-time stub: CUDA fails with \"CUDA driver is a stub library\"", nil
@@ -404,7 +424,7 @@ func (d *doctor) judge(l Libcuda) (Status, string, []string) {
 		return StatusWarning, "its version is unknown (neither its file name nor its contents say), so it cannot be checked against the kernel module " + km, nil
 	case l.Kind == KindCompat && nvdriver.Compare(v, km) < 0:
 		return StatusProblem, fmt.Sprintf("cuda_compat %s is older than the kernel module %s: CUDA fails with error 803 (system has unsupported display driver / cuda driver combination)", v, km),
-			[]string{"rebuild without cuda_compat (cudapatch without --cuda-compat), or with a cuda_compat newer than the driver " + km}
+			[]string{"rebuild with the libcuda selector (cudapatch --cuda-compat DIR --cuda-compat-selector OUT), which takes the driver " + km + " here and compat where it is newer"}
 	case l.Kind == KindCompat && nvdriver.Compare(v, km) > 0:
 		return StatusOK, fmt.Sprintf("cuda_compat %s is newer than the kernel module %s (forward compatibility, which only data-center GPUs support)", v, km), nil
 	case l.Kind != KindCompat && v != km:
@@ -797,6 +817,8 @@ func (d *doctor) program(file string) error {
 	case win.Kind == KindStub:
 		c = d.add("program-libcuda", StatusProblem, []string{d.patchCommand(file) + "   # rewrites the RUNPATH: driver link first, stubs removed"},
 			"%s would load the stub %s (%s): CUDA fails with \"CUDA driver is a stub library\"", file, where, how)
+	case win.Kind == KindSelector:
+		c = d.add("program-libcuda", st, fix, "%s would load the libcuda selector %s (%s): %s", file, where, how, msg)
 	case win.Kind == KindCompat:
 		if msg != "" {
 			msg = ": " + msg
@@ -909,4 +931,35 @@ func (d *doctor) candidates(cfg ldso.Config, read ldso.Reader, caller string) []
 		try(path.Join(dir, name), "default")
 	}
 	return out
+}
+
+// judgeSelector says what a libcuda selector takes on this machine, and
+// judges that library as the loader would take it.
+func (d *doctor) judgeSelector(l Libcuda) (Status, string, []string) {
+	c := *l.Takes
+	switch c.Use {
+	case nvdriver.UseNone:
+		return StatusInfo, "the selector takes nothing here: " + c.Reason + "; every CUDA call answers CUDA_ERROR_NO_DEVICE (100)", nil
+	case nvdriver.UseCompat:
+		t := d.libcuda(l.Selector.Compat, "selector")
+		t.Kind = KindCompat
+		if st, msg, fix := d.judge(t); st != StatusOK {
+			return st, fmt.Sprintf("the selector takes cuda_compat %s (%s), and %s", l.Selector.Compat, c.Reason, msg), fix
+		}
+		return StatusOK, fmt.Sprintf("the selector takes cuda_compat %s: %s", l.Selector.Compat, c.Reason), nil
+	}
+	for _, p := range l.Selector.Driver {
+		if !d.isFile(p) {
+			continue
+		}
+		st, msg, fix := d.judge(d.libcuda(p, "selector"))
+		if st == StatusOK && c.Fallback {
+			st, msg = StatusWarning, "a program built for compat's CUDA may need a newer driver"
+		}
+		if st != StatusOK {
+			return st, fmt.Sprintf("the selector takes the driver's %s (%s): %s", p, c.Reason, msg), fix
+		}
+		return StatusOK, fmt.Sprintf("the selector takes the driver's %s: %s", p, c.Reason), nil
+	}
+	return StatusProblem, fmt.Sprintf("the selector takes the driver (%s), but none of %s exists: every CUDA call answers CUDA_ERROR_NO_DEVICE (100)", c.Reason, strings.Join(l.Selector.Driver, ", ")), d.linkFix()
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/doctor"
 	"github.com/cudapatch/cudapatch/rpath/doctor/doctortest"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/nvdriver"
+	"github.com/cudapatch/cudapatch/rpath/selector"
 )
 
 const hostDir = doctortest.HostDir
@@ -482,6 +484,48 @@ func TestFixStaysInRoot(t *testing.T) {
 			assert.Contains(t, err.Error(), "write "+doctor.TmpfilesConf)
 			assert.ErrorIs(t, err, confine.ErrEscape)
 			assert.Equal(t, before, snapshot(t, outside), "outside the root")
+		})
+	}
+}
+
+// TestSelectorTakes: a program whose libcuda.so.1 is the libcuda selector
+// is told which library the selector takes on this machine and why, by
+// nvdriver.Choose as the selector decides at run time, and that library is
+// judged as the loader would take it: the driver on a module not older
+// than compat (the GPU machine's 580.159.04 with compat 580.95.05), compat
+// on an older one, nothing without a module.
+func TestSelectorTakes(t *testing.T) {
+	for _, tc := range []struct {
+		module string
+		status doctor.Status
+		use    nvdriver.Use
+		msg    string
+	}{
+		{"580.159.04", doctor.StatusOK, nvdriver.UseDriver, "would load the libcuda selector /opt/sel/lib/libcuda.so.1 (DT_NEEDED of /opt/app/bin/app, runpath): the selector takes the driver's /run/opengl-driver/lib/libcuda.so.1: the driver 580.159.04 is not older than cuda_compat 580.95.05"},
+		{"535.261.03", doctor.StatusOK, nvdriver.UseCompat, "the selector takes cuda_compat /usr/local/cuda/compat/libcuda.so.580.95.05: the driver 535.261.03 is older than cuda_compat 580.95.05"},
+		{"", doctor.StatusInfo, nvdriver.UseNone, "the selector takes nothing here: no NVIDIA kernel module is loaded"},
+	} {
+		t.Run(tc.module, func(t *testing.T) {
+			m := newMachine(t)
+			if tc.module != "" {
+				m.module(tc.module)
+				m.driver("/run/opengl-driver/lib", tc.module)
+			}
+			m.compat("/usr/local/cuda/compat", "580.95.05")
+			spec, err := selector.ForCompat(m.host("/usr/local/cuda/compat"), nil)
+			require.NoError(t, err)
+			// The paths the selector loads, as the machine's root sees them.
+			spec.Compat, spec.Driver = "/usr/local/cuda/compat/libcuda.so.580.95.05", []string{"/run/opengl-driver/lib/libcuda.so.1"}
+			require.NoError(t, os.MkdirAll(m.host("/opt/sel/lib"), 0o755))
+			require.NoError(t, selector.Build(context.Background(), spec, []string{"gcc"}, m.host("/opt/sel/lib")))
+			rep := m.diagnose(m.program("/opt/sel/lib:/run/opengl-driver/lib", "libcuda.so.1"))
+			c := check(t, rep, "program-libcuda")
+			assert.Equal(t, tc.status, c.Status, c.Message)
+			assert.Contains(t, c.Message, tc.msg)
+			require.NotEmpty(t, rep.Libcuda)
+			assert.Equal(t, doctor.KindSelector, rep.Libcuda[0].Kind)
+			require.NotNil(t, rep.Libcuda[0].Takes)
+			assert.Equal(t, tc.use, rep.Libcuda[0].Takes.Use)
 		})
 	}
 }
