@@ -8,6 +8,8 @@ import (
 	"path"
 	"strings"
 	"syscall"
+
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
 )
 
 // Object is what the search needs to know about one ELF file.
@@ -496,17 +498,17 @@ func (r *resolver) expand(l *loaded, s string) (string, bool) {
 		var repl string
 		var n int
 		switch {
-		case dstLen(rest, "ORIGIN") > 0:
-			n = dstLen(rest, "ORIGIN")
+		case ldcache.TokenLen(rest, "ORIGIN") > 0:
+			n = ldcache.TokenLen(rest, "ORIGIN")
 			// Secure mode allows $ORIGIN only at the start of the element.
 			if r.cfg.Secure && (i != 0 || (len(rest) > n && rest[n] != '/')) {
 				return "", false
 			}
 			repl, usedOrigin = l.origin, true
-		case dstLen(rest, "PLATFORM") > 0:
-			n, repl = dstLen(rest, "PLATFORM"), r.cfg.Platform
-		case dstLen(rest, "LIB") > 0:
-			n, repl = dstLen(rest, "LIB"), r.cfg.Lib
+		case ldcache.TokenLen(rest, "PLATFORM") > 0:
+			n, repl = ldcache.TokenLen(rest, "PLATFORM"), r.cfg.Platform
+		case ldcache.TokenLen(rest, "LIB") > 0:
+			n, repl = ldcache.TokenLen(rest, "LIB"), r.cfg.Lib
 		default:
 			b.WriteByte('$')
 			continue
@@ -522,24 +524,6 @@ func (r *resolver) expand(l *loaded, s string) (string, bool) {
 		return "", false
 	}
 	return out, true
-}
-
-// dstLen is is_dst: the length of token ref at the start of s ("NAME" or
-// "{NAME}"), 0 if s does not start with it.
-func dstLen(s, ref string) int {
-	if strings.HasPrefix(s, "{"+ref+"}") {
-		return len(ref) + 2
-	}
-	if !strings.HasPrefix(s, ref) {
-		return 0
-	}
-	if len(s) > len(ref) {
-		c := s[len(ref)]
-		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' {
-			return 0
-		}
-	}
-	return len(ref)
 }
 
 // trusted is is_trusted_path_normalize: p, normalized, lies in a default
