@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"strings"
 	"syscall"
@@ -109,6 +110,10 @@ type Need struct {
 	// the library (NoteNoEntry…); empty when it did, when the requester
 	// has no note, or when the note was not consulted.
 	Note string `json:"note,omitempty"`
+	// Hint is, for a name not found, a directory the requester's search
+	// path seems meant to name that holds it, and why the loader reads
+	// the path otherwise (a ':' splits it, a token in it is expanded).
+	Hint string `json:"hint,omitempty"`
 	// Error is set when ld.so would stop with an error on a candidate (not
 	// an ELF file, bad OS ABI…); ld.so makes that fatal.
 	Error string `json:"error,omitempty"`
@@ -277,6 +282,9 @@ func (r *resolver) mapObject(loader *loaded, n *Need) *loaded {
 		}
 	} else {
 		c = r.search(loader, n)
+		if c == nil && n.Error == "" && !r.cfg.Untraced {
+			n.Hint = r.misreadHint(loader, name)
+		}
 	}
 	if c == nil {
 		return nil
@@ -300,6 +308,42 @@ func (r *resolver) mapObject(loader *loaded, n *Need) *loaded {
 	nl := &loaded{path: c.path, id: id, names: []string{name}, obj: c.obj, origin: origin, loader: loader}
 	r.list = append(r.list, nl)
 	return nl
+}
+
+// misreadHint says where name is in a directory the loader's search path
+// seems meant to name and the loader reads otherwise, "" when it is in none.
+func (r *resolver) misreadHint(loader *loaded, name string) string {
+	lo := loader.obj
+	value := lo.RPath
+	if lo.HasRunPath {
+		value = lo.RunPath
+	}
+	if !strings.ContainsAny(value, "$:") {
+		return ""
+	}
+	stat := func(p string) os.FileInfo {
+		if rest := ldcache.OriginRest(p); rest != p {
+			p = loader.origin + rest
+		}
+		if !path.IsAbs(p) {
+			return nil
+		}
+		hp, err := r.fs.host(p)
+		if err != nil {
+			return nil
+		}
+		fi, err := os.Stat(hp)
+		if err != nil {
+			return nil
+		}
+		return fi
+	}
+	for _, m := range ldcache.MisreadDirs(value, func(d string) bool { fi := stat(d); return fi != nil && fi.IsDir() }) {
+		if fi := stat(m.Dir + "/" + name); fi != nil && fi.Mode().IsRegular() {
+			return fmt.Sprintf("%s/%s exists, but no RUNPATH entry can name %s: %s", m.Dir, name, m.Dir, m.Why)
+		}
+	}
+	return ""
 }
 
 type candidate struct {
