@@ -263,6 +263,7 @@ var hostileCommands = [][]string{
 	{"verify", "FILE"},
 	{"lint", "FILE"},
 	{"explain", "FILE"},
+	{"explain", "--symbols", "FILE"},
 	{"patchelf", "--print-rpath", "FILE"},
 	{"patchelf", "--set-rpath", "/a/new/and/longer/search/path/than/before", "FILE"},
 	{"--dry-run", "--ignore-missing", "*", "DIR"},
@@ -405,4 +406,47 @@ func TestRawNamesInJSON(t *testing.T) {
 		require.NotEmpty(t, rep.Findings, stdout)
 		assert.Equal(t, exe, unquote(rep.Findings[0].Path))
 	})
+}
+
+// TestHostileDependencyBounded: a build input whose version records are
+// hostile is read by the symbol check only (the engine never edits it):
+// the main job, lint and explain --symbols, each on a program that needs
+// it, finish within the time limit and name the problem, where they
+// walked n²/2 records (111 s for the file).
+func TestHostileDependencyBounded(t *testing.T) {
+	fx := fixtures.ByName(t, "bfd-pie")
+	for _, in := range hostileInputs() {
+		if in.name != "verneed-overlapping-chains" {
+			continue
+		}
+		dir := t.TempDir()
+		exe := filepath.Join(dir, "out/bin/main")
+		require.NoError(t, os.MkdirAll(filepath.Dir(exe), 0o755))
+		require.NoError(t, os.MkdirAll(filepath.Join(dir, "deps/lib"), 0o755))
+		b, err := os.ReadFile(fx.Exe)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(exe, b, 0o755))
+		for i, l := range fx.Libs {
+			b, err := os.ReadFile(l)
+			require.NoError(t, err)
+			if i == 0 {
+				h := newHostileELF(t, b)
+				in.build(t, h)
+				b = h.b
+			}
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "deps/lib", filepath.Base(l)), b, 0o755))
+		}
+		for _, args := range [][]string{
+			{"--search", "deps/lib", "out"},
+			{"lint", "out"},
+			{"explain", "--symbols", "out/bin/main"},
+		} {
+			r := runBounded(t, dir, hostileTimeLimit, args...)
+			t.Logf("%q: exit %d in %v, peak RSS %d MiB\n%s%s", args, r.code, r.elapsed.Round(time.Millisecond), r.maxRSS>>20, r.stdout, r.stderr)
+			require.False(t, r.timedOut, "%q ran past %v", args, hostileTimeLimit)
+			assert.Less(t, r.elapsed, 10*time.Second, "%q", args)
+			assert.Contains(t, r.stdout+r.stderr, "more version records than the file can hold (overlapping chains)", "%q", args)
+			assert.Contains(t, []int{0, 1, 2}, r.code, "%q", args)
+		}
+	}
 }

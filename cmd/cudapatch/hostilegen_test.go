@@ -250,6 +250,23 @@ func hostileInputs() []hostileInput {
 			require.Equal(t, 2, set, "no DT_VERNEED to point at the chain")
 			h.setProgs(t, progs)
 		}},
+		{name: "verneed-overlapping-chains", build: func(t testing.TB, h *hostileELF) {
+			// 20,000 records, each an Elf_Verneed (vn_cnt 0xffff,
+			// vn_aux 16, vn_next 16) that is also the Elf_Vernaux of
+			// the one before: each record's auxiliary chain runs over
+			// every record after it, 2e8 visits in all.
+			const records = 20000
+			block := make([]byte, records*16)
+			for i := range records - 1 {
+				r := block[i*16:]
+				binary.LittleEndian.PutUint16(r[0:], 1)      // vn_version
+				binary.LittleEndian.PutUint16(r[2:], 0xffff) // vn_cnt
+				binary.LittleEndian.PutUint32(r[4:], 1)      // vn_file
+				binary.LittleEndian.PutUint32(r[8:], 16)     // vn_aux
+				binary.LittleEndian.PutUint32(r[12:], 16)    // vn_next, vna_next
+			}
+			h.pointDynamicAt(t, block, elf.DT_VERNEED, elf.DT_VERNEEDNUM, records)
+		}},
 		{name: "dynamic-million-entries", build: func(t testing.TB, h *hostileELF) {
 			// A PT_DYNAMIC of a million entries in a PT_LOAD of its own:
 			// DT_DEBUG ones, then the original entries.
@@ -289,4 +306,39 @@ func hostileInputs() []hostileInput {
 			h.setProgs(t, progs)
 		}},
 	}
+}
+
+// pointDynamicAt appends block in a PT_LOAD of its own, after the last
+// one, and points the dynamic entries addr and num at it and n.
+func (h *hostileELF) pointDynamicAt(t testing.TB, block []byte, addr, num elf.DynTag, n uint64) {
+	t.Helper()
+	for len(h.b)%0x1000 != 0 {
+		h.b = append(h.b, 0)
+	}
+	off := h.appendBlock(block)
+	var top uint64
+	last := 0
+	for j, p := range h.progs {
+		if elf.ProgType(p.Type) == elf.PT_LOAD {
+			top, last = max(top, p.Vaddr+p.Memsz), j
+		}
+	}
+	vaddr := (top+0xfff)&^0xfff + off%0x1000
+	size := uint64(len(block))
+	load := elf.Prog64{Type: uint32(elf.PT_LOAD), Flags: uint32(elf.PF_R), Off: off, Vaddr: vaddr, Paddr: vaddr, Filesz: size, Memsz: size, Align: 0x1000}
+	progs := append(append(append([]elf.Prog64(nil), h.progs[:last+1]...), load), h.progs[last+1:]...)
+	_, dyn := h.prog(t, elf.PT_DYNAMIC)
+	set := 0
+	for o := dyn.Off; o+dynSize <= dyn.Off+dyn.Filesz; o += dynSize {
+		switch elf.DynTag(binary.LittleEndian.Uint64(h.b[o:])) {
+		case addr:
+			binary.LittleEndian.PutUint64(h.b[o+8:], vaddr)
+			set++
+		case num:
+			binary.LittleEndian.PutUint64(h.b[o+8:], n)
+			set++
+		}
+	}
+	require.Equal(t, 2, set, "no %v and %v to point at the block", addr, num)
+	h.setProgs(t, progs)
 }

@@ -63,12 +63,15 @@ func (g *globals) writeSymbols(ctx context.Context, rep *patch.Report, out outpu
 }
 
 // symbolLine is a finding as "CLASS: symbol NAME@VERSION (USE, required
-// by OBJECT): MESSAGE", or for a version need "CLASS: version V of LIB
-// (required by OBJECT): MESSAGE".
+// by OBJECT): MESSAGE", for a version need "CLASS: version V of LIB
+// (required by OBJECT): MESSAGE", for a file "CLASS: MESSAGE".
 func symbolLine(s patch.SymbolFinding) string {
 	switch {
 	case s.Class == patch.ClassSkippedDriver || s.Class == patch.ClassNotChecked:
 		return s.Message
+	case s.Symbol == "" && s.Version == "":
+		// A file of the closure as a whole (a table out of bounds).
+		return s.Class + ": " + s.Message
 	case s.Symbol == "":
 		return fmt.Sprintf("%s: version %s of %s (required by %s): %s", s.Class, s.Version, s.Library, s.Object, s.Message)
 	}

@@ -81,7 +81,9 @@ func SplitPath(s string) []string {
 
 // Build computes the cache of a file whose DT_NEEDED names are needed and
 // whose search path (DT_RUNPATH, else DT_RPATH) is path. Names with a '/'
-// are opened as they are by the loader and get no entry. A name listed
+// are opened as they are by the loader and get no entry; a name with a
+// ':' gets "?DIR" elements only (patchelf writes "=DIR/NAME", which the
+// loader opens as the file DIR/ + the name up to the ':'). A name listed
 // twice in DT_NEEDED gets its elements twice, as patchelf writes them.
 func Build(needed []string, path string, fs Prober, r Rules) (Cache, Outcome) {
 	dirs := SplitPath(path)
@@ -101,7 +103,10 @@ func Build(needed []string, path string, fs Prober, r Rules) (Cache, Outcome) {
 			if !searched(n) {
 				continue
 			}
-			if hint {
+			// The loader splits a path list at every ':': a name with
+			// one cannot end an "=" element, and is searched for in
+			// DIR instead.
+			if hint || strings.Contains(n, ":") {
 				lists[n] = append(lists[n], Element{Path: dir})
 				continue
 			}

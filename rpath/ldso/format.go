@@ -38,6 +38,9 @@ func (t *Tree) Format(w io.Writer) error {
 				if n.Note != "" {
 					ew.printf("%s    %s\n", ind, n.Note)
 				}
+				if n.Hint != "" {
+					ew.printf("%s    %s\n", ind, n.Hint)
+				}
 			default:
 				ew.printf("%s%s => %s (%s)\n", ind, name, n.Path, n.describe())
 				if !n.AlreadyLoaded && !seen[n.Path] {

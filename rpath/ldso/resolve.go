@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path"
 	"strings"
 	"syscall"
+
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
 )
 
 // Object is what the search needs to know about one ELF file.
@@ -107,6 +110,10 @@ type Need struct {
 	// the library (NoteNoEntry…); empty when it did, when the requester
 	// has no note, or when the note was not consulted.
 	Note string `json:"note,omitempty"`
+	// Hint is, for a name not found, a directory the requester's search
+	// path seems meant to name that holds it, and why the loader reads
+	// the path otherwise (a ':' splits it, a token in it is expanded).
+	Hint string `json:"hint,omitempty"`
 	// Error is set when ld.so would stop with an error on a candidate (not
 	// an ELF file, bad OS ABI…); ld.so makes that fatal.
 	Error string `json:"error,omitempty"`
@@ -275,6 +282,9 @@ func (r *resolver) mapObject(loader *loaded, n *Need) *loaded {
 		}
 	} else {
 		c = r.search(loader, n)
+		if c == nil && n.Error == "" && !r.cfg.Untraced {
+			n.Hint = r.misreadHint(loader, name)
+		}
 	}
 	if c == nil {
 		return nil
@@ -298,6 +308,42 @@ func (r *resolver) mapObject(loader *loaded, n *Need) *loaded {
 	nl := &loaded{path: c.path, id: id, names: []string{name}, obj: c.obj, origin: origin, loader: loader}
 	r.list = append(r.list, nl)
 	return nl
+}
+
+// misreadHint says where name is in a directory the loader's search path
+// seems meant to name and the loader reads otherwise, "" when it is in none.
+func (r *resolver) misreadHint(loader *loaded, name string) string {
+	lo := loader.obj
+	value := lo.RPath
+	if lo.HasRunPath {
+		value = lo.RunPath
+	}
+	if !strings.ContainsAny(value, "$:") {
+		return ""
+	}
+	stat := func(p string) os.FileInfo {
+		if rest := ldcache.OriginRest(p); rest != p {
+			p = loader.origin + rest
+		}
+		if !path.IsAbs(p) {
+			return nil
+		}
+		hp, err := r.fs.host(p)
+		if err != nil {
+			return nil
+		}
+		fi, err := os.Stat(hp)
+		if err != nil {
+			return nil
+		}
+		return fi
+	}
+	for _, m := range ldcache.MisreadDirs(value, func(d string) bool { fi := stat(d); return fi != nil && fi.IsDir() }) {
+		if fi := stat(m.Dir + "/" + name); fi != nil && fi.Mode().IsRegular() {
+			return fmt.Sprintf("%s/%s exists, but no RUNPATH entry can name %s: %s", m.Dir, name, m.Dir, m.Why)
+		}
+	}
+	return ""
 }
 
 type candidate struct {
@@ -496,17 +542,17 @@ func (r *resolver) expand(l *loaded, s string) (string, bool) {
 		var repl string
 		var n int
 		switch {
-		case dstLen(rest, "ORIGIN") > 0:
-			n = dstLen(rest, "ORIGIN")
+		case ldcache.TokenLen(rest, "ORIGIN") > 0:
+			n = ldcache.TokenLen(rest, "ORIGIN")
 			// Secure mode allows $ORIGIN only at the start of the element.
 			if r.cfg.Secure && (i != 0 || (len(rest) > n && rest[n] != '/')) {
 				return "", false
 			}
 			repl, usedOrigin = l.origin, true
-		case dstLen(rest, "PLATFORM") > 0:
-			n, repl = dstLen(rest, "PLATFORM"), r.cfg.Platform
-		case dstLen(rest, "LIB") > 0:
-			n, repl = dstLen(rest, "LIB"), r.cfg.Lib
+		case ldcache.TokenLen(rest, "PLATFORM") > 0:
+			n, repl = ldcache.TokenLen(rest, "PLATFORM"), r.cfg.Platform
+		case ldcache.TokenLen(rest, "LIB") > 0:
+			n, repl = ldcache.TokenLen(rest, "LIB"), r.cfg.Lib
 		default:
 			b.WriteByte('$')
 			continue
@@ -522,24 +568,6 @@ func (r *resolver) expand(l *loaded, s string) (string, bool) {
 		return "", false
 	}
 	return out, true
-}
-
-// dstLen is is_dst: the length of token ref at the start of s ("NAME" or
-// "{NAME}"), 0 if s does not start with it.
-func dstLen(s, ref string) int {
-	if strings.HasPrefix(s, "{"+ref+"}") {
-		return len(ref) + 2
-	}
-	if !strings.HasPrefix(s, ref) {
-		return 0
-	}
-	if len(s) > len(ref) {
-		c := s[len(ref)]
-		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' {
-			return 0
-		}
-	}
-	return len(ref)
 }
 
 // trusted is is_trusted_path_normalize: p, normalized, lies in a default

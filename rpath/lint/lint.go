@@ -18,6 +18,7 @@ import (
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
 	"github.com/cudapatch/cudapatch/rpath/policy"
@@ -518,6 +519,32 @@ func (l *linter) checkPath(j job, in elfedit.Info, add addFunc) {
 		}
 		seen[key] = true
 		l.checkEntry(p, i, e, add)
+	}
+	l.checkMisread(p, add)
+}
+
+// checkMisread: entries that spell an existing directory the loader
+// reads otherwise, in the main job's words (ldcache.Unnameable).
+func (l *linter) checkMisread(p searchPath, add addFunc) {
+	if !strings.ContainsAny(p.value, "$:") {
+		return
+	}
+	exists := func(d string) bool {
+		if r := ldcache.OriginRest(d); r != d {
+			d = p.origin + r
+		}
+		if !path.IsAbs(d) {
+			return false
+		}
+		_, ok := l.listDir(path.Clean(d))
+		return ok
+	}
+	for _, m := range ldcache.MisreadDirs(p.value, exists) {
+		if len(m.Entries) == 1 {
+			add(MisreadEntry, m.Dir, "%s entry %s names a directory that exists, but no RUNPATH entry can name it: %s", p.tag, m.Dir, m.Why)
+			continue
+		}
+		add(MisreadEntry, m.Dir, "%s entries %s spell the directory %s, which no RUNPATH entry can name: %s", p.tag, strings.Join(m.Entries, " and "), m.Dir, m.Why)
 	}
 }
 

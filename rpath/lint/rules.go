@@ -96,6 +96,7 @@ const (
 	SymbolVersion      = "CP022"
 	SymbolAtLoad       = "CP023"
 	SymbolWhenCalled   = "CP024"
+	MisreadEntry       = "CP025"
 	CompatChoice       = "CP026"
 )
 
@@ -125,6 +126,7 @@ var rules = []Rule{
 	{SymbolVersion, "symbol-version-missing", "a symbol version the file or its closure needs is not defined by the library the loader takes: it fails at load", Error, true},
 	{SymbolAtLoad, "symbol-undefined-at-load", "a data symbol (or any symbol of an object bound now) that an executable's closure uses is defined nowhere in it: it fails at load", Error, true},
 	{SymbolWhenCalled, "symbol-undefined-function", "a function that an executable's closure calls is defined nowhere in it: it fails when first called", Warning, true},
+	{MisreadEntry, "misread-entry", "search-path entries spell a directory that exists, but the loader reads them otherwise (a ':' in its name splits it, a $LIB, $PLATFORM or $ORIGIN in it is expanded)", Error, true},
 	{CompatChoice, "compat-choice", "which libcuda the cuda_compat selector first in the search path takes with the target driver (--driver-version), and why", Info, false},
 }
 

@@ -57,7 +57,9 @@ const (
 	// read (the toolkit's stub is not among the search directories), so
 	// what they could define was not checked. One per file.
 	ClassSkippedDriver = "skipped-driver"
-	// ClassNotChecked: the check could not read a file of the closure.
+	// ClassNotChecked: the check could not read a file of the closure
+	// for a reason the loader does not share (a table it does not model);
+	// a table the loader reads out of its bounds is ClassFailsAtLoad.
 	ClassNotChecked = "not-checked"
 )
 
@@ -437,7 +439,13 @@ func (sc *symbolCheck) checkSafe(f *File) {
 	if err == nil {
 		err = sc.check(f, cfg, tree)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, symcheck.ErrOutOfBounds):
+		// The loader reads the table all the same, past its bounds: the
+		// program crashes or binds from other bytes.
+		f.Symbols = append(f.Symbols, sc.finding(f, SymbolFinding{File: f.Path, Class: ClassFailsAtLoad,
+			Message: err.Error() + ": the loader reads it out of bounds"}))
+	case err != nil:
 		f.Symbols = append(f.Symbols, SymbolFinding{File: f.Path, Class: ClassNotChecked, Severity: SeverityWarning,
 			Message: "symbols not checked: " + err.Error()})
 	}

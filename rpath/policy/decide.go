@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
 )
 
 // Facts are what the policy knows of one file: no bytes, only what was
@@ -81,11 +83,24 @@ func Decide(f Facts, deps, inherited []Dep, c *Config) Decision {
 			needsDriver = true
 		}
 	}
-	entries := c.runpath(f, needsDriver, d.Deps)
+	entries, unnameable := c.runpath(f, needsDriver, d.Deps)
 	d.RunPath = strings.Join(entries, ":")
+	for _, u := range unnameable {
+		if !slices.ContainsFunc(d.Problems, func(o error) bool { return o.Error() == u.err.Error() }) {
+			d.Problems = append(d.Problems, u.err)
+		}
+	}
 	for _, e := range entries {
-		if msg := c.Audit(e); msg != "" {
-			d.Problems = append(d.Problems, fmt.Errorf("%w: RUNPATH entry %q %s", ErrAudit, e, msg))
+		if slices.ContainsFunc(unnameable, func(u unnameableEntry) bool { return u.entry == e }) {
+			continue
+		}
+		// The loader splits the path before anything else: an entry
+		// given with a ':' (an appended one) is audited as the entries
+		// the loader reads.
+		for _, part := range strings.Split(e, ":") {
+			if msg := c.Audit(part); msg != "" {
+				d.Problems = append(d.Problems, fmt.Errorf("%w: RUNPATH entry %q %s", ErrAudit, part, msg))
+			}
 		}
 	}
 	d.AsRPath = d.RunPath != "" && c.ForceRPath
@@ -137,13 +152,19 @@ func classify(deps []Dep, mode DlopenMode) (out []Dep, noteNames []string, needs
 // runpath lists the RUNPATH entries of a file, in policy order, and sets
 // the Entry of the deps it writes otherwise than as their directory. The
 // cuda_compat directory and the driver link come first and are never made
-// relative: they are not in the package's closure.
-func (c *Config) runpath(f Facts, needsDriver bool, deps []Dep) []string {
+// relative: they are not in the package's closure. unnameable are the
+// directories no entry can name (ErrAudit): a ':' or a token the loader
+// expands in the entry as it would be written (made relative, the part
+// after $ORIGIN).
+func (c *Config) runpath(f Facts, needsDriver bool, deps []Dep) (out []string, unnameable []unnameableEntry) {
 	links := f.Links
 	if links == nil {
 		links = hostLinks{}
 	}
-	var fixed, entries []string
+	// named says, for entries made from a directory's path, whose
+	// directory it is (the message's subject); "" for the others: the
+	// appended ones (verbatim) and the old $ORIGIN ones (the file's own).
+	var fixed, entries, named []string
 	if c.DriverLinkFor == DriverLinkAll || c.DriverLinkFor == DriverLinkNeeded && needsDriver {
 		if c.CudaCompat != "" && f.Machine != elf.EM_386 {
 			fixed = append(fixed, c.CudaCompat)
@@ -154,20 +175,29 @@ func (c *Config) runpath(f Facts, needsDriver bool, deps []Dep) []string {
 			fixed = append(fixed, c.DriverLink)
 		}
 	}
+	for _, e := range fixed {
+		if why := ldcache.Unnameable(e); why != "" {
+			unnameable = append(unnameable, unnameableEntry{e, fmt.Errorf("%w: the driver directory %s cannot be a RUNPATH entry: %s", ErrAudit, e, why)})
+		}
+	}
 	if f.Interpreter != "" {
 		entries = append(entries, c.RuntimeDeps...)
+		for _, e := range c.RuntimeDeps {
+			named = append(named, "the runtime dependency "+e)
+		}
 	}
 	for i, d := range deps {
 		if d.How != HowStore && d.How != HowVersioned {
 			continue
 		}
-		e := d.Dir
+		e, what := d.Dir, d.Name+" is in "+d.Dir+", which"
 		if c.PreserveOrigin {
 			if o := sameDirOrigin(links, f.Path, d.Dir, f.OldPath); o != "" {
-				e = o
+				e, what = o, ""
 			}
 		}
 		entries = append(entries, e)
+		named = append(named, what)
 		deps[i].Entry = e
 	}
 	entries = append(entries, c.AppendRunpaths...)
@@ -195,7 +225,29 @@ func (c *Config) runpath(f Facts, needsDriver bool, deps []Dep) []string {
 			deps[i].Entry = ""
 		}
 	}
-	return dedupe(append(fixed, entries...))
+	// Checked as written: a relative entry leaves out the part of the
+	// path the file's directory shares, which $ORIGIN stands for.
+	for i, what := range named {
+		why := ldcache.Unnameable(ldcache.OriginRest(entries[i]))
+		if what == "" || why == "" {
+			continue
+		}
+		var err error
+		if strings.HasSuffix(what, ", which") {
+			err = fmt.Errorf("%w: %s no RUNPATH entry can name: %s", ErrAudit, what, why)
+		} else {
+			err = fmt.Errorf("%w: %s cannot be a RUNPATH entry: %s", ErrAudit, what, why)
+		}
+		unnameable = append(unnameable, unnameableEntry{entries[i], err})
+	}
+	return dedupe(append(fixed, entries...)), unnameable
+}
+
+// unnameableEntry is an entry made from a directory no entry can name,
+// and the audit's error naming the directory.
+type unnameableEntry struct {
+	entry string
+	err   error
 }
 
 // Audit says what is wrong with a RUNPATH entry, or "".

@@ -226,6 +226,20 @@ func TestDecide(t *testing.T) {
 			facts: exeAt(app), deps: []policy.Dep{need("libb.so", "/tmp/nix-build-x/lib")},
 			cfg:     cfg(func(c *policy.Config) { c.BuildDirs = []string{"/tmp/nix-build-x/"} }),
 			runpath: "/tmp/nix-build-x/lib", notes: []string{"libb.so"}, problems: []string{"points into the build directory /tmp/nix-build-x/"}},
+		{name: "a directory no entry can name: a ':' in it, a token in it; the runtime dependency too",
+			facts: exeAt(app), deps: []policy.Dep{need("libb.so", pkgLib+"/x:."), need("libc2.so", pkgLib+"/${LIB}")},
+			cfg:     cfg(func(c *policy.Config) { c.RuntimeDeps = []string{store + "/eee-rt/$PLATFORM/lib"} }),
+			runpath: store + "/eee-rt/$PLATFORM/lib:" + pkgLib + "/x:.:" + pkgLib + "/${LIB}", notes: []string{"libb.so", "libc2.so"},
+			problems: []string{`the runtime dependency ` + store + `/eee-rt/$PLATFORM/lib cannot be a RUNPATH entry: the loader expands "$PLATFORM" in it`,
+				"libb.so is in " + pkgLib + "/x:., which no RUNPATH entry can name: the loader splits entries at ':'",
+				`libc2.so is in ` + pkgLib + `/${LIB}, which no RUNPATH entry can name: the loader expands "${LIB}" in it`}},
+		{name: "a '$' that is no token is a name like any other",
+			facts: libAt(pkgLib + "/liba.so"), deps: []policy.Dep{need("libb.so", pkgLib+"/$LIBx"), need("libc2.so", pkgLib+"/${LIB")},
+			cfg: cfg(), runpath: pkgLib + "/$LIBx:" + pkgLib + "/${LIB", notes: []string{"libb.so", "libc2.so"}},
+		{name: "an appended entry with a ':' is audited as the loader splits it",
+			facts: libAt(pkgLib + "/liba.so"), deps: []policy.Dep{need("libb.so", dep)},
+			cfg:     cfg(func(c *policy.Config) { c.AppendRunpaths = []string{"$ORIGIN:."} }),
+			runpath: dep + ":$ORIGIN:.", notes: []string{"libb.so"}, problems: []string{`RUNPATH entry "." is relative`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := policy.Decide(tc.facts, tc.deps, tc.inherited, tc.cfg)

@@ -3,9 +3,12 @@ package symcheck
 import (
 	"bytes"
 	"debug/elf"
+	"encoding/binary"
 	"math/rand"
 	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -238,4 +241,103 @@ func TestVersionWindow(t *testing.T) {
 	// Still short at the end of the segment: an error naming the table.
 	err = versionRecords(f, &scratch{}, a, 16, "DT_VERNEED", func([]byte) error { return errShort{"entry at +0x0"} })
 	require.EqualError(t, err, "DT_VERNEED: entry at +0x0 runs past its segment")
+}
+
+// overlappingVerneed is the ELF64 little-endian file orig with its
+// DT_VERNEED pointed at n records appended in a PT_LOAD of their own, each
+// an Elf_Verneed (vn_cnt 0xffff, vn_aux 16, vn_next 16) that is also the
+// Elf_Vernaux of the record before: record i's auxiliary chain runs over
+// every record after it, n²/2 visits in all. The last record ends both
+// chains (its own Elf_Vernaux is itself), so every record lies in bounds.
+func overlappingVerneed(t *testing.T, orig []byte, n int) []byte {
+	t.Helper()
+	le := binary.LittleEndian
+	b := bytes.Clone(orig)
+	for len(b)%0x1000 != 0 {
+		b = append(b, 0)
+	}
+	off := uint64(len(b))
+	for i := range n {
+		var r [16]byte
+		le.PutUint16(r[0:], 1)      // vn_version
+		le.PutUint16(r[2:], 0xffff) // vn_cnt
+		le.PutUint32(r[4:], 1)      // vn_file
+		if i < n-1 {
+			le.PutUint32(r[8:], 16)  // vn_aux
+			le.PutUint32(r[12:], 16) // vn_next, and vna_next
+		}
+		b = append(b, r[:]...)
+	}
+	size := uint64(n * 16)
+	phoff, phnum := le.Uint64(b[32:]), int(le.Uint16(b[56:]))
+	var progs []elf.Prog64
+	var top uint64
+	for i := range phnum {
+		var p elf.Prog64
+		_, err := binary.Decode(b[phoff+uint64(i)*56:], le, &p)
+		require.NoError(t, err)
+		progs = append(progs, p)
+		if elf.ProgType(p.Type) == elf.PT_LOAD {
+			top = max(top, p.Vaddr+p.Memsz)
+		}
+	}
+	vaddr := (top + 0xfff) &^ 0xfff
+	last := 0
+	for i, p := range progs {
+		if elf.ProgType(p.Type) == elf.PT_LOAD {
+			last = i
+		}
+		if elf.ProgType(p.Type) == elf.PT_DYNAMIC {
+			set := 0
+			for o := p.Off; o+16 <= p.Off+p.Filesz; o += 16 {
+				switch elf.DynTag(le.Uint64(b[o:])) {
+				case elf.DT_VERNEED:
+					le.PutUint64(b[o+8:], vaddr)
+					set++
+				case elf.DT_VERNEEDNUM:
+					le.PutUint64(b[o+8:], uint64(n))
+					set++
+				}
+			}
+			require.Equal(t, 2, set, "no DT_VERNEED")
+		}
+	}
+	load := elf.Prog64{Type: uint32(elf.PT_LOAD), Flags: uint32(elf.PF_R), Off: off, Vaddr: vaddr, Paddr: vaddr, Filesz: size, Memsz: size, Align: 0x1000}
+	progs = append(progs[:last+1], append([]elf.Prog64{load}, progs[last+1:]...)...)
+	var ph bytes.Buffer
+	for _, p := range progs {
+		require.NoError(t, binary.Write(&ph, le, p))
+	}
+	for len(b)%8 != 0 {
+		b = append(b, 0)
+	}
+	le.PutUint64(b[32:], uint64(len(b)))
+	le.PutUint16(b[56:], uint16(len(progs)))
+	return append(b, ph.Bytes()...)
+}
+
+// TestOverlappingVersionChains: version records whose chains overlap are
+// walked within a budget of the file's size, as the engine walks them: a
+// clear error, fast, instead of n²/2 records (and as many kept).
+func TestOverlappingVersionChains(t *testing.T) {
+	orig, _ := readHost(t, tableFiles[1])
+	b := overlappingVerneed(t, orig, 6000)
+	path := filepath.Join(t.TempDir(), "libhostile.so")
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+	// The engine reads the file (its own walk has the budget).
+	f, err := elfedit.Open(path)
+	require.NoError(t, err)
+	f.Close()
+	for _, what := range []reading{readVersions, readRefs, readSummary} {
+		start := time.Now()
+		var ns names
+		var sp scratchPool
+		_, err := readObject(elfedit.Open, path, what, &ns, sp.get())
+		require.ErrorContains(t, err, "more version records than the file can hold (overlapping chains)")
+		require.ErrorContains(t, err, path+": DT_VERNEED: record at +0x")
+		require.NotErrorIs(t, err, ErrOutOfBounds, "the loader walks them all, in bounds")
+		require.Less(t, time.Since(start), 2*time.Second)
+	}
+	// Through a Checker's public read, too.
+	require.ErrorContains(t, New(Options{}).Read(path), "overlapping chains")
 }

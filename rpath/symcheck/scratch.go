@@ -41,7 +41,11 @@ func (s *scratch) read(f *elfedit.File, k int, addr, n uint64, what string) ([]b
 		// little larger.
 		s.bufs[k] = make([]byte, 0, max(n, min(uint64(cap(s.bufs[k]))*3/2, maxKept)))
 	}
-	return f.ReadMappedInto(s.bufs[k], addr, n, what)
+	b, err := f.ReadMappedInto(s.bufs[k], addr, n, what)
+	if err != nil {
+		return nil, outOfBounds(err)
+	}
+	return b, nil
 }
 
 // scratchPool lends scratches to the passes of one Checker. Unlike a

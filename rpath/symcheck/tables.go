@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -183,7 +184,7 @@ func newStrTable(f *elfedit.File, s *scratch, sparseOver uint64) (*strTable, err
 	}
 	if sparseOver > 0 && size > sparseOver {
 		if err := f.CheckMapped(addr, size, "DT_STRTAB"); err != nil {
-			return nil, err
+			return nil, outOfBounds(err)
 		}
 		return &strTable{f: f, addr: addr, size: size}, nil
 	}
@@ -439,11 +440,11 @@ func (o *object) readTables(f *elfedit.File, s *scratch, extra, sparseOver uint6
 // checked as a whole read would check them.
 func (t *tables) sparse(f *elfedit.File, symtab, n, versym uint64, hasVersym bool) (*tables, error) {
 	if err := f.CheckMapped(symtab, n*uint64(t.symsz), "DT_SYMTAB"); err != nil {
-		return nil, err
+		return nil, outOfBounds(err)
 	}
 	if hasVersym {
 		if err := f.CheckMapped(versym, 2*n, "DT_VERSYM"); err != nil {
-			return nil, err
+			return nil, outOfBounds(err)
 		}
 	}
 	t.lazy = &lazyTables{f: f, n: int(n), sym: symtab, symsz: uint64(t.symsz), versym: versym, hasVersym: hasVersym}
@@ -494,7 +495,7 @@ func (w *window) fill(f *elfedit.File, base, off, n uint64, what string) ([]byte
 	b, err := f.ReadMappedInto(w.buf, base+off, n, what)
 	if err != nil {
 		*w = window{}
-		return nil, err
+		return nil, outOfBounds(err)
 	}
 	*w = window{b, off, off + n}
 	return b, nil
@@ -652,13 +653,20 @@ func (t *tables) readHashes(f *elfedit.File, s *scratch) error {
 		if o.class == elf.ELFCLASS64 {
 			ws = 8
 		}
-		if nbloom == 0 || nbloom&(nbloom-1) != 0 {
+		switch {
+		case nbloom == 0:
+			// The loader masks a word index with nbloom-1: any index.
+			return outOfBounds(errors.New("DT_GNU_HASH: no Bloom filter words"))
+		case nbloom&(nbloom-1) != 0:
 			return fmt.Errorf("DT_GNU_HASH: %d Bloom filter words, not a power of two", nbloom)
 		}
 		size := f.MappedSize(a)
 		head := 16 + ws*uint64(nbloom) + 4*uint64(nb)
-		if head > size || head > maxTable {
-			return fmt.Errorf("DT_GNU_HASH: %d buckets and %d Bloom words run past the end of its segment", nb, nbloom)
+		if head > size {
+			return outOfBounds(fmt.Errorf("DT_GNU_HASH: %d buckets and %d Bloom words run past the end of its segment", nb, nbloom))
+		}
+		if head > maxTable {
+			return fmt.Errorf("DT_GNU_HASH: %d buckets and %d Bloom words", nb, nbloom)
 		}
 		// The chains run to the end bit of the last bucket's chain: find
 		// its end a window at a time, never past the segment, then read
@@ -669,7 +677,13 @@ func (t *tables) readHashes(f *elfedit.File, s *scratch) error {
 		}
 		last := uint32(0)
 		for i := range int(nb) {
-			last = max(last, o.word(bk, i))
+			b := o.word(bk, i)
+			if b != 0 && b < symoff {
+				// The loader reads chain entry b - symoffset: before
+				// the chains, as far as symoffset reaches.
+				return outOfBounds(fmt.Errorf("DT_GNU_HASH: bucket %d starts at symbol %d, below symoffset %d", i, b, symoff))
+			}
+			last = max(last, b)
 		}
 		chains := a + head
 		n := uint64(0)
@@ -678,7 +692,7 @@ func (t *tables) readHashes(f *elfedit.File, s *scratch) error {
 			start := uint64(last - symoff)
 			for w := uint64(1024); n == 0; w *= 8 {
 				if start >= room {
-					return fmt.Errorf("DT_GNU_HASH: chain %d runs past the end of its segment", start)
+					return outOfBounds(fmt.Errorf("DT_GNU_HASH: chain %d runs past the end of its segment", start))
 				}
 				end := min(start+w, room)
 				b, err := s.read(f, bufHash, chains+4*start, 4*(end-start), "DT_GNU_HASH chains")
@@ -692,7 +706,7 @@ func (t *tables) readHashes(f *elfedit.File, s *scratch) error {
 					}
 				}
 				if n == 0 && end == room {
-					return fmt.Errorf("DT_GNU_HASH: chain %d runs past the end of its segment", start)
+					return outOfBounds(fmt.Errorf("DT_GNU_HASH: chain %d runs past the end of its segment", start))
 				}
 			}
 		}
@@ -715,7 +729,7 @@ func (t *tables) readHashes(f *elfedit.File, s *scratch) error {
 		}
 		nb, nc := uint64(o.word(h, 0)), uint64(o.word(h, 1))
 		if 8+4*(nb+nc) > f.MappedSize(a) {
-			return fmt.Errorf("DT_HASH: %d buckets and %d chains run past the end of its segment", nb, nc)
+			return outOfBounds(fmt.Errorf("DT_HASH: %d buckets and %d chains run past the end of its segment", nb, nc))
 		}
 		all, err := s.read(f, bufSysv, a, 8+4*(nb+nc), "DT_HASH")
 		if err != nil {
@@ -740,10 +754,14 @@ func (o *object) readVersions(f *elfedit.File, ns *names, s *scratch, st *strTab
 		num, _ := f.DynValue(elf.DT_VERNEEDNUM)
 		err := versionRecords(f, s, a, versionWindow(num, 16+2*16), "DT_VERNEED", func(b []byte) error {
 			o.needs = nil
+			visits := newVisits(f, 16)
 			off := uint64(0)
 			for range num {
 				if off+16 > uint64(len(b)) {
 					return errShort{fmt.Sprintf("entry at +0x%x", off)}
+				}
+				if err := visits.take(off); err != nil {
+					return err
 				}
 				cnt, file, aux, next := o.order.Uint16(b[off+2:]), o.word(b[off+4:], 0), o.word(b[off+8:], 0), o.word(b[off+12:], 0)
 				vnFile := ns.str(st.cstr(file))
@@ -751,6 +769,9 @@ func (o *object) readVersions(f *elfedit.File, ns *names, s *scratch, st *strTab
 				for range cnt {
 					if ao+16 > uint64(len(b)) {
 						return errShort{fmt.Sprintf("auxiliary entry at +0x%x", ao)}
+					}
+					if err := visits.take(ao); err != nil {
+						return err
 					}
 					hash, flags, other, name, anext := o.word(b[ao:], 0), o.order.Uint16(b[ao+4:]), o.order.Uint16(b[ao+6:]), o.word(b[ao+8:], 0), o.word(b[ao+12:], 0)
 					v := ns.version(version{name: st.cstr(name), hash: hash, hidden: other&0x8000 != 0, file: vnFile, weak: flags&verFlgWeak != 0})
@@ -777,10 +798,14 @@ func (o *object) readVersions(f *elfedit.File, ns *names, s *scratch, st *strTab
 		num, _ := f.DynValue(elf.DT_VERDEFNUM)
 		return versionRecords(f, s, a, versionWindow(num, 20+2*8), "DT_VERDEF", func(b []byte) error {
 			o.verdefs = nil
+			visits := newVisits(f, 8)
 			off := uint64(0)
 			for range num {
 				if off+20 > uint64(len(b)) {
 					return errShort{fmt.Sprintf("entry at +0x%x", off)}
+				}
+				if err := visits.take(off); err != nil {
+					return err
 				}
 				flags, ndx, hash, aux, next := o.order.Uint16(b[off+2:]), o.order.Uint16(b[off+4:]), o.word(b[off+8:], 0), o.word(b[off+8:], 1), o.word(b[off+8:], 2)
 				if off+uint64(aux)+8 > uint64(len(b)) {
@@ -802,6 +827,44 @@ func (o *object) readVersions(f *elfedit.File, ns *names, s *scratch, st *strTab
 	return nil
 }
 
+// visits is the budget of a walk over version records: records that do
+// not overlap are 16 bytes at least (Elf_Verneed, Elf_Vernaux; 8 for
+// Elf_Verdaux), so a walk of a well-formed file visits at most the file's
+// size over that many; chains that overlap (each record's auxiliary chain
+// running over the records after it) would cost time and memory
+// quadratic in the file's size. The engine's walk has the same budget.
+type visits struct{ left uint64 }
+
+func newVisits(f *elfedit.File, recSize uint64) visits {
+	return visits{uint64(max(f.Size(), 0)) / recSize}
+}
+
+// take charges one visit, of the record at +off.
+func (v *visits) take(off uint64) error {
+	if v.left == 0 {
+		return fmt.Errorf("record at +0x%x: more version records than the file can hold (overlapping chains)", off)
+	}
+	v.left--
+	return nil
+}
+
+// ErrOutOfBounds marks a file whose tables the loader would read out of
+// their bounds: a table, or what its header makes the loader read, lies
+// past the segment that maps it (or the file). The loader then crashes or
+// binds from other bytes: the program does not load as checked. The
+// errors that wrap it name the table; errors.Is finds it.
+var ErrOutOfBounds = errors.New("a table the loader reads out of its bounds")
+
+// boundsError is an error of a table read out of its bounds: it reads
+// as err, and is ErrOutOfBounds too.
+type boundsError struct{ err error }
+
+func (e boundsError) Error() string   { return e.err.Error() }
+func (e boundsError) Unwrap() []error { return []error{e.err, ErrOutOfBounds} }
+
+// outOfBounds marks err as ErrOutOfBounds.
+func outOfBounds(err error) error { return boundsError{err} }
+
 // errShort is a version record that runs past the bytes read.
 type errShort struct{ what string }
 
@@ -819,7 +882,10 @@ func versionRecords(f *elfedit.File, s *scratch, a, window uint64, what string, 
 		}
 		err = parse(b)
 		if _, short := err.(errShort); !short || n == size {
-			if err != nil {
+			switch {
+			case short:
+				return outOfBounds(fmt.Errorf("%s: %w", what, err))
+			case err != nil:
 				return fmt.Errorf("%s: %w", what, err)
 			}
 			return nil
@@ -879,7 +945,7 @@ func (o *object) readRelocs(f *elfedit.File, s *scratch) ([]symRef, error) {
 			return nil, fmt.Errorf("%v: size 0x%x", t.addr, n)
 		}
 		if err := f.CheckMapped(a, n, t.addr.String()); err != nil {
-			return nil, err
+			return nil, outOfBounds(err)
 		}
 		// A window at a time: the tables of a big library are MiBs.
 		win := uint64(relocWindow / es * es)

@@ -367,6 +367,12 @@ func (b *builder) faultCases() {
 	b.exe("unresolvable-needed", "CP009", "missing", str(LibFoo), rp, Interp)
 	b.exe("interp-outside-store", "CP010", "foo", str(LibFoo), rp, "/lib64/ld-linux-x86-64.so.2")
 	b.exe("missing-dir", "CP011", "foo", str(LibFoo+":"+Gone), rp, Interp)
+	// A directory literally named $LIB: the loader searches lib/<triplet>.
+	misread := casePrefx + "misread-entry/$LIB"
+	if err := os.MkdirAll(b.tr.Host(misread), 0o755); err != nil {
+		b.tb.Fatal(err)
+	}
+	b.exe("misread-entry", "CP025", "foo", str(LibFoo+":"+misread), rp, Interp)
 	b.exe("verify-failed", "CP012", "foo", str(LibFoo), rp, Interp)
 	makeWX(b.tb, b.tr.Cases[len(b.tr.Cases)-1].Host)
 	b.exe("no-search-path", "CP013", "sys", nil, rp, Interp)
