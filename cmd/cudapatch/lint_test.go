@@ -248,7 +248,7 @@ func TestLintDriverVersion(t *testing.T) {
 	assert.Equal(t, exitOK, code, out+errOut)
 	out, errOut, code = runCLI(t, nil, "lint", "--root", "root", "--driver-version", "580.159.04", file)
 	assert.Equal(t, exitFindings, code, errOut)
-	assert.Contains(t, out, "  error   CP021 compat-older-than-driver: cuda_compat directory "+linttest.Compat+" holds libcuda 580.95.05, older than the driver 580.159.04 the file is to run with: CUDA fails with error 803")
+	assert.Contains(t, out, "  error   CP021 compat-older-than-driver: cuda_compat directory "+linttest.Compat+" holds libcuda 580.95.05, older than the driver 580.159.04 the file is to run with, and the loader takes it on every machine: CUDA fails with error 803")
 	out, _, code = runCLI(t, nil, "lint", "--root", "root", "--driver-version", "580.95.05", file)
 	assert.Equal(t, exitOK, code, out)
 	_, errOut, code = runCLI(t, nil, "lint", "--root", "root", "--driver-version", "580", file)

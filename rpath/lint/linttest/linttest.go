@@ -45,7 +45,8 @@ const (
 	// behind its versioned file name.
 	OldCompat        = "/nix/store/77777777777777777777777777777777-cuda_compat-575/compat"
 	OldCompatVersion = "575.57.08"
-	// Selector holds the libcuda selector of Compat (rpath/selector).
+	// Selector holds the libcuda selector of Compat (rpath/selector),
+	// outside the store the tests lint: built with the host's libc.
 	Selector  = "/nix/store/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-cuda-compat-selector/lib"
 	casePrefx = "/nix/store/99999999999999999999999999999999-"
 )
