@@ -47,7 +47,7 @@ const (
 	OldCompatVersion = "575.57.08"
 	// Selector holds the libcuda selector of Compat (rpath/selector),
 	// outside the store the tests lint: built with the host's libc.
-	Selector  = "/nix/store/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-cuda-compat-selector/lib"
+	Selector  = "/opt/cuda-compat-selector/lib"
 	casePrefx = "/nix/store/99999999999999999999999999999999-"
 )
 
