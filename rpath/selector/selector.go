@@ -259,9 +259,14 @@ func Build(ctx context.Context, spec Spec, cc []string, outDir string) error {
 		return fmt.Errorf("selector: %w", err)
 	}
 	lib := filepath.Join(tmp, Name)
+	// Relative names, run in tmp: the source's name is kept in the
+	// library (its STT_FILE symbol), and a random directory there would
+	// make two builds of one spec differ.
 	args := append(slices.Clone(cc[1:]), "-shared", "-fPIC", "-O2", "-fvisibility=hidden",
-		"-Wl,-soname,"+Name, "-Wl,-z,noexecstack", "-o", lib, c, "-ldl", "-lpthread")
-	out, err := exec.CommandContext(ctx, cc[0], args...).CombinedOutput()
+		"-Wl,-soname,"+Name, "-Wl,-z,noexecstack", "-o", Name, "selector.c", "-ldl", "-lpthread")
+	cmd := exec.CommandContext(ctx, cc[0], args...)
+	cmd.Dir = tmp
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("selector: %s: %w: %s", cc[0], err, oneLine(out))
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -133,4 +134,28 @@ func TestSourceRejects(t *testing.T) {
 	}
 	_, err := selector.Source(goodSpec())
 	require.NoError(t, err)
+}
+
+// TestBuildReproducible: two builds of one spec are the same bytes, as a
+// Nix build checked with --check must be.
+func TestBuildReproducible(t *testing.T) {
+	dir := t.TempDir()
+	compat := filepath.Join(dir, "compat")
+	require.NoError(t, os.MkdirAll(compat, 0o755))
+	src := filepath.Join(dir, "c.c")
+	require.NoError(t, os.WriteFile(src, []byte("int cuInit(unsigned f) { return 0; }\n"), 0o644))
+	b, err := exec.Command("gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(compat, "libcuda.so.580.95.05"), src).CombinedOutput()
+	require.NoError(t, err, "%s", b)
+	require.NoError(t, os.Symlink("libcuda.so.580.95.05", filepath.Join(compat, "libcuda.so.1")))
+	spec, err := selector.ForCompat(compat, []string{"/run/opengl-driver/lib/libcuda.so.1"})
+	require.NoError(t, err)
+	var built [][]byte
+	for _, out := range []string{filepath.Join(dir, "a"), filepath.Join(dir, "b")} {
+		require.NoError(t, os.MkdirAll(out, 0o755))
+		require.NoError(t, selector.Build(context.Background(), spec, []string{"gcc"}, out))
+		data, err := os.ReadFile(filepath.Join(out, selector.Name))
+		require.NoError(t, err)
+		built = append(built, data)
+	}
+	assert.Equal(t, built[0], built[1])
 }
