@@ -220,7 +220,7 @@ func TestHostileJournalBounded(t *testing.T) {
 				{lib},
 			} {
 				r := runBounded(t, filepath.Dir(lib), 30*time.Second, args...)
-				what := []any{"%q: exit %d in %v, %d MiB\n%s%s", args, r.code, r.elapsed, r.maxRSS>>20, r.stdout, r.stderr}
+				what := []any{"%q: exit %d in %v, %d MiB\n%s%s", args, r.code, r.elapsed, r.maxRSS >> 20, r.stdout, r.stderr}
 				require.False(t, r.timedOut, what...)
 				assert.Contains(t, []int{0, 1, 2}, r.code, what...)
 				assert.Less(t, r.elapsed, 10*time.Second, what...)
