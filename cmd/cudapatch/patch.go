@@ -340,7 +340,7 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Opt
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		var sig interrupted
 		if errors.As(context.Cause(ctx), &sig) {
-			return withCode(128+int(sig.sig), sig)
+			return withCode(128+int(sig.sig), fmt.Errorf("%w: every file being written was written to the end, the others are left as they are", sig))
 		}
 		return withCode(exitUsage, err)
 	case onlyFindings(rep):
@@ -465,7 +465,8 @@ func appendPlural(b []byte, n int, noun string) []byte {
 type interrupted struct{ sig syscall.Signal }
 
 func (e interrupted) Error() string {
-	return fmt.Sprintf("interrupted (%v): every file being written was written to the end", e.sig)
+	name := map[syscall.Signal]string{syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM"}[e.sig]
+	return "interrupted by " + name
 }
 
 // onInterrupt returns ctx, ended with an interrupted cause on the first

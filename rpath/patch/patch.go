@@ -273,7 +273,7 @@ func (c *config) write(ctx context.Context, rep *Report, step func()) error {
 		// others are left as they are, and counted failed.
 		for i, k := range order {
 			if f := rep.Files[k]; !written[i] {
-				f.addError(ErrorWrite, fmt.Errorf("not written: %w; left as it is", context.Cause(ctx)))
+				f.addError(ErrorWrite, fmt.Errorf("not written (%w); left as it is", context.Cause(ctx)))
 				rep.Changed--
 				rep.Failed++
 			}
