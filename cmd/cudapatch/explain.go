@@ -65,6 +65,7 @@ func explainCommand(g *globals) *cli.Command {
 				}
 				return withCode(exitUsage, fmt.Errorf("explain: %s: %w", file, err))
 			}
+			g.noteInterrupted(file, f)
 			in := f.Info()
 			f.Close()
 			cfg, err := ldso.DefaultConfig(root, in.ELFClass(), in.ELFMachine())

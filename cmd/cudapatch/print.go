@@ -49,6 +49,7 @@ func printCommand(g *globals) *cli.Command {
 					out = append(out, entry{Path: path, Error: msg})
 					continue
 				}
+				g.noteInterrupted(path, f)
 				in := f.Info()
 				lc := readLDCache(f)
 				names, err := policy.DiscoverDlopen(f)
