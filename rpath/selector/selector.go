@@ -25,7 +25,8 @@
 //     SYS/module/nvidia/version;
 //   - applies nvdriver.Choose's rules 1-4 and 6 with the compat version and
 //     driver branches fixed at generation (the devices are unknown before a
-//     libcuda is loaded, so rule 5 never applies);
+//     libcuda is loaded, so rule 5 never applies); with no module version
+//     but SYS/module/nvgpu present (a Jetson), compat;
 //   - dlopens the chosen file by absolute path (RTLD_NOW|RTLD_LOCAL): the
 //     compat file, or the first of Spec.Driver that loads;
 //   - fills the table by dlsym. A function the chosen library lacks returns
