@@ -1,4 +1,5 @@
-# cudapatch, the program. Built from the Go sources only, so editing nix/ or
+# cudapatch, the program. Built from the Go sources only (.go, and the .s
+# of the CPUID reader), so editing nix/ or
 # the docs does not rebuild it.
 {
   lib,
@@ -14,7 +15,7 @@ buildGoModule {
   src = lib.fileset.toSource {
     root = ../.;
     fileset = lib.fileset.fileFilter (
-      file: file.hasExt "go" || file.name == "go.mod" || file.name == "go.sum"
+      file: file.hasExt "go" || file.hasExt "s" || file.name == "go.mod" || file.name == "go.sum"
     ) ../.;
   };
 
