@@ -11,10 +11,11 @@ buildGoModule {
   pname = "cudapatch";
   inherit version;
 
+  # The Go sources and their assembly (.s: rpath/ldso/internal/x86isa).
   src = lib.fileset.toSource {
     root = ../.;
     fileset = lib.fileset.fileFilter (
-      file: file.hasExt "go" || file.name == "go.mod" || file.name == "go.sum"
+      file: file.hasExt "go" || file.hasExt "s" || file.name == "go.mod" || file.name == "go.sum"
     ) ../.;
   };
 
