@@ -7,9 +7,11 @@
 # cudapatch flags; every decision about a RUNPATH is cudapatch's.
 #
 # @driverLink@ (the driver library directory, /run/opengl-driver/lib) and
-# @cudaCompat@ (cuda_compat's compat directory, or empty) are substituted by
-# makeSetupHook (nix/hook.nix). A derivation may override either by setting
-# cudaPatchelfDriverLink or cudaPatchelfCudaCompat (empty: no compat entry).
+# @cudaCompat@ (the lib directory of cuda_compat's selector, nix/selector.nix,
+# or empty) are substituted by makeSetupHook (nix/hook.nix). A derivation may
+# override either by setting cudaPatchelfDriverLink or cudaPatchelfCudaCompat
+# (empty: no compat entry). cudapatch uses a compat directory as given when it
+# holds a selector or no libcuda, and refuses cuda_compat's own directory.
 
 # Propagated twice, the hook would gather every library directory twice.
 if [[ -n ${cudaPatchelfHookSourced-} ]]; then
@@ -361,7 +363,10 @@ _cudaPatchelfTakeOver() {
             fi
         else
             if [[ $entry == "autoFixElfFiles addCudaCompatRunpath" ]]; then
-                _cudaPatchelfLog "leaving '$entry' in place: this cudaPatchelfHook has no cuda_compat directory"
+                _cudaPatchelfLog "leaving '$entry' in place: this cudaPatchelfHook has no cuda_compat directory," \
+                    "so compat's libcuda comes first on every machine, a newer driver's too;" \
+                    "give the hook cuda_compat (cudaPatchelfHook.override { inherit cuda_compat; })" \
+                    "to choose between them when each process starts"
             fi
             kept+=("$entry")
         fi

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
+	"github.com/cudapatch/cudapatch/rpath/nvdriver"
+	"github.com/cudapatch/cudapatch/rpath/selector"
 )
 
 // The Nix tier: real nix-builds of derivations that use cudaPatchelfHook,
@@ -58,6 +61,9 @@ type nixOutput struct {
 	// NotInClosure: store paths, by name, that the output's closure must
 	// not hold (cuda_compat where the hook has none, the Go toolchain).
 	NotInClosure map[string]string `json:"notInClosure"`
+	// InClosure: store paths, by name, that it must hold without
+	// referencing them (cuda_compat, which the selector loads).
+	InClosure map[string]string `json:"inClosure"`
 }
 
 type nixProgramRun struct {
@@ -69,7 +75,15 @@ type nixProgramRun struct {
 	// WithDriver runs the program with the test's driver library mounted
 	// at the driver link, in a private mount namespace.
 	WithDriver bool `json:"withDriver"`
+	// Module, where set, is the NVIDIA kernel module the program sees, in
+	// a private mount namespace: a version ("535.261.03") is written to
+	// /proc/driver/nvidia/version; "none" hides any module. Unset, the
+	// machine's own (if any) is seen.
+	Module string `json:"module"`
 }
+
+// noModule is nixProgramRun.Module's value that hides any kernel module.
+const noModule = "none"
 
 type nixFailing struct {
 	DrvPath string            `json:"drvPath"`
@@ -294,7 +308,8 @@ func TestNixBuild(t *testing.T) {
 	}
 	ns := probeMountNamespace()
 	if ns != nil {
-		t.Logf("no private mount namespace (%v): programs that need the driver are checked with LD_DEBUG instead of run", ns)
+		t.Logf("no private mount namespace (%v): programs that need the driver or a kernel module are checked "+
+			"by what the loader resolves libcuda.so.1 to, and run only where that needs neither", ns)
 	}
 
 	var summary []closureRow
@@ -435,6 +450,11 @@ func checkNixCase(t *testing.T, n *nix, m *nixManifest, name string, c nixCase, 
 			for what, p := range o.NotInClosure {
 				if slices.Contains(reqs, p) {
 					t.Errorf("the closure holds %s (%s)", what, p)
+				}
+			}
+			for what, p := range o.InClosure {
+				if !slices.Contains(reqs, p) {
+					t.Errorf("the closure lacks %s (%s)", what, p)
 				}
 			}
 			t.Logf("%s: closure %d paths, %d bytes; references %v", o.Path, len(reqs), size, shortNames(refs))
@@ -681,8 +701,9 @@ func noteProblems(f *elf.File, refs map[string]bool) []string {
 // libraries on a user's machine: no LD_LIBRARY_PATH, the loader cache
 // inhibited (through the interpreter) and, separately, started directly
 // (through its PT_INTERP); a static executable only directly. With
-// WithDriver the test's libcuda is mounted at the driver link in a private
-// mount namespace (nothing outside sees it).
+// WithDriver the test's libcuda is mounted at the driver link, and with
+// Module the kernel module is faked or hidden, in a private mount
+// namespace (nothing outside sees either).
 func runProgram(t *testing.T, m *nixManifest, rel, path string, dynamic bool, r nixProgramRun, namespaces bool) {
 	t.Helper()
 	env := []string{"PATH=/usr/bin:/bin"}
@@ -704,36 +725,124 @@ func runProgram(t *testing.T, m *nixManifest, rel, path string, dynamic bool, r 
 			}
 		}
 	}
+	direct := func(how string) {
+		check(how+"loader cache inhibited", exec.Command(m.Interpreter, "--inhibit-cache", path))
+		check(how+"started directly", exec.Command(path))
+	}
 	if !dynamic {
 		check("static, started directly", exec.Command(path))
 		return
 	}
-	if !r.WithDriver {
-		check("loader cache inhibited", exec.Command(m.Interpreter, "--inhibit-cache", path))
-		check("started directly", exec.Command(path))
+	if !r.WithDriver && r.Module == "" {
+		direct("")
 		return
 	}
 	if !namespaces {
-		// Without a namespace: the loader must look for the driver's
-		// library at the driver link (and, there being none, fail).
-		cmd := exec.Command(m.Interpreter, "--inhibit-cache", path)
-		cmd.Env = append(env, "LD_DEBUG=libs")
-		out, _ := cmd.CombinedOutput()
-		if !searchedDir(out, "libcuda.so.1", m.DriverLink) {
-			t.Errorf("%s: the loader never searched %s for libcuda.so.1:\n%s", rel, m.DriverLink, out)
-		}
+		runWithoutNamespace(t, m, rel, path, r, direct)
 		return
 	}
-	script := `mount -t tmpfs cudapatch-test /run && mkdir -p "$1" && cp "$2"/* "$1"/ && shift 2 && exec "$@"`
+	var what []string
+	link, lib := "", ""
+	if r.WithDriver {
+		what = append(what, "driver mounted")
+		link, lib = m.DriverLink, m.DriverLib
+	}
+	switch r.Module {
+	case "":
+	case noModule:
+		what = append(what, "no kernel module")
+	default:
+		what = append(what, "kernel module "+r.Module)
+	}
 	for _, how := range []struct {
 		name string
 		argv []string
 	}{
-		{"driver mounted, loader cache inhibited", []string{m.Interpreter, "--inhibit-cache", path}},
-		{"driver mounted, started directly", []string{path}},
+		{"loader cache inhibited", []string{m.Interpreter, "--inhibit-cache", path}},
+		{"started directly", []string{path}},
 	} {
-		args := append([]string{"--mount", "--propagation", "private", "sh", "-c", script, "sh", m.DriverLink, m.DriverLib}, how.argv...)
-		check(how.name, exec.Command("unshare", args...))
+		args := append([]string{"--mount", "--propagation", "private", "sh", "-c", machineScript, "sh", link, lib, r.Module}, how.argv...)
+		check(strings.Join(append(what, how.name), ", "), exec.Command("unshare", args...))
+	}
+}
+
+// machineScript, run by sh in a private mount namespace with the arguments
+// LINK LIB MODULE COMMAND..., makes the machine a program sees: LIB's files
+// at the driver link LINK (a tmpfs on /run), unless LINK is empty; the
+// kernel module MODULE (nixProgramRun.Module) on a tmpfs over /proc/driver
+// (/sys/module hidden too where it names an NVIDIA module: the selector
+// reads /sys/module/nvidia/version, and takes a Jetson's nvgpu for a module);
+// then runs COMMAND.
+const machineScript = `set -e
+link=$1 lib=$2 module=$3
+shift 3
+if [ -n "$link" ]; then
+	mount -t tmpfs cudapatch-test /run
+	mkdir -p "$link"
+	cp "$lib"/* "$link"/
+fi
+if [ -n "$module" ]; then
+	mount -t tmpfs cudapatch-test /proc/driver
+	if [ -e /sys/module/nvidia ] || [ -e /sys/module/nvgpu ]; then
+		mount -t tmpfs cudapatch-test /sys/module
+	fi
+	if [ "$module" != none ]; then
+		mkdir /proc/driver/nvidia
+		printf 'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build\n' "$module" >/proc/driver/nvidia/version
+	fi
+fi
+exec "$@"`
+
+// runWithoutNamespace checks what can be checked of a run that needs the
+// driver mounted or a kernel module faked, where no private mount namespace
+// can be had: what the loader resolves libcuda.so.1 to decides it.
+//   - Not found: the loader must have looked for it at the driver link.
+//   - A selector: it must load the driver from the driver link when it takes
+//     the driver; and a run on a machine without a kernel module, which
+//     needs neither, is run when this machine has none.
+//   - Another library in the store (compat's own): the driver link is never
+//     read, so the run is run as it is.
+func runWithoutNamespace(t *testing.T, m *nixManifest, rel, path string, r nixProgramRun, direct func(how string)) {
+	t.Helper()
+	cmd := exec.Command(m.Interpreter, "--inhibit-cache", path)
+	cmd.Env = []string{"LD_TRACE_LOADED_OBJECTS=1", "PATH=/usr/bin:/bin"}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Errorf("%s: the loader cannot list it: %v\n%s", rel, err, out)
+		return
+	}
+	libcuda := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		if name, target, ok := strings.Cut(strings.TrimSpace(line), " => "); ok && name == "libcuda.so.1" {
+			libcuda, _, _ = strings.Cut(target, " (0x")
+		}
+	}
+	switch {
+	case libcuda == "" || libcuda == "not found":
+		cmd := exec.Command(m.Interpreter, "--inhibit-cache", path)
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "LD_DEBUG=libs"}
+		out, _ := cmd.CombinedOutput()
+		if !searchedDir(out, "libcuda.so.1", m.DriverLink) {
+			t.Errorf("%s: the loader never searched %s for libcuda.so.1:\n%s", rel, m.DriverLink, out)
+		}
+	case storePathOf(libcuda) == "":
+		t.Errorf("%s: libcuda.so.1 resolves to %s, outside the store", rel, libcuda)
+	default:
+		info, err := selector.Read(libcuda)
+		if errors.Is(err, selector.ErrNotSelector) {
+			direct("no namespace, libcuda.so.1 from " + libcuda + ", ")
+			return
+		}
+		if err != nil {
+			t.Errorf("%s: libcuda.so.1: %v", rel, err)
+			return
+		}
+		if want := filepath.Join(m.DriverLink, "libcuda.so.1"); !slices.Contains(info.Driver, want) {
+			t.Errorf("%s: the selector %s loads the driver from %q, not %s", rel, libcuda, info.Driver, want)
+		}
+		if here := nvdriver.ReadMachine("/proc", "/sys"); r.Module == noModule && here.Module == "" && !here.Tegra {
+			direct("no namespace, no kernel module on this machine, ")
+		}
 	}
 }
 
@@ -780,11 +889,13 @@ func searchedDir(out []byte, lib, dir string) bool {
 const killedBuilder = "failed due to signal 9 (Killed)"
 
 // probeMountNamespace says whether this process may run a command in a
-// private mount namespace with a tmpfs on /run (root on a VM or a
-// privileged container); nil when it may.
+// private mount namespace with a tmpfs on /run and one on /proc/driver
+// (root on a VM or a privileged container), as machineScript does; nil
+// when it may.
 func probeMountNamespace() error {
 	out, err := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c",
-		"mount -t tmpfs cudapatch-test /run && mkdir -p /run/probe").CombinedOutput()
+		"mount -t tmpfs cudapatch-test /run && mkdir -p /run/probe && "+
+			"mount -t tmpfs cudapatch-test /proc/driver && mkdir /proc/driver/nvidia").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%v: %s", err, bytes.TrimSpace(out))
 	}

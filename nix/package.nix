@@ -12,6 +12,7 @@ buildGoModule {
   pname = "cudapatch";
   inherit version;
 
+  # The Go sources and their assembly (.s: rpath/ldso/internal/x86isa).
   src = lib.fileset.toSource {
     root = ../.;
     fileset = lib.fileset.fileFilter (

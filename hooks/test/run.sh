@@ -580,6 +580,66 @@ if ((status == 0)) || [[ -e $dir/done ]]; then
 fi
 expect_log "$dir/build.log" 'invalid value "bogus" for --symbols'
 
+# --- 17: cuda_compat's own libcuda, and its selector. The compat directories
+# above hold no libcuda and are used as given. A directory holding compat's
+# own libcuda is refused (its libcuda fails on a driver not older than it),
+# and nothing is written; the selector built from it (cudapatch selector,
+# as nix/selector.nix runs it) takes its place first in every RUNPATH, in
+# each file's resolution note, and in the take-over of
+# autoAddCudaCompatRunpath; cudaPatchelfCudaCompat names either.
+realcompat=$(mkpkg cuda_compat-580)/compat
+mkdir -p "$realcompat"
+printf 'int cuInit(unsigned f) { (void)f; return 1; }\n' >"$WORK/compat-libcuda.c"
+"${CC:-gcc}" -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$realcompat/libcuda.so.580.95.05" "$WORK/compat-libcuda.c"
+ln -sf libcuda.so.580.95.05 "$realcompat/libcuda.so.1"
+sel=$(mkpkg cuda-compat-selector-580)/lib
+scenario=selector-build
+if ! CC=${CC:-gcc} "$CUDAPATCH" selector --cuda-compat "$realcompat" --driver-link "$driver" \
+	--out "$sel" >"$WORK/selector.log" 2>&1; then
+	fail "cudapatch selector: $(cat "$WORK/selector.log")"
+fi
+hook_realcompat=$(mkhook cuda-patchelf-hook-realcompat "$realcompat")
+hook_selector=$(mkhook cuda-patchelf-hook-selector "$sel")
+
+build compat-own-libcuda \
+	nativeBuildInputs="$hook_realcompat" buildInputs="$dep"
+if ((status == 0)) || [[ -e $dir/done ]]; then
+	fail "a compat directory with compat's own libcuda: the build succeeded"
+fi
+expect_log "$dir/build.log" "cuda_compat: $realcompat/libcuda.so.1 is cuda_compat's own libcuda"
+expect_log "$dir/build.log" "--cuda-compat-selector"
+expect_log "$dir/build.log" "cudapatch failed (exit status"
+expect_interp "$out/bin/app" /nonexistent/ld.so
+expect_runpath "$out/lib/libgpu.so" /opt/vendor/lib
+
+build compat-selector \
+	nativeBuildInputs="$fake_ldcache_fixup $fake_driver $hook_selector $fake_compat" buildInputs="$dep"
+if expect_success; then
+	expect_runpath "$out/bin/app" "$sel:$driver:$out/lib:$dep/lib"
+	expect_runpath "$out/lib/libgpu.so" "$sel:$driver"
+	expect_runs "$out/bin/app"
+	got=$("$loader" --inhibit-cache --list "$out/lib/libgpu.so" 2>&1 | sed -n 's/^[[:space:]]*libcuda\.so\.1 => \([^ ]*\).*/\1/p')
+	[[ $got == "$sel/libcuda.so.1" ]] || fail "libgpu.so: libcuda.so.1 resolves to '$got', want the selector $sel/libcuda.so.1"
+	readelf -p .note.nixos.ldcache "$out/lib/libgpu.so" | grep -qF "=$sel/libcuda.so.1" ||
+		fail "libgpu.so: the resolution note does not name the selector"
+	expect_log "$dir/build.log" "taking over postFixupHooks entry 'autoFixElfFiles addCudaCompatRunpath' of autoAddCudaCompatRunpath"
+	expect_no_log "$dir/build.log" "$realcompat"
+fi
+
+# cudaPatchelfCudaCompat: the selector over a hook without compat; compat's
+# own directory over the selector hook is refused.
+build compat-var-selector \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" cudaPatchelfCudaCompat="$sel"
+if expect_success; then
+	expect_runpath "$out/lib/libgpu.so" "$sel:$driver"
+fi
+build compat-var-own-libcuda \
+	nativeBuildInputs="$hook_selector" buildInputs="$dep" cudaPatchelfCudaCompat="$realcompat"
+if ((status == 0)) || [[ -e $dir/done ]]; then
+	fail "cudaPatchelfCudaCompat naming compat's own libcuda: the build succeeded"
+fi
+expect_log "$dir/build.log" "is cuda_compat's own libcuda"
+
 if ((failures > 0)); then
 	echo "$failures assertion(s) failed; scratch tree kept in $WORK"
 	exit 1

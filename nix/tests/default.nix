@@ -31,7 +31,15 @@ let
   '';
   rt = runCommand "cudapatch-hook-rt" { } ''mkdir -p "$out/lib"'';
 
-  fakeCompat = runCommand "fake-cuda-compat" { } ''mkdir -p "$out/compat"'';
+  # A cuda_compat of one function: compat/libcuda.so.580.95.05 (the version
+  # in its name, which the selector needs) and the libcuda.so.1 link.
+  fakeCompat = runCommandCC "fake-cuda-compat-580.95.05" { } ''
+    mkdir -p "$out/compat"
+    echo 'int cuInit(unsigned f) { (void)f; return 1; }' >libcuda.c
+    $CC -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$out/compat/libcuda.so.580.95.05" libcuda.c
+    ln -s libcuda.so.580.95.05 "$out/compat/libcuda.so.1"
+  '';
+  compatHook = cudaPatchelfHook.override { cuda_compat = fakeCompat; };
 
   driver = "${addDriverRunpath.driverLink}/lib";
 
@@ -42,7 +50,7 @@ let
       __structuredAttrs = structured;
       dontUnpack = true;
       nativeBuildInputs = [
-        (if compat then cudaPatchelfHook.override { cuda_compat = fakeCompat; } else cudaPatchelfHook)
+        (if compat then compatHook else cudaPatchelfHook)
       ];
       buildInputs = [ dep ];
       runtimeDependencies = [ rt ];
@@ -61,7 +69,8 @@ let
     { structured, compat }:
     let
       drv = patched { inherit structured compat; };
-      head = lib.optionalString compat "${fakeCompat}/compat:" + driver;
+      # With cuda_compat, its selector comes first.
+      head = lib.optionalString compat "${compatHook.cudaCompatSelector}/lib:" + driver;
       tail = "\\$ORIGIN/../libexec";
     in
     runCommand "check-${drv.name}" { nativeBuildInputs = [ binutils ]; } ''

@@ -7,7 +7,10 @@
 #   OUTDIR/cuda_cudart/lib/stubs/libcuda.so        the link-time stub (cuInit 100)
 #   OUTDIR/cuda_cudart/lib/stubs/libcuda.so.1      -> libcuda.so
 #   OUTDIR/libcublas/lib/libcublas.so.12           NEEDED libcudart.so.12
-#   OUTDIR/cuda_compat/compat/libcuda.so.1         cuda_compat's libcuda (cuInit 1)
+#   OUTDIR/cuda_compat/compat/libcuda.so.580.95.05 cuda_compat's libcuda (cuInit 1),
+#                                                  with its forward-compatibility
+#                                                  note (branches 535-580)
+#   OUTDIR/cuda_compat/compat/libcuda.so.1         -> libcuda.so.580.95.05
 #   OUTDIR/driver/lib/libcuda.so.1                 the "driver" (cuInit 0), only
 #                                                  ever seen at run time
 #   OUTDIR/gpuapp/bin/gpuapp                       NEEDED libgpu.so libcublas.so.12
@@ -42,7 +45,10 @@ so() { # so OUT SONAME SOURCE [ARGS...]
 
 so "$out/cuda_cudart/lib/stubs/libcuda.so" libcuda.so.1 "$sample/cuda-stub.c"
 ln -s libcuda.so "$out/cuda_cudart/lib/stubs/libcuda.so.1"
-so "$out/cuda_compat/compat/libcuda.so.1" libcuda.so.1 "$src/libcuda.c" -DCUINIT_RESULT=1
+# Its version is in its name, as in cuda_compat: the selector needs it.
+so "$out/cuda_compat/compat/libcuda.so.580.95.05" libcuda.so.1 "$src/libcuda.c" \
+	-DCUINIT_RESULT=1 -DCOMPAT_NOTE
+ln -s libcuda.so.580.95.05 "$out/cuda_compat/compat/libcuda.so.1"
 so "$out/driver/lib/libcuda.so.1" libcuda.so.1 "$src/libcuda.c" -DCUINIT_RESULT=0
 
 so "$build/libcudart.so.12" libcudart.so.12 "$src/cudart.c" \

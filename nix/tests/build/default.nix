@@ -28,6 +28,7 @@ let
       cudapatchExe
       hostGo
       hostGoModCache
+      hostCC
       hostPatchelf
       hostInterp
       hostLibc
@@ -78,6 +79,8 @@ let
   '';
   # A runtime dependency (dlopened plugins): an empty lib/.
   rt = runCommand "rt-plugins" { } ''mkdir -p "$out/lib"'';
+  # compat/libcuda.so.580.95.05 (and the libcuda.so.1 link), with the
+  # forward-compatibility note of the real one: branches 535 to 580.
   cuda_compat = runCommand "cuda_compat-12.0" { src = cudaFixtures; } ''
     cp -r "$src/cuda_compat" "$out"
   '';
@@ -115,7 +118,10 @@ let
       cp -r "$src/libcublas/lib" "$out/"
     '';
   };
+  # With cuda_compat, the hook names its selector (nix/selector.nix) where
+  # compat's directory would be.
   compatHook = cudaPatchelfHook.override { inherit cuda_compat; };
+  selector = compatHook.cudaCompatSelector;
   # The hooks cudaPatchelfHook takes over, as a CUDA package lists them.
   oldHooks = [
     pkgs.autoPatchelfHook
@@ -194,7 +200,8 @@ let
     searchCmd = "addAutoPatchelfSearchPath";
   };
   # With a hook that has no cuda_compat of its own, autoAddCudaCompatRunpath
-  # stays and prepends its directory after cudapatch: same RUNPATHs.
+  # stays and prepends compat's own directory after cudapatch: compat's
+  # libcuda first on every machine, as without cudapatch.
   takeoverOwnCompat = gpuapp {
     name = "gpuapp-takeover-own-compat";
     hooks = [
@@ -300,11 +307,34 @@ let
   runSample = {
     "bin/app" = [ { want = "sample 42"; } ];
   };
-  # gpuapp's outputs, given the package and whether cuda_compat comes first.
+  # Kernel-module versions the runs fake (/proc/driver/nvidia/version in a
+  # private mount namespace): older than compat (580.95.05), of a branch its
+  # note lists and of one it does not; compat's own; newer, of its branch
+  # and of a later one. "none" hides any module.
+  module = {
+    older = "535.261.03";
+    olderUnlisted = "545.23.08";
+    same = "580.95.05";
+    sameBranchNewer = "580.159.04";
+    newer = "590.10.01";
+    none = "none";
+  };
+  # gpuapp's outputs, given the package and where libcuda.so.1 comes from:
+  # "driver" (no cuda_compat), "selector" (the hook's cuda_compat: its
+  # selector first), "compat" (compat's own directory first, prepended by
+  # autoAddCudaCompatRunpath after cudapatch).
   gpuappExpect =
-    self: compat:
+    self: libcuda:
     let
-      head = (if compat then "${cuda_compat}/compat:" else "") + D;
+      head =
+        {
+          driver = "";
+          selector = "${selector}/lib:";
+          compat = "${cuda_compat}/compat:";
+        }
+        .${libcuda}
+        + D;
+      run = want: extra: { want = "gpu cuInit=${toString want} cublas=13"; } // extra;
     in
     {
       out = {
@@ -314,31 +344,76 @@ let
           cuda_cudart
           glibc
         ]
-        ++ (if compat then [ cuda_compat ] else [ ]);
+        ++ {
+          driver = [ ];
+          selector = [ selector ];
+          compat = [ cuda_compat ];
+        }
+        .${libcuda};
         runpaths = {
           "bin/gpuapp" = "${head}:${self}/lib:${libcublas}/lib:${cuda_cudart}/lib";
           "lib/libgpu.so" = head;
         };
-        # Without cuda_compat, nothing in the closure is compat.
-        notInClosure = if compat then { } else { inherit cuda_compat; };
-        # Without compat, libcuda.so.1 comes from the driver only; with it,
-        # compat's libcuda shadows the driver's.
+        # Without cuda_compat, nothing in the closure is compat; with the
+        # selector, compat is there through it (the selector loads it by
+        # store path).
+        notInClosure = if libcuda == "driver" then { inherit cuda_compat selector; } else { };
+        inClosure = if libcuda == "selector" then { inherit cuda_compat; } else { };
+        # cuInit names the libcuda that answered: 0 the driver's, 1
+        # compat's, 100 the selector's own answer when neither can work
+        # (no module, or the chosen file missing).
         runs."bin/gpuapp" =
-          if compat then
-            [
-              { want = "gpu cuInit=1 cublas=13"; }
-              {
-                want = "gpu cuInit=1 cublas=13";
+          {
+            # libcuda.so.1 from the driver only, whatever the module.
+            driver = [
+              (run 0 { withDriver = true; })
+              (run 0 {
                 withDriver = true;
-              }
-            ]
-          else
-            [
-              {
-                want = "gpu cuInit=0 cublas=13";
-                withDriver = true;
-              }
+                module = module.older;
+              })
             ];
+            # The choice made when the process starts.
+            selector = [
+              (run 100 { module = module.none; })
+              (run 100 {
+                module = module.none;
+                withDriver = true;
+              })
+              (run 1 { module = module.older; })
+              (run 1 {
+                module = module.older;
+                withDriver = true;
+              })
+              (run 0 {
+                module = module.olderUnlisted;
+                withDriver = true;
+              })
+              (run 0 {
+                module = module.same;
+                withDriver = true;
+              })
+              (run 0 {
+                module = module.sameBranchNewer;
+                withDriver = true;
+              })
+              (run 0 {
+                module = module.newer;
+                withDriver = true;
+              })
+              (run 100 { module = module.newer; })
+            ];
+            # Compat's libcuda on every machine, a newer module too (where
+            # a real one fails with CUDA error 803).
+            compat = [
+              (run 1 { })
+              (run 1 { withDriver = true; })
+              (run 1 {
+                withDriver = true;
+                module = module.newer;
+              })
+            ];
+          }
+          .${libcuda};
       };
     };
   splitExpect = self: {
@@ -432,20 +507,20 @@ let
     };
     gpuapp = {
       drv = cuda;
-      outputs = gpuappExpect cuda false;
+      outputs = gpuappExpect cuda "driver";
     };
     gpuapp-twice = {
       drv = cudaTwice;
-      outputs = gpuappExpect cudaTwice false;
+      outputs = gpuappExpect cudaTwice "driver";
       sameClosureAs = "gpuapp";
     };
     gpuapp-compat = {
       drv = cudaCompat;
-      outputs = gpuappExpect cudaCompat true;
+      outputs = gpuappExpect cudaCompat "selector";
     };
     gpuapp-takeover = {
       drv = takeover;
-      outputs = gpuappExpect takeover true;
+      outputs = gpuappExpect takeover "selector";
       log = takeoverLog ++ [
         "taking over postFixupHooks entry 'autoFixElfFiles addCudaCompatRunpath' of autoAddCudaCompatRunpath"
       ];
@@ -455,13 +530,21 @@ let
     };
     gpuapp-takeover-own-compat = {
       drv = takeoverOwnCompat;
-      outputs = gpuappExpect takeoverOwnCompat true;
+      outputs = gpuappExpect takeoverOwnCompat "compat";
       log = takeoverLog ++ [
         "leaving 'autoFixElfFiles addCudaCompatRunpath' in place"
       ];
       logCount."taking over postFixupHooks entry" = 3;
       logCount."taking over fixupOutputHooks entry" = 1;
-      sameClosureAs = "gpuapp-compat";
+    };
+    # The selector itself: libcuda.so.1 alone, referencing compat only (its
+    # libcuda's store path), never cudapatch or the compiler.
+    cuda-compat-selector = {
+      drv = selector;
+      outputs.out = {
+        references = [ cuda_compat ];
+        runpaths."lib/libcuda.so.1" = "";
+      };
     };
     propagated = {
       drv = propagated;

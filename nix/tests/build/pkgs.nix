@@ -10,10 +10,10 @@
 # that must match package.nix's vendorHash. The rest has the shape of
 # nixpkgs: stdenv.mkDerivation over hooks/test/stdenv.sh (setup hooks, env
 # hooks, propagation, outputs, __structuredAttrs, fixupPhase with stdenv's
-# default hooks), runCommand, makeSetupHook with substitutions, callPackage
-# with .override, lib.fileset, installShellFiles, and stand-ins for the
-# hooks cudaPatchelfHook takes over, registered as nixpkgs registers them
-# (hooks/).
+# default hooks), runCommand, runCommandCC, makeSetupHook with
+# substitutions, callPackage with .override, lib.fileset,
+# installShellFiles, and stand-ins for the hooks cudaPatchelfHook takes
+# over, registered as nixpkgs registers them (hooks/).
 {
   # Absolute path of a cudapatch binary to test instead of nix/package.nix
   # (hooks' CUDAPATCH); null builds nix/package.nix.
@@ -23,7 +23,9 @@
   # `go mod vendor` offline against it.
   hostGo ? null,
   hostGoModCache ? null,
-  # The host's patchelf, dynamic loader and libc.so.6.
+  # The host's C compiler (runCommandCC's $CC), patchelf, dynamic loader
+  # and libc.so.6.
+  hostCC ? "gcc",
   hostPatchelf,
   hostInterp,
   hostLibc,
@@ -106,6 +108,9 @@ let
   runCommand =
     name: env: buildCommand:
     mkDerivationWith [ ] (env // { inherit name buildCommand; });
+  # runCommand with a C compiler: $CC, as nixpkgs' cc-wrapper exports it
+  # (the host's gcc, on the host's PATH).
+  runCommandCC = name: env: runCommand name ({ CC = hostCC; } // env);
 
   # makeSetupHook { name, propagatedBuildInputs, substitutions, passthru,
   # meta } script: $out/nix-support/setup-hook is script with each @key@ of
@@ -318,6 +323,7 @@ let
       system
       stdenvFiles
       runCommand
+      runCommandCC
       makeSetupHook
       callPackage
       loaderName

@@ -23,11 +23,29 @@ let
         inherit args;
         script = baseNameOf script;
       };
+      # callPackage calls selector.nix with a runCommandCC that returns
+      # its arguments.
+      callPackage =
+        fn: args:
+        import fn (
+          {
+            runCommandCC = name: env: buildCommand: {
+              outPath = "/nix/store/s-${name}";
+              inherit name env buildCommand;
+            };
+          }
+          // args
+        );
       cudapatch = "cudapatch";
       bintools = "bintools";
       addDriverRunpath.driverLink = "/run/opengl-driver";
       inherit cuda_compat;
     };
+  compatPkg = {
+    name = "cuda_compat-12.0";
+    outPath = "/nix/store/c-cuda_compat-12.0";
+  };
+  selector = (hook compatPkg).args.passthru.cudaCompatSelector;
   lint =
     (import (root + "/nix/lint-check.nix") {
       lib = stubLib;
@@ -76,7 +94,11 @@ in
   hookScript = (hook null).script;
   hookPropagated = (hook null).args.propagatedBuildInputs;
   hookWithoutCompat = (hook null).args.substitutions;
-  hookWithCompat = (hook "/nix/store/c-cuda_compat").args.substitutions;
+  hookWithCompat = (hook compatPkg).args.substitutions;
+  hookSelectorNull = (hook null).args.passthru.cudaCompatSelector;
+  selectorName = selector.name;
+  selectorInputs = selector.env.nativeBuildInputs;
+  selectorCommand = selector.buildCommand;
   packageNativeBuildInputs = package.nativeBuildInputs;
   packagePostInstall = package.postInstall;
   lintName = lint.name;
