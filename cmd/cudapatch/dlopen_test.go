@@ -160,9 +160,9 @@ func TestAutoPatchelfNoDiscovery(t *testing.T) {
 }
 
 // TestDlopenCallerCLI: a name held by libuser, dlopened by libloader
-// (in libuser's DT_NEEDED closure), reaches libloader's RUNPATH (then
-// pkg/lib, where a library its output needs lies) through
-// the CLI's default --dlopen; --json says from which file; the program
+// (in libuser's DT_NEEDED closure), reaches libloader's RUNPATH (and
+// nothing else) through the CLI's default --dlopen; --json says from
+// which file, and which string of which file is the evidence; the program
 // runs with the loader cache inhibited; lint finds nothing to say about
 // the caller's RUNPATH or note.
 func TestDlopenCallerCLI(t *testing.T) {
@@ -191,7 +191,10 @@ int main(void) { int r = use(); if (r < 0) { printf("%s\n", dlerror()); return 1
 		Files []struct {
 			Path    string `json:"path"`
 			RunPath string `json:"runpath"`
-			Deps    []struct{ Name, Source, How, From string }
+			Deps    []struct {
+				Name, Source, How, From string
+				Evidence                *struct{ File, String, Kind string }
+			}
 		}
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
@@ -199,13 +202,14 @@ int main(void) { int r = use(); if (r < 0) { printf("%s\n", dlerror()); return 1
 	for _, f := range rep.Files {
 		for _, d := range f.Deps {
 			if d.Name == "libplugin.so.1" {
-				got[f.Path] = d.Source + " " + d.How + " " + d.From + " | " + f.RunPath
+				require.NotNil(t, d.Evidence, f.Path)
+				got[f.Path] = d.Source + " " + d.How + " " + d.From + " | " + f.RunPath + " | " + d.Evidence.Kind + " " + d.Evidence.String + " in " + d.Evidence.File
 			}
 		}
 	}
 	assert.Equal(t, map[string]string{
-		c.p("pkg/lib/libloader.so"): "dlopen-string resolved " + c.p("pkg/lib/libuser.so") + " | " + c.p("store/aaa-plugin/lib") + ":" + c.p("pkg/lib"),
-		c.p("pkg/lib/libuser.so"):   "dlopen-string found  | " + c.p("pkg/lib"),
+		c.p("pkg/lib/libloader.so"): "dlopen-string resolved " + c.p("pkg/lib/libuser.so") + " | " + c.p("store/aaa-plugin/lib") + " | whole libplugin.so.1 in " + c.p("pkg/lib/libuser.so"),
+		c.p("pkg/lib/libuser.so"):   "dlopen-string found  | " + c.p("pkg/lib") + " | whole libplugin.so.1 in " + c.p("pkg/lib/libuser.so"),
 	}, got)
 
 	code, _, stderr = c.runCLI(nil, append(slices.Clone(flags), "{root}/pkg")...)
