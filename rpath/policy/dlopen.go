@@ -257,3 +257,42 @@ func lastIndex(b []byte, c byte) int {
 	}
 	return -1
 }
+
+// Served is one library of a directory that a file's own strings name.
+type Served struct {
+	Evidence
+	Library string `json:"library"` // the file name in the directory
+}
+
+// KindNeeded is the Served kind of a DT_NEEDED name.
+const KindNeeded = "needed"
+
+// Serves says which of a directory's library file names (libs) the file
+// at path names itself, and how: a DT_NEEDED (KindNeeded), a .note.dlopen
+// alternative, a whole dlopen name (or that name with a version, for one
+// without), a library a prefix matches. It is what explain shows for
+// each RUNPATH entry; an entry nothing of the file serves holds a name
+// another file hands it, or nothing it uses. It reads no file.
+func Serves(path string, needed []string, notes [][]string, d Discovered, libs []string) []Served {
+	var out []Served
+	add := func(kind, s, lib string) {
+		out = append(out, Served{Evidence{File: path, String: s, Kind: kind}, lib})
+	}
+	for _, lib := range libs {
+		switch {
+		case slices.Contains(needed, lib):
+			add(KindNeeded, lib, lib)
+		case slices.ContainsFunc(notes, func(alts []string) bool { return slices.Contains(alts, lib) }):
+			add(EvidenceNote, lib, lib)
+		case slices.Contains(d.Names, lib):
+			add(EvidenceWhole, lib, lib)
+		default:
+			if i := slices.IndexFunc(d.Names, func(n string) bool { p := Unversioned(n); return p != "" && IsVersionOf(lib, p) }); i >= 0 {
+				add(EvidenceWhole, d.Names[i], lib)
+			} else if i := slices.IndexFunc(d.Prefixes, func(p string) bool { return MatchesPrefix(lib, p) }); i >= 0 {
+				add(EvidencePrefix, d.Prefixes[i], lib)
+			}
+		}
+	}
+	return out
+}

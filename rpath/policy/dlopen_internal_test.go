@@ -103,3 +103,25 @@ func TestMatchesPrefix(t *testing.T) {
 		require.Equal(t, c.want, MatchesPrefix(c.file, c.prefix), "%s %s", c.file, c.prefix)
 	}
 }
+
+// TestServes: what of a file's own strings each library of a directory
+// answers, of every kind, and nothing for a library only another file
+// names.
+func TestServes(t *testing.T) {
+	d := Discovered{Names: []string{"libplugin.so.1", "libcudnn_graph.so"}, Prefixes: []string{"libnvrtc.so.", "libnvrtc-"}}
+	libs := []string{"libfoo.so.1", "libbar.so.2", "libplugin.so.1", "libcudnn_graph.so.9", "libnvrtc.so.13", "libnvrtc-builtins.so.13.0", "libother.so.1", "libnvrtc.so"}
+	got := Serves("/f", []string{"libfoo.so.1"}, [][]string{{"libbaz.so", "libbar.so.2"}}, d, libs)
+	var s []string
+	for _, x := range got {
+		require.Equal(t, "/f", x.File)
+		s = append(s, x.Library+" "+x.Kind+" "+x.String)
+	}
+	require.Equal(t, []string{
+		"libfoo.so.1 needed libfoo.so.1",
+		"libbar.so.2 note libbar.so.2",
+		"libplugin.so.1 whole libplugin.so.1",
+		"libcudnn_graph.so.9 whole libcudnn_graph.so",
+		"libnvrtc.so.13 prefix libnvrtc.so.",
+		"libnvrtc-builtins.so.13.0 prefix libnvrtc-",
+	}, s)
+}
