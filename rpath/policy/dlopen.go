@@ -83,8 +83,9 @@ type Discovered struct {
 	Prefixes []string
 	Imports  bool // the file imports dlopen or dlmopen: it may be a caller
 	Noted    bool // the file has a .note.dlopen: no discovery, and no caller
-	// Loader is a function of LoaderFunctions the file imports (the
-	// first in its order): the call is made by the library defining it.
+	// Loader is a function of LoaderFunctions the file imports, when it
+	// does not import dlopen (the first in sorted order): the call is
+	// made by the library defining it.
 	Loader string
 }
 
