@@ -160,9 +160,9 @@ func TestAutoPatchelfNoDiscovery(t *testing.T) {
 }
 
 // TestDlopenCallerCLI: a name held by libuser, dlopened by libloader
-// (in libuser's DT_NEEDED closure), reaches libloader's RUNPATH (then
-// pkg/lib, where a library its output needs lies) through
-// the CLI's default --dlopen; --json says from which file; the program
+// (in libuser's DT_NEEDED closure), reaches libloader's RUNPATH (and
+// nothing else) through the CLI's default --dlopen; --json says from
+// which file, and which string of which file is the evidence; the program
 // runs with the loader cache inhibited; lint finds nothing to say about
 // the caller's RUNPATH or note.
 func TestDlopenCallerCLI(t *testing.T) {
@@ -191,7 +191,10 @@ int main(void) { int r = use(); if (r < 0) { printf("%s\n", dlerror()); return 1
 		Files []struct {
 			Path    string `json:"path"`
 			RunPath string `json:"runpath"`
-			Deps    []struct{ Name, Source, How, From string }
+			Deps    []struct {
+				Name, Source, How, From string
+				Evidence                *struct{ File, String, Kind string }
+			}
 		}
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
@@ -199,13 +202,14 @@ int main(void) { int r = use(); if (r < 0) { printf("%s\n", dlerror()); return 1
 	for _, f := range rep.Files {
 		for _, d := range f.Deps {
 			if d.Name == "libplugin.so.1" {
-				got[f.Path] = d.Source + " " + d.How + " " + d.From + " | " + f.RunPath
+				require.NotNil(t, d.Evidence, f.Path)
+				got[f.Path] = d.Source + " " + d.How + " " + d.From + " | " + f.RunPath + " | " + d.Evidence.Kind + " " + d.Evidence.String + " in " + d.Evidence.File
 			}
 		}
 	}
 	assert.Equal(t, map[string]string{
-		c.p("pkg/lib/libloader.so"): "dlopen-string resolved " + c.p("pkg/lib/libuser.so") + " | " + c.p("store/aaa-plugin/lib") + ":" + c.p("pkg/lib"),
-		c.p("pkg/lib/libuser.so"):   "dlopen-string found  | " + c.p("pkg/lib"),
+		c.p("pkg/lib/libloader.so"): "dlopen-string resolved " + c.p("pkg/lib/libuser.so") + " | " + c.p("store/aaa-plugin/lib") + " | whole libplugin.so.1 in " + c.p("pkg/lib/libuser.so"),
+		c.p("pkg/lib/libuser.so"):   "dlopen-string found  | " + c.p("pkg/lib") + " | whole libplugin.so.1 in " + c.p("pkg/lib/libuser.so"),
 	}, got)
 
 	code, _, stderr = c.runCLI(nil, append(slices.Clone(flags), "{root}/pkg")...)
@@ -221,4 +225,75 @@ int main(void) { int r = use(); if (r < 0) { printf("%s\n", dlerror()); return 1
 		}
 	}
 	assert.Contains(t, stdout, "libloader.so\n  error   CP005", "lint reads the caller's RUNPATH")
+}
+
+// TestDlopenEvidenceCLI: a library holding only NVRTC's soname prefixes
+// gets cuda_nvrtc's directory; print shows the prefixes, --json the
+// evidence, and explain --evidence, on the patched file, which string
+// each RUNPATH entry serves (and only with the flag).
+func TestDlopenEvidenceCLI(t *testing.T) {
+	c := newCLITree(t)
+	c.place("store/ccc-cuda_nvrtc/lib/libnvrtc.so.13", cfix.Spec{Soname: "libnvrtc.so.13", Source: "int nvrtcVersion(void) { return 13; }\n"})
+	c.place("store/aaa-plugin/lib/libplugin.so.1", cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"})
+	c.place("pkg/lib/libtorch_cpu.so", cfix.Spec{Soname: "libtorch_cpu.so", Libc: true, Source: `#include <dlfcn.h>
+#include <stdio.h>
+static const char prefix[] = "libnvrtc.so.";
+void *lazy(int major) {
+	char name[32];
+	snprintf(name, sizeof name, "%s%d", prefix, major);
+	return dlopen(name, RTLD_NOW) ? dlopen("libplugin.so.1", RTLD_NOW) : 0;
+}
+`})
+	code, stdout, stderr := c.runCLI(nil, "print", "{root}/pkg/lib/libtorch_cpu.so")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "  dlopen-str:  libplugin.so.1\n  dlopen-pfx:  libnvrtc.so.\n")
+
+	flags := []string{"--interpreter", sysLoader, "--libc", "/lib/x86_64-linux-gnu", "--driver-link-for", "none",
+		"--search", "{root}/store/ccc-cuda_nvrtc/lib", "--search", "{root}/store/aaa-plugin/lib"}
+	code, stdout, stderr = c.runCLI(nil, append(slices.Clone(flags), "--json", "{root}/pkg")...)
+	require.Equal(t, 0, code, stderr)
+	var rep struct {
+		Files []struct {
+			RunPath string `json:"runpath"`
+			Deps    []struct {
+				Name, Source, How, Dir string
+				Evidence               struct{ File, String, Kind string }
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+	require.Len(t, rep.Files, 1)
+	assert.Equal(t, c.p("store/aaa-plugin/lib")+":"+c.p("store/ccc-cuda_nvrtc/lib"), rep.Files[0].RunPath)
+	var got []string
+	for _, d := range rep.Files[0].Deps {
+		if d.Evidence.Kind != "" {
+			got = append(got, d.Name+" "+d.Source+" "+d.How+" "+d.Evidence.Kind+" "+d.Evidence.String+" "+d.Evidence.File)
+		}
+	}
+	lib := c.p("pkg/lib/libtorch_cpu.so")
+	assert.Equal(t, []string{
+		"libplugin.so.1 dlopen-string resolved whole libplugin.so.1 " + lib,
+		"libnvrtc.so.13 dlopen-prefix resolved prefix libnvrtc.so. " + lib,
+	}, got)
+
+	code, stdout, stderr = c.runCLI(nil, "explain", "--evidence", "{root}/pkg/lib/libtorch_cpu.so")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "RUNPATH entries, and what of this file's own names each serves:\n"+
+		"  "+c.p("store/aaa-plugin/lib")+": libplugin.so.1 (dlopen whole \"libplugin.so.1\")\n"+
+		"  "+c.p("store/ccc-cuda_nvrtc/lib")+": libnvrtc.so.13 (dlopen prefix \"libnvrtc.so.\")\n")
+	code, stdout, _ = c.runCLI(nil, "explain", "{root}/pkg/lib/libtorch_cpu.so")
+	require.Equal(t, 0, code)
+	assert.NotContains(t, stdout, "RUNPATH entries")
+	code, stdout, _ = c.runCLI(nil, "explain", "--evidence", "--json", "{root}/pkg/lib/libtorch_cpu.so")
+	require.Equal(t, 0, code)
+	var ex struct {
+		Evidence []struct {
+			Entry  string
+			Serves []struct{ File, String, Kind, Library string }
+		} `json:"runpath_evidence"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &ex), stdout)
+	require.Len(t, ex.Evidence, 2)
+	assert.Equal(t, c.p("store/ccc-cuda_nvrtc/lib"), ex.Evidence[1].Entry)
+	assert.Equal(t, []struct{ File, String, Kind, Library string }{{c.p("pkg/lib/libtorch_cpu.so"), "libnvrtc.so.", "prefix", "libnvrtc.so.13"}}, ex.Evidence[1].Serves)
 }

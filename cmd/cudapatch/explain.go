@@ -38,6 +38,7 @@ func explainCommand(g *globals) *cli.Command {
 			&cli.StringFlag{Name: "workdir", Usage: "current `DIR` (inside the root) for relative search directories"},
 			&cli.StringFlag{Name: "loader", Value: string(ldso.LoaderNixOS), Usage: "the loader to simulate: `nixos|stock` (nixos: nixpkgs' glibc, which reads the resolution-cache note; stock: glibc as released)", Validator: oneOf(string(ldso.LoaderNixOS), string(ldso.LoaderStock))},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON: the loader configuration and every need with the candidates tried"},
+			&cli.BoolFlag{Name: "evidence", Usage: "also say, for each RUNPATH entry, which of FILE's own names it serves and by which string: DT_NEEDED, .note.dlopen, a whole dlopen name or a soname prefix (what brought it there, as the main job's --json evidence)"},
 			&cli.BoolFlag{Name: "symbols", Usage: "also bind every undefined symbol as the loader would (an ldd -r that runs nothing): which library provides each symbol and version; exit 1 if one fails"},
 			&cli.BoolFlag{Name: "bind-now", Usage: "with --symbols: bind functions at load, as LD_BIND_NOW and ldd -r do (a missing function then fails at load)"},
 			&cli.StringFlag{Name: "stubs", Usage: "with --symbols: check the driver's libraries (libcuda.so.1…) against the toolkit's link-time stubs in `DIR` (default: not checked)"},
@@ -67,6 +68,10 @@ func explainCommand(g *globals) *cli.Command {
 			}
 			g.noteInterrupted(file, f)
 			in := f.Info()
+			var evidence []entryEvidence
+			if cmd.Bool("evidence") {
+				evidence = runpathEvidence(f, root, logical)
+			}
 			f.Close()
 			cfg, err := ldso.DefaultConfig(root, in.ELFClass(), in.ELFMachine())
 			if err != nil {
@@ -98,9 +103,13 @@ func explainCommand(g *globals) *cli.Command {
 					Tree      *ldso.Tree       `json:"tree"`
 					Symbols   *symcheck.Result `json:"symbols,omitempty"`
 					Selectors []selectorChoice `json:"selectors,omitempty"`
-				}{cfg, tr, sym, takes})
+					Evidence  []entryEvidence  `json:"runpath_evidence,omitempty"`
+				}{cfg, tr, sym, takes, evidence})
 			} else {
 				err = tr.Format(g.stdout)
+				if err == nil {
+					writeRunpathEvidence(g.stdout, evidence)
+				}
 				for _, t := range takes {
 					if err == nil {
 						_, err = fmt.Fprintf(g.stdout, "%s is the libcuda selector of cuda_compat %s: on this machine it takes the %s: %s\n",

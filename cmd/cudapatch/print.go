@@ -31,9 +31,12 @@ func printCommand(g *globals) *cli.Command {
 				Info *elfedit.Info `json:"info,omitempty"`
 				// DlopenStrings are the library names the main job's
 				// --dlopen finds in the file's read-only data.
-				DlopenStrings []string     `json:"dlopen_strings,omitempty"`
-				LDCache       *ldcacheView `json:"ldcache,omitempty"`
-				Error         string       `json:"error,omitempty"`
+				DlopenStrings []string `json:"dlopen_strings,omitempty"`
+				// DlopenPrefixes are the soname prefixes it finds there,
+				// for names built at run time (policy.IsSonamePrefix).
+				DlopenPrefixes []string     `json:"dlopen_prefixes,omitempty"`
+				LDCache        *ldcacheView `json:"ldcache,omitempty"`
+				Error          string       `json:"error,omitempty"`
 			}
 			var out []entry
 			failed := false
@@ -52,14 +55,14 @@ func printCommand(g *globals) *cli.Command {
 				g.noteInterrupted(path, f)
 				in := f.Info()
 				lc := readLDCache(f)
-				names, err := policy.DiscoverDlopen(f)
+				d, err := policy.Discover(f, false)
 				f.Close()
 				if err != nil {
 					failed = true
 					out = append(out, entry{Path: path, Error: err.Error()})
 					continue
 				}
-				out = append(out, entry{Path: path, Info: &in, DlopenStrings: names, LDCache: lc})
+				out = append(out, entry{Path: path, Info: &in, DlopenStrings: d.Names, DlopenPrefixes: d.Prefixes, LDCache: lc})
 			}
 			if cmd.Bool("json") {
 				if err := g.writeJSON(out); err != nil {
@@ -74,6 +77,9 @@ func printCommand(g *globals) *cli.Command {
 					writeInfo(g.stdout, e.Path, e.Info)
 					for _, n := range e.DlopenStrings {
 						printable.Fprintf(g.stdout, "  dlopen-str:  %s\n", n)
+					}
+					for _, n := range e.DlopenPrefixes {
+						printable.Fprintf(g.stdout, "  dlopen-pfx:  %s\n", n)
 					}
 					writeLDCache(g.stdout, e.LDCache)
 				}

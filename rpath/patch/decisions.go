@@ -12,7 +12,9 @@ import (
 // of the decide phase in the report's order: why a file was skipped, and
 // for each dependency of a file where it resolved, or why it needs no
 // RUNPATH entry, is ignored or is missing. The keys are stable: file,
-// needed, source, how, path, entry, why, pattern, hint, reason.
+// needed, source, how, path, entry, why, pattern, hint, reason, and for a
+// name that is no DT_NEEDED the evidence: evidence (its kind), string,
+// in (the file holding the string).
 func (c *config) logDecisions(ctx context.Context, files []*File) {
 	if !c.log.Enabled(ctx, slog.LevelDebug) {
 		return
@@ -53,6 +55,8 @@ func (c *config) logDecisions(ctx context.Context, files []*File) {
 					why = "dlopen name found, added to the files that may call dlopen for it (this one does not import dlopen)"
 				}
 				attrs = append(attrs, slog.String("path", d.Path), slog.String("why", why))
+			case policy.HowOutsideCaller:
+				attrs = append(attrs, slog.String("path", d.Path), slog.String("why", "dlopen name found, loaded by a library outside the outputs: not added"), slog.String("hint", d.Hint))
 			case policy.HowUnresolved:
 				attrs = append(attrs, slog.String("why", "dlopen name found nowhere: not added, no error"))
 			case policy.HowMissing:
@@ -60,6 +64,9 @@ func (c *config) logDecisions(ctx context.Context, files []*File) {
 				if d.Hint != "" {
 					attrs = append(attrs, slog.String("hint", d.Hint))
 				}
+			}
+			if e := d.Evidence; e.Kind != "" {
+				attrs = append(attrs, slog.String("evidence", e.Kind), slog.String("string", e.String), slog.String("in", e.File))
 			}
 			if d.From != "" {
 				attrs = append(attrs, slog.String("caller_for", d.From)) // it may make the dlopen call for that file

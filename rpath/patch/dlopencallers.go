@@ -1,34 +1,45 @@
 package patch
 
 import (
+	"cmp"
 	"context"
 	"debug/elf"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/cudapatch/cudapatch/rpath/policy"
 )
 
-// dlopenCallers gives the directories of dlopen names to the files that
-// may make the call: glibc searches the RUNPATH of the calling object, and
-// a library often hands a name to another's loader routine (PyTorch's
-// at::DynamicLibrary in libtorch_cpu). A holder's callers are the dlopen
-// importers without .note.dlopen in its DT_NEEDED closure and in its
-// output; an output's callers also get the directories of what its other
-// files need, for names built at run time. Under DlopenResolve each caller
-// is decided again with them after its own (Dep.From, no note entry); a
-// holder that cannot call keeps its RUNPATH and reports the names found.
+// dlopenCallers gives the names a file that cannot call dlopen holds to
+// the files that make the call for it: glibc searches the RUNPATH of the
+// calling object. A file that imports dlopen gets what its own data says
+// (decide) and nothing of other files: a directory joins its RUNPATH only
+// for a name it can form itself. A holder, a file that imports neither
+// dlopen nor has a .note.dlopen, hands its names on:
+//   - through a loader function (policy.LoaderFunctions) to the library
+//     that defines it: an output that imports dlopen gets them; a library
+//     outside the outputs has a RUNPATH this run does not write, and the
+//     holder reports them policy.HowOutsideCaller, with the fix;
+//   - else to the dlopen importers without .note.dlopen of its DT_NEEDED
+//     closure among the outputs (a library handing a name to a wrapper of
+//     dlopen it links to).
+//
+// Under DlopenResolve each caller is decided again with them after its
+// own (Dep.From, no note entry); a holder keeps its RUNPATH and reports
+// the names found.
 func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, ix resolver, t *policy.Target) error {
 	if c.Dlopen == policy.DlopenOff {
 		return nil
 	}
 	fs := rep.Files
-	if !slices.ContainsFunc(fs, func(f *File) bool { return usable(f) && f.dlopen.Imports }) {
+	if !slices.ContainsFunc(fs, func(f *File) bool { return usable(f) && (f.dlopen.Imports || f.dlopen.Loader != "") }) {
 		return nil
 	}
-	callersOf, err := c.possibleCallers(ctx, fs, files, ix)
+	callersOf, err := c.possibleCallers(ctx, fs, ix)
 	if err != nil || c.Dlopen != policy.DlopenResolve || len(callersOf) == 0 {
 		return err
 	}
@@ -56,51 +67,48 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 // usable: decided, neither skipped nor failed.
 func usable(f *File) bool { return f != nil && f.Skipped == "" && len(f.Errors) == 0 }
 
-// passOn lists the callers a file passes names on to: those of the
-// names it holds (its DT_NEEDED closure's and its output's), and those of
-// the libraries it needs (its output's).
-type passOn struct{ names, needed []int }
+// outside is where a holder's loader function lives when no output
+// defines it: the function, and the library found for it ("" if none of
+// the holder's DT_NEEDED names it).
+type outside struct{ fn, lib string }
 
-// possibleCallers maps each file to the files that may make a dlopen call
-// for it. A holder that imports no dlopen has its names read and resolved
-// here (readHolder).
-func (c *config) possibleCallers(ctx context.Context, fs []*File, files []found, ix resolver) (map[int]passOn, error) {
-	adj := neededGraph(fs)
+// possibleCallers maps each holder to the outputs that may make a dlopen
+// call for it, and reads and resolves the names of every holder that has
+// some, or whose loader lies outside the outputs (readHolder).
+func (c *config) possibleCallers(ctx context.Context, fs []*File, ix resolver) (map[int][]int, error) {
+	adj, byID := neededGraph(fs)
 	caller := func(j int) bool { return fs[j].dlopen.Imports && !fs[j].dlopen.Noted }
-	inRoot := map[string][]int{}
-	for j, f := range fs {
-		if usable(f) && caller(j) {
-			inRoot[files[j].root] = append(inRoot[files[j].root], j)
-		}
-	}
-	out := map[int]passOn{}
-	var read []int // holders whose names are still to be read
+	out := map[int][]int{}
+	away := map[int]outside{}
+	var read []int // holders whose names are to be read
 	for h, f := range fs {
-		if !usable(f) {
+		if !usable(f) || f.dlopen.Imports || f.dlopen.Noted {
 			continue
 		}
-		same := slices.DeleteFunc(slices.Clone(inRoot[files[h].root]), func(j int) bool { return j == h })
-		var p passOn
-		if slices.ContainsFunc(f.Deps, isOutputNeeded) {
-			p.needed = same
-		}
-		if !f.dlopen.Noted {
-			cs := closureWhere(adj, h, caller)
-			for _, j := range same {
-				if !slices.Contains(cs, j) {
-					cs = append(cs, j)
-				}
-			}
-			slices.Sort(cs)
-			p.names = cs
-			if len(cs) > 0 && !f.dlopen.Imports {
+		var cs []int
+		if fn := f.dlopen.Loader; fn != "" {
+			j, lib := loaderLibrary(fs, adj, byID, h, policy.LoaderFunctions[fn])
+			switch {
+			case j >= 0 && caller(j):
+				cs = []int{j}
+			case j < 0:
+				away[h] = outside{fn, lib}
 				read = append(read, h)
+				continue
 			}
+		} else {
+			cs = closureWhere(adj, h, caller)
 		}
-		out[h] = p
+		if len(cs) > 0 {
+			out[h] = cs
+			read = append(read, h)
+		}
 	}
 	errs := make([]error, len(read))
-	if err := parallel(ctx, c.jobs, len(read), func(k int) { errs[k] = c.readHolder(fs[read[k]], ix) }); err != nil {
+	if err := parallel(ctx, c.jobs, len(read), func(k int) {
+		h := read[k]
+		errs[k] = c.readHolder(fs[h], ix, away[h])
+	}); err != nil {
 		return nil, err
 	}
 	for _, err := range errs {
@@ -108,32 +116,50 @@ func (c *config) possibleCallers(ctx context.Context, fs []*File, files []found,
 			return nil, err // the first in file order, as a serial run would
 		}
 	}
-	for h, p := range out {
+	for h := range out {
 		if !slices.ContainsFunc(fs[h].Deps, ownName) {
-			p.names = nil
-		}
-		if len(p.names)+len(p.needed) == 0 {
 			delete(out, h)
-		} else {
-			out[h] = p
 		}
 	}
 	return out, nil
 }
 
-// isOutputNeeded: a DT_NEEDED this file's output passes on to its dlopen
-// callers, one resolved to a directory.
-func isOutputNeeded(d policy.Dep) bool {
-	return d.Source == policy.SourceNeeded && (d.How == policy.HowStore || d.How == policy.HowDriver)
+// loaderLibrary finds the library whose soname starts with stem ("libgmodule-2.0"
+// + ".so") that holder h reaches: the index of the output it is (-1 for
+// one outside the outputs) and its path when h's own DT_NEEDED resolved
+// it. An output of h's DT_NEEDED closure of that name counts too (h may
+// reach it through another library).
+func loaderLibrary(fs []*File, adj [][]int, byID map[fileID]int, h int, stem string) (int, string) {
+	named := func(name string) bool { return strings.HasPrefix(name, stem+".so") }
+	lib := ""
+	for _, d := range fs[h].Deps {
+		if d.Source != policy.SourceNeeded || !named(d.Name) {
+			continue
+		}
+		if d.How == policy.HowStore {
+			if k, ok := statID(d.Path); ok {
+				if j, ok := byID[k]; ok {
+					return j, d.Path
+				}
+			}
+		}
+		lib = cmp.Or(d.Path, d.Name)
+	}
+	if cs := closureWhere(adj, h, func(j int) bool { return named(filepath.Base(fs[j].Path)) }); len(cs) > 0 {
+		return cs[0], fs[cs[0]].Path
+	}
+	return -1, lib
 }
 
 // ownName: a name policy.Discovered in the file's own read-only data.
-func ownName(d policy.Dep) bool { return d.Source == policy.SourceStrings && d.From == "" }
+func ownName(d policy.Dep) bool {
+	return (d.Source == policy.SourceStrings || d.Source == policy.SourcePrefix) && d.From == ""
+}
 
 // neededGraph links each output to the outputs its DT_NEEDED entries
 // resolved to, by identity: a DT_NEEDED resolves to a file of the index,
-// which may be a link to an output.
-func neededGraph(fs []*File) [][]int {
+// which may be a link to an output. It returns the outputs by identity too.
+func neededGraph(fs []*File) ([][]int, map[fileID]int) {
 	byID := map[fileID]int{}
 	for i, f := range fs {
 		if usable(f) {
@@ -167,61 +193,45 @@ func neededGraph(fs []*File) [][]int {
 			}
 		}
 	}
-	return adj
+	return adj, byID
 }
 
 // inheritedNames lists, per caller, the resolved names its holders pass
-// on, each once, marked with the holder it came from: first the names
-// files hold, then what files of its output need.
-func inheritedNames(fs []*File, callersOf map[int]passOn) map[int][]policy.Dep {
+// on, each once, marked with the holder it came from.
+func inheritedNames(fs []*File, callersOf map[int][]int) map[int][]policy.Dep {
 	holders := slices.Sorted(maps.Keys(callersOf))
 	inherit := map[int][]policy.Dep{}
-	add := func(cl, h int, d policy.Dep) {
-		if d.How == "" || d.Path == fs[cl].Path || slices.ContainsFunc(inherit[cl], func(o policy.Dep) bool { return o.Name == d.Name }) {
-			return
-		}
-		d.From, d.Entry, d.ResolvedHow = fs[h].Path, "", ""
-		inherit[cl] = append(inherit[cl], d)
-	}
 	for _, h := range holders {
-		for _, cl := range callersOf[h].names {
+		for _, cl := range callersOf[h] {
 			for _, d := range fs[h].Deps {
-				if !ownName(d) {
+				switch {
+				case !ownName(d):
 					continue
-				}
-				switch d.How {
-				case policy.HowStore, policy.HowVersioned, policy.HowDriver:
-				case policy.HowFound:
+				case d.How == policy.HowFound:
 					// A holder that is no caller reports what it found;
 					// a caller needs where.
 					d.How = d.ResolvedHow
-				default:
+				case d.How != policy.HowDriver:
 					continue
 				}
-				add(cl, h, d)
-			}
-		}
-	}
-	for _, h := range holders {
-		for _, cl := range callersOf[h].needed {
-			for _, d := range fs[h].Deps {
-				// Only a directory the caller lacks: the rest would
-				// decide it again for nothing.
-				sameDir := func(o policy.Dep) bool { return o.How == d.How && o.Dir == d.Dir }
-				if isOutputNeeded(d) && !slices.ContainsFunc(fs[cl].Deps, sameDir) && !slices.ContainsFunc(inherit[cl], sameDir) {
-					d.Source = policy.SourceOutput
-					add(cl, h, d)
+				if d.Path == fs[cl].Path || slices.ContainsFunc(inherit[cl], func(o policy.Dep) bool { return o.Name == d.Name }) {
+					continue
 				}
+				d.From, d.Entry, d.ResolvedHow = fs[h].Path, "", ""
+				inherit[cl] = append(inherit[cl], d)
 			}
 		}
 	}
 	return inherit
 }
 
-// readHolder reads the dlopen names of a file that does not import
-// dlopen and resolves them, for its callers: reported on the file as
-// found (policy.HowFound, or policy.HowUnresolved), its RUNPATH and note unchanged.
-func (c *config) readHolder(out *File, ix resolver) error {
+// readHolder reads the dlopen names and prefixes of a file that does not
+// import dlopen and resolves them, for its callers: reported on the file
+// as found (policy.HowFound, or policy.HowUnresolved), its RUNPATH and
+// note unchanged. When its loader lies outside the outputs (away.fn set)
+// a name resolved is reported policy.HowOutsideCaller instead, with the
+// fix in its hint.
+func (c *config) readHolder(out *File, ix resolver, away outside) error {
 	f, err := c.open(out.Path, false)
 	if err != nil {
 		out.DlopenError = errMsg(out.Path, err)
@@ -232,30 +242,48 @@ func (c *config) readHolder(out *File, ix resolver) error {
 	if err != nil {
 		out.DlopenError = err.Error()
 	}
+	d.Names = slices.DeleteFunc(d.Names, func(n string) bool {
+		return slices.ContainsFunc(out.Deps, func(o policy.Dep) bool { return o.Name == n })
+	})
 	info := f.Info()
 	class, machine, osabi := info.ELFClass(), info.ELFMachine(), info.ELFOSABI()
 	keepLibc := c.keepLibc || osabi == elf.ELFOSABI_FREEBSD || osabi == elf.ELFOSABI_OPENBSD
-	for _, n := range d.Names {
-		if slices.ContainsFunc(out.Deps, func(o policy.Dep) bool { return o.Name == n }) {
-			continue
-		}
-		dep, err := c.resolve([]string{n}, ix, class, machine, osabi, keepLibc, false)
-		if err == nil {
-			dep.Source = policy.SourceStrings
-			dep, err = c.resolveVersioned(dep, ix, class, machine, osabi)
-		}
-		if err != nil {
-			return fileError(out.Path, err)
-		}
-		switch dep.How {
-		case policy.HowMissing:
-			dep.How = policy.HowUnresolved
-		case policy.HowStore, policy.HowVersioned:
-			dep.ResolvedHow, dep.How = dep.How, policy.HowFound
-		}
-		out.Deps = append(out.Deps, dep)
+	n := len(out.Deps)
+	deps, err := c.discovered(out.Path, d, ix, class, machine, osabi, keepLibc, out.Deps)
+	if err != nil {
+		out.Deps = deps[:n]
+		return fileError(out.Path, err)
 	}
+	for i := n; i < len(deps); i++ {
+		dep := &deps[i]
+		switch {
+		case dep.How == policy.HowMissing:
+			dep.How = policy.HowUnresolved
+		case dep.How == policy.HowStore || dep.How == policy.HowVersioned || dep.How == policy.HowDriver:
+			if away.fn != "" {
+				dep.How, dep.Hint = policy.HowOutsideCaller, outsideHint(away, dep)
+			} else if dep.How != policy.HowDriver {
+				dep.ResolvedHow, dep.How = dep.How, policy.HowFound
+			}
+		}
+	}
+	out.Deps = deps
 	return nil
+}
+
+// outsideHint is the one line that says why a holder's name cannot load
+// through this RUNPATH, and what fixes it.
+func outsideHint(away outside, dep *policy.Dep) string {
+	by := "a library outside the outputs"
+	if away.lib != "" {
+		by = away.lib + ", outside the outputs"
+	}
+	where := dep.Dir
+	if where == "" {
+		where = "the driver link"
+	}
+	return "dlopened by " + away.fn + " in " + by + ", whose RUNPATH this run does not write: " +
+		"give this file a DT_NEEDED on " + dep.Name + " (patchelf --add-needed) or wrap the program to put " + where + " on LD_LIBRARY_PATH"
 }
 
 // closureWhere lists, sorted, the nodes other than from reachable from

@@ -165,6 +165,17 @@ func (ix *eagerIndex) lookupVersioned(prefix string, class elf.Class, machine el
 	return candidate{}, false, nil
 }
 
+func (ix *eagerIndex) lookupPrefix(prefix string, class elf.Class, machine elf.Machine, osabi elf.OSABI) ([]candidate, error) {
+	var out []candidate
+	for _, c := range ix.order {
+		if policy.MatchesPrefix(filepath.Base(c.path), prefix) && compatible(c, class, machine, osabi) &&
+			!slices.ContainsFunc(out, func(o candidate) bool { return o.dir == c.dir }) && len(out) < maxPrefixDirs {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
 func (ix *eagerIndex) sonameHint(name string, class elf.Class, machine elf.Machine, osabi elf.OSABI) string {
 	for _, c := range ix.bySoname[name] {
 		if compatible(c, class, machine, osabi) {

@@ -44,6 +44,10 @@ type resolver interface {
 	// ("libX.so." + "9", see policy.IsVersionOf): a directory's names in sorted
 	// order, directories in index order.
 	lookupVersioned(prefix string, class elf.Class, machine elf.Machine, osabi elf.OSABI) (candidate, bool, error)
+	// lookupPrefix returns the first compatible candidate of each
+	// directory whose file name matches a soname prefix
+	// (policy.MatchesPrefix), directories in the same precedence.
+	lookupPrefix(prefix string, class elf.Class, machine elf.Machine, osabi elf.OSABI) ([]candidate, error)
 }
 
 var soPattern = fnmatch.Compile("*.so*")
@@ -213,30 +217,62 @@ func (ix *index) lookup(name string, class elf.Class, machine elf.Machine, osabi
 // lookupVersioned lists every directory (it is asked after a miss, which
 // listed them all already) and takes the first versioned name of prefix.
 func (ix *index) lookupVersioned(prefix string, class elf.Class, machine elf.Machine, osabi elf.OSABI) (candidate, bool, error) {
+	cs, err := ix.matching(prefix, policy.IsVersionOf, 1, class, machine, osabi)
+	if err != nil || len(cs) == 0 {
+		return candidate{}, false, err
+	}
+	return cs[0], true, nil
+}
+
+// lookupPrefix lists every directory and returns, for each directory
+// holding one, in index precedence, the first compatible library whose
+// name matches prefix (policy.MatchesPrefix), at most maxPrefixDirs.
+func (ix *index) lookupPrefix(prefix string, class elf.Class, machine elf.Machine, osabi elf.OSABI) ([]candidate, error) {
+	return ix.matching(prefix, policy.MatchesPrefix, maxPrefixDirs, class, machine, osabi)
+}
+
+// maxPrefixDirs bounds the directories one soname prefix adds: a
+// caller builds one name, and the directories past the first few hold
+// other versions of it.
+const maxPrefixDirs = 4
+
+// matching lists every directory and returns the first compatible
+// candidate starting with prefix that match accepts of each directory, in
+// index precedence (a directory's names in sorted order), at most limit.
+func (ix *index) matching(prefix string, match func(name, prefix string) bool, limit int, class elf.Class, machine elf.Machine, osabi elf.OSABI) ([]candidate, error) {
 	for {
 		ix.mu.Lock()
 		step, full, err := ix.step, ix.full, ix.err
 		lists := ix.lists
 		ix.mu.Unlock()
 		if err != nil {
-			return candidate{}, false, err
+			return nil, err
 		}
 		if !full {
 			ix.growPast(step)
 			continue
 		}
+		var out []candidate
 		for _, l := range lists {
 			i, _ := slices.BinarySearchFunc(l.ents, prefix, func(e fs.DirEntry, p string) int { return strings.Compare(e.Name(), p) })
 			for ; i < len(l.ents) && strings.HasPrefix(l.ents[i].Name(), prefix); i++ {
-				if !policy.IsVersionOf(l.ents[i].Name(), prefix) {
+				if !match(l.ents[i].Name(), prefix) {
 					continue
 				}
-				if p := ix.probe(entry{l.dir, l.ents[i]}); p.ok && compatible(p.cand, class, machine, osabi) {
-					return p.cand, true, nil
+				p := ix.probe(entry{l.dir, l.ents[i]})
+				if !p.ok || !compatible(p.cand, class, machine, osabi) {
+					continue
 				}
+				if !slices.ContainsFunc(out, func(c candidate) bool { return c.dir == p.cand.dir }) {
+					out = append(out, p.cand)
+					if len(out) == limit {
+						return out, nil
+					}
+				}
+				break
 			}
 		}
-		return candidate{}, false, nil
+		return out, nil
 	}
 }
 

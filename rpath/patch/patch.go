@@ -821,36 +821,82 @@ func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, ke
 			wants = append(wants, want{d.Soname, policy.SourceDlopen})
 		}
 	}
-	// Then the names a dlopen caller's read-only data spells (none when
-	// a .note.dlopen says what it dlopens: the note is authoritative).
-	if c.Dlopen != policy.DlopenOff {
-		// The names are a hint: a file whose read-only data cannot be
-		// read (a section header past its end) is patched without them,
-		// and says why.
-		d, err := policy.Discover(f, false)
-		if err != nil {
-			out.DlopenError = err.Error()
-		}
-		out.dlopen = d
-		for _, n := range d.Names {
-			wants = append(wants, want{[]string{n}, policy.SourceStrings})
-		}
-	}
 	var deps []policy.Dep
 	for _, w := range wants {
-		dep, err := c.resolve(w.alts, ix, class, machine, osabi, keepLibc, w.source != policy.SourceStrings)
+		dep, err := c.resolve(w.alts, ix, class, machine, osabi, keepLibc, true)
 		if err != nil {
 			return deps, err
 		}
 		dep.Source = w.source
-		if w.source == policy.SourceStrings {
-			if dep, err = c.resolveVersioned(dep, ix, class, machine, osabi); err != nil {
-				return deps, err
-			}
+		if w.source == policy.SourceDlopen {
+			dep.Evidence = policy.Evidence{File: out.Path, String: strings.Join(w.alts, ", "), Kind: policy.EvidenceNote}
 		}
 		deps = append(deps, dep)
 	}
+	// Then the names a dlopen caller's read-only data spells (none when
+	// a .note.dlopen says what it dlopens: the note is authoritative).
+	if c.Dlopen == policy.DlopenOff {
+		return deps, nil
+	}
+	// The names are a hint: a file whose read-only data cannot be read
+	// (a section header past its end) is patched without them, and says
+	// why.
+	d, err := policy.Discover(f, false)
+	if err != nil {
+		out.DlopenError = err.Error()
+	}
+	out.dlopen = d
+	return c.discovered(out.Path, d, ix, class, machine, osabi, keepLibc, deps)
+}
+
+// discovered appends to deps what dlopen discovery found in the file at
+// path: each name resolved as a DT_NEEDED is (SourceStrings, with
+// resolveVersioned), then for each soname prefix the libraries of the
+// index it matches (SourcePrefix, at most one a directory), but for the
+// file itself, the driver's libraries (found through the driver link,
+// never the store) and directories deps reach already. Each carries its
+// evidence.
+func (c *config) discovered(path string, d policy.Discovered, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI, keepLibc bool, deps []policy.Dep) ([]policy.Dep, error) {
+	for _, n := range d.Names {
+		dep, err := c.resolve([]string{n}, ix, class, machine, osabi, keepLibc, false)
+		if err != nil {
+			return deps, err
+		}
+		dep.Source = policy.SourceStrings
+		if dep, err = c.resolveVersioned(dep, ix, class, machine, osabi); err != nil {
+			return deps, err
+		}
+		dep.Evidence = policy.Evidence{File: path, String: n, Kind: policy.EvidenceWhole}
+		deps = append(deps, dep)
+	}
+	for _, pre := range d.Prefixes {
+		cands, err := ix.lookupPrefix(pre, class, machine, osabi)
+		if err != nil {
+			return deps, fmt.Errorf("resolving %s: %w", pre, err)
+		}
+		for _, cand := range cands {
+			name := filepath.Base(cand.path)
+			reached := func(o policy.Dep) bool {
+				return o.Dir == cand.dir && (o.How == policy.HowStore || o.How == policy.HowVersioned)
+			}
+			if c.driverLibs.Match(name) || slices.ContainsFunc(deps, reached) || sameFile(cand.path, path) {
+				continue
+			}
+			deps = append(deps, policy.Dep{Name: name, Source: policy.SourcePrefix, How: policy.HowStore, Path: cand.path, Dir: cand.dir,
+				Evidence: policy.Evidence{File: path, String: pre, Kind: policy.EvidencePrefix}})
+		}
+	}
 	return deps, nil
+}
+
+// sameFile says whether a and b are the same existing file.
+func sameFile(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
 }
 
 // claim opens f for writing and locks it until it is written: a file this

@@ -112,8 +112,8 @@ func Decide(f Facts, deps, inherited []Dep, c *Config) Decision {
 
 // Classify is what the dependencies of a file become as reported, with
 // the names its note answers and whether it needs the driver link: a
-// dlopen-string name found nowhere is unresolved, one found under
-// DlopenReport only found; under DlopenResolve one resolved to the store
+// dlopen-string name found nowhere is unresolved, one found (or a
+// library a dlopen prefix matched) under DlopenReport only found; under DlopenResolve one resolved to the store
 // or the driver gets a note entry, as a .note.dlopen name does.
 func Classify(deps []Dep, mode DlopenMode) []Dep {
 	out, _, _ := classify(deps, mode)
@@ -136,6 +136,12 @@ func classify(deps []Dep, mode DlopenMode) (out []Dep, noteNames []string, needs
 			case mode == DlopenResolve && (dep.How == HowStore || dep.How == HowDriver):
 				noteNames = append(noteNames, dep.Name)
 			}
+		}
+		// A library a prefix matched gets no note entry: which name the
+		// caller builds is not known, and the loader searches the RUNPATH
+		// after a note without it.
+		if dep.Source == SourcePrefix && mode == DlopenReport && dep.How == HowStore {
+			dep.How = HowFound
 		}
 		// A .note.dlopen name gets its note entry as a DT_NEEDED does.
 		if dep.Source == SourceDlopen && (dep.How == HowStore || dep.How == HowDriver) && !slices.Contains(noteNames, dep.Name) {

@@ -29,6 +29,13 @@ const (
 	// RUNPATH; it gets no note entry (the program never asks for the
 	// Unversioned name, and which version it asks for is not known).
 	HowVersioned = "versioned"
+	// HowOutsideCaller is a name held by a file that does not call
+	// dlopen but hands its names to a loader function (LoaderFunctions)
+	// of a library outside the outputs: that library makes the call and
+	// glibc searches its RUNPATH, which this run does not write, so no
+	// RUNPATH entry here can make it load. Reported with a Hint, never
+	// an error.
+	HowOutsideCaller = "outside-caller"
 )
 
 // Where a dependency comes from (Dep.Source).
@@ -36,13 +43,28 @@ const (
 	SourceNeeded  = "needed"        // DT_NEEDED
 	SourceDlopen  = "dlopen"        // a .note.dlopen entry
 	SourceStrings = "dlopen-string" // a string of a dlopen caller's read-only data (DiscoverDlopen)
-	SourceOutput  = "output"        // a DT_NEEDED of another file of the same output (Dep.From)
+	SourcePrefix  = "dlopen-prefix" // a library matching a soname prefix of that data (IsSonamePrefix)
 )
+
+// Kinds of Evidence.
+const (
+	EvidenceWhole  = "whole"  // the string is the name (or the name without its version)
+	EvidencePrefix = "prefix" // the string is a soname prefix the name matches
+	EvidenceNote   = "note"   // a .note.dlopen entry names it
+)
+
+// Evidence is what brought a name that is no DT_NEEDED into a file's
+// decisions: the string, in which file, of which kind.
+type Evidence struct {
+	File   string `json:"file"`
+	String string `json:"string"`
+	Kind   string `json:"kind"`
+}
 
 // Dep is the decision about one dependency.
 type Dep struct {
 	Name   string `json:"name"`
-	Source string `json:"source"` // SourceNeeded, SourceDlopen, SourceStrings or SourceOutput
+	Source string `json:"source"` // SourceNeeded, SourceDlopen, SourceStrings or SourcePrefix
 	How    string `json:"how"`
 	Path   string `json:"path,omitempty"` // the library file chosen
 	Dir    string `json:"dir,omitempty"`  // the directory it was found in
@@ -55,10 +77,12 @@ type Dep struct {
 	Pattern string `json:"pattern,omitempty"`
 	Hint    string `json:"hint,omitempty"`
 	// From is, for a name this file did not find itself, the file that
-	// holds it (a dlopen string) or needs it (SourceOutput): this file
-	// imports dlopen and may be the caller that dlopens the name (see
-	// dlopenCallers).
+	// holds it: this file imports dlopen and may be the caller that
+	// dlopens the name for it (see dlopenCallers).
 	From string `json:"from,omitempty"`
+	// Evidence says, for a name that is no DT_NEEDED, which string of
+	// which file brought it.
+	Evidence Evidence `json:"evidence,omitzero"`
 
 	// ResolvedHow is how a HowFound name of a file that cannot call
 	// dlopen was resolved (HowStore, HowVersioned), for its callers; not

@@ -1,7 +1,9 @@
 package policy
 
 import (
+	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -37,8 +39,24 @@ var dlopenSymbols = []string{"dlopen", "dlmopen"}
 
 // maxDiscovered bounds the names taken from one file: beyond it the rest
 // are dropped (a file naming hundreds of libraries is a plugin table, not
-// a list of what it needs).
-const maxDiscovered = 64
+// a list of what it needs). maxPrefixes bounds its prefixes likewise.
+const (
+	maxDiscovered = 64
+	maxPrefixes   = 16
+)
+
+// LoaderFunctions are the functions of libraries other than libc that
+// open a library by name for their caller, by the library that defines
+// them (its soname up to ".so"): the dlopen call is made there, and
+// glibc searches that library's RUNPATH, not the RUNPATH of the file
+// that holds the name.
+var LoaderFunctions = map[string]string{
+	"g_module_open":      "libgmodule-2.0",
+	"g_module_open_full": "libgmodule-2.0",
+	"lt_dlopen":          "libltdl",
+	"lt_dlopenext":       "libltdl",
+	"lt_dlopenadvise":    "libltdl",
+}
 
 // DiscoverDlopen returns the library names a file may dlopen, as its
 // read-only data spells them: nil unless the file imports dlopen or
@@ -57,40 +75,114 @@ func DiscoverDlopen(f *elfedit.File) ([]string, error) {
 
 // Discovered is what Discover found in one file.
 type Discovered struct {
-	Names   []string
-	Imports bool // the file imports dlopen or dlmopen: it may be a caller
-	Noted   bool // the file has a .note.dlopen: no discovery, and no caller
+	Names []string
+	// Prefixes are the string constants that are a soname prefix
+	// (IsSonamePrefix), for names the file builds at run time
+	// ("libnvrtc.so." + a major version), in file order, each once, at
+	// most maxPrefixes.
+	Prefixes []string
+	Imports  bool // the file imports dlopen or dlmopen: it may be a caller
+	Noted    bool // the file has a .note.dlopen: no discovery, and no caller
+	// Loader is a function of LoaderFunctions the file imports, when it
+	// does not import dlopen (the first in sorted order): the call is
+	// made by the library defining it.
+	Loader string
 }
 
-// Discover is DiscoverDlopen; with anyFile it reads the names of a
-// file that does not import dlopen too (a file that hands them to a
-// dlopen caller among its dependencies, see dlopenCallers).
+// Discover is DiscoverDlopen, with the prefixes and what the file
+// imports; with anyFile it reads the names of a file that does not
+// import dlopen too (a file that hands them to a dlopen caller among its
+// dependencies, see dlopenCallers).
 func Discover(f *elfedit.File, anyFile bool) (Discovered, error) {
 	if notes, _ := f.DlopenNotes(); len(notes) > 0 {
 		return Discovered{Noted: true}, nil
 	}
 	ok, err := f.ImportsSymbol(dlopenSymbols...)
-	if err != nil || !ok && !anyFile {
+	if err != nil {
 		return Discovered{}, err
 	}
 	d := Discovered{Imports: ok}
+	if !ok {
+		if d.Loader, err = importedLoader(f); err != nil || !anyFile {
+			return d, err
+		}
+	}
 	known := map[string]bool{f.Soname(): true}
 	for _, n := range f.Needed() {
 		known[n] = true
 	}
-	err = f.ReadOnlyStrings([]byte(".so"), func(s []byte) bool {
-		if !IsSonameShaped(s) || known[string(s)] {
+	err = f.ReadOnlyStrings([]byte("lib"), func(s []byte) bool {
+		if known[string(s)] {
 			return true
 		}
-		name := string(s)
-		known[name] = true
-		d.Names = append(d.Names, name)
-		return len(d.Names) < maxDiscovered
+		switch {
+		case IsSonameShaped(s) && len(d.Names) < maxDiscovered:
+			d.Names = append(d.Names, string(s))
+		case IsSonamePrefix(s) && len(d.Prefixes) < maxPrefixes:
+			d.Prefixes = append(d.Prefixes, string(s))
+		default:
+			return true
+		}
+		known[string(s)] = true
+		return len(d.Names) < maxDiscovered || len(d.Prefixes) < maxPrefixes
 	})
 	if err != nil {
 		return d, fmt.Errorf("reading library names: %w", err)
 	}
 	return d, nil
+}
+
+// importedLoader is the first function of LoaderFunctions, in sorted
+// order, that f imports; "" if none.
+func importedLoader(f *elfedit.File) (string, error) {
+	fns := slices.Sorted(maps.Keys(LoaderFunctions))
+	if ok, err := f.ImportsSymbol(fns...); err != nil || !ok {
+		return "", err
+	}
+	for _, fn := range fns {
+		ok, err := f.ImportsSymbol(fn)
+		if err != nil || ok {
+			return fn, err
+		}
+	}
+	return "", nil
+}
+
+// IsSonamePrefix reports whether s is the start of the sonames a caller
+// builds at run time, as it holds it: "lib", a stem of [A-Za-z0-9_+-.],
+// then ".so." (the caller appends a version: "libnvrtc.so." + "13"), or
+// a stem of at least three characters, one a letter, without a '.', then
+// '_' or '-' (the caller appends a part and a version: "libcudnn_" +
+// "graph.so.9", "libnvrtc-" + "builtins.so.13"). A bare "lib", "libc_"
+// or "libfoo." is not one: it would match libraries the caller never
+// asks for.
+func IsSonamePrefix(s []byte) bool {
+	if len(s) < len("libx_") || len(s) > 255 || string(s[:3]) != "lib" ||
+		slices.ContainsFunc(s, func(c byte) bool { return !nameByte(c) }) {
+		return false
+	}
+	if stem, ok := bytes.CutSuffix(s[3:], []byte(".so.")); ok {
+		return len(stem) > 0 && stem[len(stem)-1] != '.'
+	}
+	last := s[len(s)-1]
+	if last != '_' && last != '-' {
+		return false
+	}
+	stem := s[3 : len(s)-1]
+	letter := slices.ContainsFunc(stem, func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' })
+	end := stem[len(stem)-1]
+	return len(stem) >= 3 && letter && !slices.Contains(stem, '.') && end != '_' && end != '-'
+}
+
+// MatchesPrefix reports whether the library file name file is one a
+// caller holding prefix (IsSonamePrefix) builds: for "libX.so.", the
+// name and a version (IsVersionOf); for "libX_" or "libX-", a longer
+// soname-shaped name that starts with it.
+func MatchesPrefix(file, prefix string) bool {
+	if strings.HasSuffix(prefix, ".so.") {
+		return IsVersionOf(file, prefix)
+	}
+	return len(file) > len(prefix) && strings.HasPrefix(file, prefix) && IsSonameShaped([]byte(file))
 }
 
 // Unversioned returns "libX.so." for a name "libX.so" with no version
@@ -165,4 +257,43 @@ func lastIndex(b []byte, c byte) int {
 		}
 	}
 	return -1
+}
+
+// Served is one library of a directory that a file's own strings name.
+type Served struct {
+	Evidence
+	Library string `json:"library"` // the file name in the directory
+}
+
+// KindNeeded is the Served kind of a DT_NEEDED name.
+const KindNeeded = "needed"
+
+// Serves says which of a directory's library file names (libs) the file
+// at path names itself, and how: a DT_NEEDED (KindNeeded), a .note.dlopen
+// alternative, a whole dlopen name (or that name with a version, for one
+// without), a library a prefix matches. It is what explain shows for
+// each RUNPATH entry; an entry nothing of the file serves holds a name
+// another file hands it, or nothing it uses. It reads no file.
+func Serves(path string, needed []string, notes [][]string, d Discovered, libs []string) []Served {
+	var out []Served
+	add := func(kind, s, lib string) {
+		out = append(out, Served{Evidence{File: path, String: s, Kind: kind}, lib})
+	}
+	for _, lib := range libs {
+		switch {
+		case slices.Contains(needed, lib):
+			add(KindNeeded, lib, lib)
+		case slices.ContainsFunc(notes, func(alts []string) bool { return slices.Contains(alts, lib) }):
+			add(EvidenceNote, lib, lib)
+		case slices.Contains(d.Names, lib):
+			add(EvidenceWhole, lib, lib)
+		default:
+			if i := slices.IndexFunc(d.Names, func(n string) bool { p := Unversioned(n); return p != "" && IsVersionOf(lib, p) }); i >= 0 {
+				add(EvidenceWhole, d.Names[i], lib)
+			} else if i := slices.IndexFunc(d.Prefixes, func(p string) bool { return MatchesPrefix(lib, p) }); i >= 0 {
+				add(EvidencePrefix, d.Prefixes[i], lib)
+			}
+		}
+	}
+	return out
 }

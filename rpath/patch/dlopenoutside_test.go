@@ -1,0 +1,119 @@
+package patch_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/rpath/patch"
+	"github.com/cudapatch/cudapatch/rpath/policy"
+	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
+)
+
+// GStreamer's soup plugin: it names libxsoup.so.1 and has GLib's
+// g_module_open (in libgmodule, which calls dlopen) load it; it also
+// needs libgstcore, a library of the outputs that imports dlopen for
+// other reasons.
+const (
+	srcGmodule = `#include <dlfcn.h>
+void *g_module_open(const char *name, int flags) { return dlopen(name, RTLD_NOW | flags); }
+`
+	srcGstCore = `#include <dlfcn.h>
+void *gst_load(const char *name) { return dlopen(name, RTLD_NOW); }
+int gst_core(void) { return 0; }
+`
+	srcSoupPlugin = `#include <dlfcn.h>
+void *g_module_open(const char *name, int flags);
+int gst_core(void);
+int plugin_init(void) {
+	void *h = g_module_open("libxsoup.so.1", 0);
+	if (!h)
+		return -1;
+	return ((int (*)(void))dlsym(h, "soup"))() + gst_core();
+}
+`
+	srcSoupApp = `#include <dlfcn.h>
+#include <stdio.h>
+int plugin_init(void);
+int main(void) {
+	int r = plugin_init();
+	if (r < 0) {
+		printf("%s\n", dlerror());
+		return 1;
+	}
+	printf("soup=%d\n", r);
+	return 0;
+}
+`
+)
+
+// TestDlopenOutsideCaller: the plugin's name is loaded by g_module_open
+// of a libgmodule in another store path, outside the outputs: no RUNPATH
+// this run writes is searched for it, so the plugin reports it
+// "outside-caller" with a one-line fix, never "resolved", and libgstcore,
+// a dlopen importer of its closure that is not the loader, gets nothing;
+// the program indeed fails. With glib's path among the outputs,
+// libgmodule is the caller and gets the directory, and the program loads
+// the library.
+func TestDlopenOutsideCaller(t *testing.T) {
+	const fail = "libxsoup.so.1: cannot open shared object file: No such file or directory"
+	for _, c := range []struct {
+		name     string
+		roots    []string
+		how      string // of libxsoup.so.1 in the plugin's decisions
+		gmodule  string // libgmodule's RUNPATH
+		gstcore  string
+		run      string
+		evidence bool // libgmodule's dependency carries the plugin's string
+	}{
+		{"outside", []string{"pkg"}, policy.HowOutsideCaller, "", "", fail, false},
+		{"inside", []string{"pkg", "store/ggg-glib"}, policy.HowFound, "{root}/store/sss-soup/lib", "", "soup=3", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tr := newTree(t)
+			// A libc directory of the C library alone: the host's holds
+			// a real libgmodule.
+			for _, n := range []string{"libc.so.6", "libdl.so.2", "libm.so.6", "libpthread.so.0"} {
+				if _, err := os.Stat(filepath.Join(hostLibcDir, n)); err == nil {
+					tr.symlink("libc/"+n, filepath.Join(hostLibcDir, n))
+				}
+			}
+			tr.place("store/sss-soup/lib/libxsoup.so.1", cfix.Spec{Soname: "libxsoup.so.1", Source: "int soup(void) { return 3; }\n"})
+			gmodule := cfix.Build(t, cfix.Spec{Soname: "libgmodule-2.0.so.0", Libc: true, Source: srcGmodule})
+			cfix.Copy(t, gmodule, tr.p("store/ggg-glib/lib/libgmodule-2.0.so.0"))
+			core := cfix.Build(t, cfix.Spec{Soname: "libgstcore.so", Libc: true, Source: srcGstCore})
+			cfix.Copy(t, core, tr.p("pkg/lib/libgstcore.so"))
+			plugin := cfix.Build(t, cfix.Spec{Soname: "libgstsoup.so", Libc: true, Source: srcSoupPlugin, Link: []string{gmodule, core}})
+			cfix.Copy(t, plugin, tr.p("pkg/lib/libgstsoup.so"))
+			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcSoupApp, Link: []string{plugin}})
+			rep := tr.mustPatch(c.roots, patch.WithSearch(tr.ps("store/ggg-glib/lib", "store/sss-soup/lib")...),
+				patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithInterpreter(hostLoader), patch.WithLibc(tr.p("libc")))
+			d := tr.dep(rep, "pkg/lib/libgstsoup.so", "libxsoup.so.1")
+			require.Equal(t, c.how, d.How)
+			require.Equal(t, tr.p("store/sss-soup/lib/libxsoup.so.1"), d.Path)
+			require.Equal(t, policy.Evidence{File: tr.p("pkg/lib/libgstsoup.so"), String: "libxsoup.so.1", Kind: policy.EvidenceWhole}, d.Evidence)
+			if c.how == policy.HowOutsideCaller {
+				require.Equal(t, "dlopened by g_module_open in "+tr.p("store/ggg-glib/lib/libgmodule-2.0.so.0")+", outside the outputs, whose RUNPATH this run does not write: "+
+					"give this file a DT_NEEDED on libxsoup.so.1 (patchelf --add-needed) or wrap the program to put "+tr.p("store/sss-soup/lib")+" on LD_LIBRARY_PATH", d.Hint)
+				require.NotContains(t, d.Hint, "\n")
+				require.Empty(t, rep.Missing, "reported, not an error")
+			} else {
+				g := tr.dep(rep, "store/ggg-glib/lib/libgmodule-2.0.so.0", "libxsoup.so.1")
+				require.Equal(t, policy.HowStore+" "+tr.p("pkg/lib/libgstsoup.so"), g.How+" "+g.From)
+				require.Equal(t, d.Evidence, g.Evidence, "the caller's evidence is the plugin's string")
+			}
+			require.Equal(t, tr.p("store/ggg-glib/lib:")+tr.p("pkg/lib"), tr.runpathOf("pkg/lib/libgstsoup.so"), "the plugin keeps its DT_NEEDED directories")
+			require.Equal(t, tr.x(c.gmodule), tr.runpathOf("store/ggg-glib/lib/libgmodule-2.0.so.0"))
+			require.Equal(t, tr.x(c.gstcore), tr.runpathOf("pkg/lib/libgstcore.so"), "libgstcore is not the plugin's loader")
+			for _, dep := range tr.file(rep, "pkg/lib/libgstcore.so").Deps {
+				require.False(t, strings.Contains(dep.Name, "xsoup"), "%+v", dep)
+			}
+			out, err := runApp(t, tr.p("pkg/bin/app"))
+			require.Equal(t, c.run, out)
+			require.Equal(t, c.run == "soup=3", err == nil, "exit status: %v", err)
+		})
+	}
+}
