@@ -198,10 +198,25 @@ for f in r.get("files") or []:
             found.setdefault(d.get("how", "?"), set()).add(d.get("name"))
 for how, names in sorted(found.items()):
     print("dlopen names %s: %d (%s)" % (how, len(names), ", ".join(sorted(names))[:600]))
+# Every directory discovery adds carries its evidence: the string, in which
+# file, whole soname, prefix or .note.dlopen.
+added = [(f["path"], d) for f in r.get("files") or [] for d in f.get("deps") or []
+         if d.get("source", "") in ("dlopen", "dlopen-string", "dlopen-prefix") and d.get("how") in ("resolved", "versioned")]
+bare = [(p, d.get("name")) for p, d in added if not (d.get("evidence") or {}).get("string")]
+print("directories added by discovery: %d, with evidence: %d" % (len(added), len(added) - len(bare)))
+for p, n in bare[:10]:
+    print("  no evidence: %s for %s" % (n, p))
+for p, d in added[:6]:
+    e = d.get("evidence") or {}
+    print("  %s <- %s: %r in %s (%s)" % (p.split("/")[-1], d.get("dir", "").split("/")[-2:], e.get("string"), e.get("file", "").split("/")[-1], e.get("kind")))
+sys.exit(1 if bare else 0)
 EOF
+	ev=$?
 	env -u LD_LIBRARY_PATH PYTHONPATH="$PY:$SHADOW" USE_PYTORCH_KERNEL_CACHE=0 \
 		"$INTERP" --inhibit-cache "$(command -v python3)" -S "$W/check.py" "$S" 2>&1 | tail -8
-	return "${PIPESTATUS[0]}"
+	local run=${PIPESTATUS[0]}
+	[ "$ev" = 0 ] || echo "FAIL: a directory added without evidence"
+	return $((run | ev))
 }
 patch_and_check off
 echo "(expected: the dlopen'd libraries fail or come from outside the tree)"
