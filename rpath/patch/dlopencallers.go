@@ -17,8 +17,9 @@ import (
 // dlopenCallers gives the names a file that cannot call dlopen holds to
 // the files that make the call for it: glibc searches the RUNPATH of the
 // calling object. A file that imports dlopen gets what its own data says
-// (decide) and nothing of other files: a directory joins its RUNPATH only
-// for a name it can form itself. A holder, a file that imports neither
+// (decide), and of other files only what those that link to it name: a
+// directory joins its RUNPATH only for a name a file of its own closure's
+// dependents holds. A holder, a file that imports neither
 // dlopen nor has a .note.dlopen, hands its names on:
 //   - through a loader function (policy.LoaderFunctions) to the library
 //     that defines it: an output that imports dlopen gets them; a library
@@ -82,6 +83,15 @@ func (c *config) possibleCallers(ctx context.Context, fs []*File, ix resolver) (
 	away := map[int]outside{}
 	var read []int // holders whose names are to be read
 	for h, f := range fs {
+		if usable(f) && caller(h) {
+			// A caller's own names reach the callers it links to as
+			// well: at::DynamicLibrary's dlopen in libtorch_cpu opens
+			// what libtorch_cuda, a dlopen caller too, names.
+			if cs := closureWhere(adj, h, caller); len(cs) > 0 {
+				out[h] = cs
+			}
+			continue
+		}
 		if !usable(f) || f.dlopen.Imports || f.dlopen.Noted {
 			continue
 		}
@@ -211,6 +221,8 @@ func inheritedNames(fs []*File, callersOf map[int][]int) map[int][]policy.Dep {
 					// A holder that is no caller reports what it found;
 					// a caller needs where.
 					d.How = d.ResolvedHow
+				case d.How == policy.HowStore, d.How == policy.HowVersioned:
+					// A caller's own, resolved.
 				case d.How != policy.HowDriver:
 					continue
 				}

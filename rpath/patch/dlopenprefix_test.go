@@ -156,3 +156,50 @@ int main(int argc, char **argv) {
 	}
 	require.Equal(t, []string{"dlopen-prefix libreal_x.so.1 libreal_"}, got)
 }
+
+// TestDlopenPrefixThroughWrapper is PyTorch as it is: libtorch_cuda holds
+// the NVRTC prefixes and builds the name, and libtorch_cpu, which it
+// links to, makes the dlopen call (at::DynamicLibrary) and holds no NVRTC
+// string. Both import dlopen. NVRTC's directory joins libtorch_cpu's
+// RUNPATH, the evidence naming libtorch_cuda's string, and the program
+// loads NVRTC.
+func TestDlopenPrefixThroughWrapper(t *testing.T) {
+	tr := nvrtcTree(t)
+	cpu := cfix.Build(t, cfix.Spec{Soname: "libtorch_cpu.so", Libc: true, Source: `#include <dlfcn.h>
+void *dynlib(const char *name) { return dlopen(name, RTLD_NOW); }
+`})
+	cfix.Copy(t, cpu, tr.p("pkg/lib/libtorch_cpu.so"))
+	cuda := cfix.Build(t, cfix.Spec{Soname: "libtorch_cuda.so", Libc: true, Link: []string{cpu}, Source: `#include <dlfcn.h>
+#include <stdio.h>
+void *dynlib(const char *name);
+static const char *const prefixes[] = {"libnvrtc-", "libnvrtc.so."};
+int nvrtc_version(int major) {
+	char name[64];
+	snprintf(name, sizeof name, "%s%d", prefixes[1], major);
+	void *h = dynlib(name);
+	if (!h) {
+		printf("%s\n", dlerror());
+		return -1;
+	}
+	return ((int (*)(void))dlsym(h, "nvrtcVersion"))() + (dlopen("libnothing.so.1", RTLD_LAZY) != 0);
+}
+`})
+	cfix.Copy(t, cuda, tr.p("pkg/lib/libtorch_cuda.so"))
+	tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcNvrtcApp, Link: []string{cuda, cpu}})
+	rep := tr.mustPatch([]string{"pkg"}, patch.WithSearch(tr.ps("store/bbb-decoys/lib", "store/ccc-cuda_nvrtc/lib")...),
+		patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir))
+	require.Contains(t, tr.runpathOf("pkg/lib/libtorch_cpu.so"), tr.p("store/ccc-cuda_nvrtc/lib"))
+	var from []string
+	for _, d := range tr.file(rep, "pkg/lib/libtorch_cpu.so").Deps {
+		if d.Dir == tr.p("store/ccc-cuda_nvrtc/lib") {
+			from = append(from, d.Evidence.File+" "+d.Evidence.String)
+		}
+	}
+	require.NotEmpty(t, from)
+	for _, f := range from {
+		require.True(t, strings.HasPrefix(f, tr.p("pkg/lib/libtorch_cuda.so")+" libnvrtc"), f)
+	}
+	out, err := runApp(t, tr.p("pkg/bin/app"))
+	require.NoError(t, err, out)
+	require.Equal(t, "nvrtc=13", out)
+}
