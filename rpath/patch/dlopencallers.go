@@ -41,10 +41,11 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 		return nil
 	}
 	callersOf, err := c.possibleCallers(ctx, fs, ix)
-	if err != nil || c.Dlopen != policy.DlopenResolve || len(callersOf) == 0 {
+	if err != nil || c.Dlopen != policy.DlopenResolve {
 		return err
 	}
 	inherit := inheritedNames(fs, callersOf)
+	siblingNeeds(fs, files, inherit)
 	var redo []int
 	for i := range fs {
 		if len(inherit[i]) > 0 {
@@ -333,4 +334,46 @@ func statID(p string) (fileID, bool) {
 		return fileID{}, false
 	}
 	return fileID{uint64(sys.Dev), sys.Ino}, true
+}
+
+// siblingNeeds gives each caller the directories outside its output that
+// the other files of its output need (DT_NEEDED) and it lacks, with the sibling and the name
+// as the evidence (policy.EvidenceSibling). This is for names built in
+// code, where no string holds them: PyTorch 2.11's libtorch_cuda builds
+// "libnvrtc.so.13" from 8-byte immediates ("libnvrtc" is an operand of a
+// mov, not data), and libtorch_cpu's at::DynamicLibrary opens it; its
+// sibling libcaffe2_nvrtc.so needs libnvrtc.so.13, which puts cuda_nvrtc's
+// directory in reach (docs/gpu-proof.md).
+func siblingNeeds(fs []*File, files []found, inherit map[int][]policy.Dep) {
+	callers := map[string][]int{} // output root → its callers
+	for j, f := range fs {
+		if usable(f) && f.dlopen.Imports && !f.dlopen.Noted {
+			callers[files[j].root] = append(callers[files[j].root], j)
+		}
+	}
+	for h, f := range fs {
+		if !usable(f) {
+			continue
+		}
+		for _, cl := range callers[files[h].root] {
+			if cl == h {
+				continue
+			}
+			for _, d := range f.Deps {
+				sameDir := func(o policy.Dep) bool { return o.How == d.How && o.Dir == d.Dir }
+				if d.Source != policy.SourceNeeded || d.How != policy.HowStore || d.Path == fs[cl].Path || inRoot(d.Dir, files[cl].root) ||
+					slices.ContainsFunc(fs[cl].Deps, sameDir) || slices.ContainsFunc(inherit[cl], sameDir) {
+					continue
+				}
+				d.Source, d.From, d.Entry, d.ResolvedHow = policy.SourceSibling, f.Path, "", ""
+				d.Evidence = policy.Evidence{File: f.Path, String: d.Name, Kind: policy.EvidenceSibling}
+				inherit[cl] = append(inherit[cl], d)
+			}
+		}
+	}
+}
+
+// inRoot reports whether dir is root or below it.
+func inRoot(dir, root string) bool {
+	return dir == root || strings.HasPrefix(dir, root+"/")
 }

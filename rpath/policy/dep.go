@@ -44,6 +44,9 @@ const (
 	SourceDlopen  = "dlopen"        // a .note.dlopen entry
 	SourceStrings = "dlopen-string" // a string of a dlopen caller's read-only data (DiscoverDlopen)
 	SourcePrefix  = "dlopen-prefix" // a library matching a soname prefix of that data (IsSonamePrefix)
+	// SourceSibling is a DT_NEEDED of another file of a dlopen caller's
+	// output, given to the caller for names it builds in code.
+	SourceSibling = "dlopen-sibling"
 )
 
 // Kinds of Evidence.
@@ -51,6 +54,9 @@ const (
 	EvidenceWhole  = "whole"  // the string is the name (or the name without its version)
 	EvidencePrefix = "prefix" // the string is a soname prefix the name matches
 	EvidenceNote   = "note"   // a .note.dlopen entry names it
+	// EvidenceSibling: the string is a DT_NEEDED name of another file of
+	// the caller's output.
+	EvidenceSibling = "sibling"
 )
 
 // Evidence is what brought a name that is no DT_NEEDED into a file's
