@@ -623,6 +623,13 @@ if ((status == 0)) || [[ -e $dir/done ]]; then
 	fail "cudaPatchelfDriverLinkFor=bogus: the build succeeded"
 fi
 expect_log "$dir/build.log" 'invalid value "bogus" for --driver-link-for'
+# cuda_compat: cudaPatchelfCudaCompat="" turns off the compat entry of a
+# hook built with one.
+build compat-off \
+	nativeBuildInputs="$hook_compat" buildInputs="$dep" cudaPatchelfCudaCompat=
+if expect_success; then
+	expect_runpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
+fi
 # The symbol check: cudaPatchelfSymbols=off checks nothing, as
 # autoPatchelfHook: vapp's missing VER_2 neither fails nor is reported.
 build symbols-off \
