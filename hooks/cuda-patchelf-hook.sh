@@ -177,8 +177,13 @@ cudaPatchelf() {
     fi
     args+=(--driver-link "$cudaPatchelfDriverLink")
     # Which files get the driver link: unset is cudapatch's default, all.
+    # autoAddDriverRunpath's opt-out (dontUseAutoAddDriverRunpath) means
+    # none, as that hook then adds nothing.
     if [[ -n ${cudaPatchelfDriverLinkFor-} ]]; then
         args+=(--driver-link-for "$cudaPatchelfDriverLinkFor")
+    elif [[ -n ${dontUseAutoAddDriverRunpath-} ]]; then
+        _cudaPatchelfLog "dontUseAutoAddDriverRunpath is set: no driver link (cudaPatchelfDriverLinkFor=none)"
+        args+=(--driver-link-for none)
     fi
     if [[ -n ${cudaPatchelfDlopen-} ]]; then
         args+=(--dlopen "$cudaPatchelfDlopen")

@@ -617,6 +617,20 @@ if expect_success; then
 	expect_runpath "$out/bin/app" "$out/lib:$dep/lib"
 	expect_runpath "$out/lib/libgpu.so" "$driver"
 fi
+# autoAddDriverRunpath's opt-out means none too; the hook's own variable
+# wins over it.
+build driver-link-dontuse \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" dontUseAutoAddDriverRunpath=1
+if expect_success; then
+	expect_runpath "$out/bin/app" "$out/lib:$dep/lib"
+	expect_log "$dir/build.log" "dontUseAutoAddDriverRunpath is set: no driver link"
+fi
+build driver-link-dontuse-all \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" dontUseAutoAddDriverRunpath=1 \
+	cudaPatchelfDriverLinkFor=all
+if expect_success; then
+	expect_runpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
+fi
 build driver-link-bad \
 	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" cudaPatchelfDriverLinkFor=bogus
 if ((status == 0)) || [[ -e $dir/done ]]; then
