@@ -99,6 +99,9 @@ fi
 
 parent=${FRESH_ROOT_PARENT:-/var/tmp}
 root=$(mktemp -d "$parent/cudapatch-fresh-root.XXXXXX")
+# mktemp makes it 0700, and the chroot's / is this directory: other users
+# (the tests run the CLI as nobody) could reach nothing in it.
+chmod 0755 "$root"
 started=$(date +%s)
 
 # Mounts under ROOT as this namespace sees them (none, normally: they were
