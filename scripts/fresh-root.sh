@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# fresh-root.sh [--log FILE]: the README's two commands in a fresh Debian 12
-# root, so that a failure that depends on the machine (its CPU, its
-# packages, what a developer's machine happens to have) shows here before
-# a user meets it.
+# fresh-root.sh [--log FILE] [--command COMMAND]...: the README's two
+# commands in a fresh Debian 12 root, so that a failure that depends on the
+# machine (its CPU, its packages, what a developer's machine happens to
+# have) shows here before a user meets it. --command runs COMMAND (in the
+# clone, by bash) instead of them, to look at one failure in such a root.
 #
 #   1. debootstrap --variant=minbase bookworm into a temporary directory,
 #      with only gcc, libc6-dev, git and ca-certificates (the README's
@@ -10,8 +11,9 @@
 #   2. the host's /usr/local/go copied in (no Go download is possible);
 #   3. a git clone of this checkout's committed HEAD (not its uncommitted
 #      changes), as a user's clone would be;
-#   4. in a private mount and PID namespace: /proc, /sys, /dev (with
-#      /dev/pts and /dev/shm) mounted, then, chrooted as root with a clean
+#   4. in a private mount and PID namespace: the root bound on itself (a
+#      mount point, as a machine's / is), /proc, /sys, /dev (with /dev/pts
+#      and /dev/shm) mounted, then, chrooted as root with a clean
 #      environment, `bash scripts/demo.sh` and `bash scripts/test.sh`;
 #   5. on exit, failed or not: everything unmounted, every process of the
 #      chroot ended (the PID namespace ends with its first process), the
@@ -26,21 +28,24 @@
 # the root (/var/tmp: the root grows to a few GB, too much for a small tmpfs).
 set -euo pipefail
 
-inner_commands=("bash scripts/demo.sh" "bash scripts/test.sh")
-
-# --inside ROOT: the part that runs in the new namespaces (see below).
+# --inside ROOT COMMAND...: the part that runs in the new namespaces (see
+# below).
 if [ "${1:-}" = --inside ]; then
 	root=$2
+	shift 2
+	inner_commands=("$@")
 	# shellcheck disable=SC2317 # called by the EXIT trap
 	unmount_all() {
-		local m
-		for m in tmp dev/shm dev/pts dev sys proc; do
-			if mountpoint -q "$root/$m"; then
-				umount -R "$root/$m" || umount -l "$root/$m" || true
-			fi
-		done
+		if mountpoint -q "$root"; then
+			umount -R "$root" || umount -l "$root" || true
+		fi
 	}
 	trap unmount_all EXIT
+	# The root bound on itself first, so that the chroot's / is a mount
+	# point, as a machine's is: `unshare --propagation`, which the Nix
+	# tier uses to run programs with a driver link of their own, refuses
+	# a / that is not one. The mounts below go on top of it.
+	mount --bind "$root" "$root"
 	# A new proc for the new PID namespace: the chroot sees its own
 	# processes only.
 	mount -t proc proc "$root/proc"
@@ -70,13 +75,25 @@ if [ "${1:-}" = --inside ]; then
 fi
 
 log=
-if [ "${1:-}" = --log ]; then
-	log=$2
-	shift 2
-fi
-if [ $# != 0 ]; then
-	echo "usage: fresh-root.sh [--log FILE]" >&2
-	exit 2
+commands=()
+while [ $# != 0 ]; do
+	case $1 in
+	--log)
+		log=${2:?--log needs a FILE}
+		shift 2
+		;;
+	--command)
+		commands+=("${2:?--command needs a COMMAND}")
+		shift 2
+		;;
+	*)
+		echo "usage: fresh-root.sh [--log FILE] [--command COMMAND]..." >&2
+		exit 2
+		;;
+	esac
+done
+if ((${#commands[@]} == 0)); then
+	commands=("bash scripts/demo.sh" "bash scripts/test.sh")
 fi
 if [ -n "$log" ]; then
 	exec > >(tee "$log") 2>&1
@@ -147,4 +164,4 @@ git -C "$root/root/cudapatch" checkout -q "$commit"
 # there can reach the host's mounts, and the kernel drops every mount when
 # the namespace ends) and PID namespace (a process the tests leave behind
 # ends with the namespace's first process).
-unshare --mount --propagation private --pid --fork -- bash "$0" --inside "$root"
+unshare --mount --propagation private --pid --fork -- bash "$0" --inside "$root" "${commands[@]}"
