@@ -178,6 +178,15 @@ cudaPatchelf() {
         args+=(--cuda-compat "$cudaPatchelfCudaCompat")
     fi
     args+=(--driver-link "$cudaPatchelfDriverLink")
+    # Which files get the driver link: unset is cudapatch's default, all.
+    # autoAddDriverRunpath's opt-out (dontUseAutoAddDriverRunpath) means
+    # none, as that hook then adds nothing.
+    if [[ -n ${cudaPatchelfDriverLinkFor-} ]]; then
+        args+=(--driver-link-for "$cudaPatchelfDriverLinkFor")
+    elif [[ -n ${dontUseAutoAddDriverRunpath-} ]]; then
+        _cudaPatchelfLog "dontUseAutoAddDriverRunpath is set: no driver link (cudaPatchelfDriverLinkFor=none)"
+        args+=(--driver-link-for none)
+    fi
     if [[ -n ${cudaPatchelfDlopen-} ]]; then
         args+=(--dlopen "$cudaPatchelfDlopen")
     fi
@@ -252,6 +261,7 @@ cudaPatchelf() {
     done
     args+=("${ownFlags[@]}")
 
+    _cudaPatchelfStopLDCache
     _cudaPatchelfLog "running cudapatch on $*"
     local rc=0
     cudapatch "${args[@]}" -- "$@" || rc=$?
@@ -412,8 +422,7 @@ _cudaPatchelfTakeOverShrink() {
 # derivation's dontGenerateLDCache is recorded first: it still turns the
 # notes off (cudapatch --no-resolution-cache).
 _cudaPatchelfTakeOverLDCache() {
-    declare -F generateLDCache >/dev/null || declare -F _registerGenerateLDCache >/dev/null || return 0
-    declare -g _cudaPatchelfDontGenerateLDCache=${dontGenerateLDCache-}
+    _cudaPatchelfHasLDCache || return 0
     local -a kept=()
     local entry
     for entry in ${fixupOutputHooks+"${fixupOutputHooks[@]}"}; do
@@ -425,6 +434,26 @@ _cudaPatchelfTakeOverLDCache() {
         kept+=("$entry")
     done
     fixupOutputHooks=(${kept+"${kept[@]}"})
+    _cudaPatchelfStopLDCache
+}
+
+_cudaPatchelfHasLDCache() {
+    declare -F generateLDCache >/dev/null || declare -F _registerGenerateLDCache >/dev/null
+}
+
+# _cudaPatchelfStopLDCache: keeps generate-ld-cache from running after
+# cudapatch, at the take-over or, with dontCudaPatchelf (nothing taken
+# over), when a derivation runs cudaPatchelf itself. Its `patchelf
+# --build-resolution-cache` fails on a file whose note differs from the
+# one patchelf would write ("a resolution cache note is already present"),
+# which every note cudapatch writes may (the driver link, the driver's
+# libraries, dlopen names), so cudapatch must be the last writer. The
+# derivation's own dontGenerateLDCache is recorded first.
+_cudaPatchelfStopLDCache() {
+    _cudaPatchelfHasLDCache || return 0
+    [[ -z ${_cudaPatchelfLDCacheStopped-} ]] || return 0
+    declare -g _cudaPatchelfLDCacheStopped=1
+    declare -g _cudaPatchelfDontGenerateLDCache=${dontGenerateLDCache-}
     if [[ -z ${dontGenerateLDCache-} ]]; then
         _cudaPatchelfLog "setting dontGenerateLDCache: cudapatch writes each file's" \
             "resolution note with its RUNPATH, generate-ld-cache must not rewrite them afterwards"

@@ -78,3 +78,13 @@ while read -r pkg target; do
 	fuzz "$pkg" "$target"
 done < <(grep -rE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+\(' . |
 	sed -E 's#^\./(.*)/[^/]*_test\.go:func (Fuzz[A-Za-z0-9_]+)\(.*#./\1 \2#' | sort -u)
+
+# In CI only, last: the README's two commands once more, in a fresh Debian 12
+# root on the same machine (scripts/fresh-root.sh; README "Running the
+# tests" has its time), so that a failure that depends on the machine or on
+# what this one has installed shows in CI first. Inside that root
+# CUDAPATCH_FRESH_ROOT is set, and this step is not repeated.
+if [ "${CI:-}" = true ] && [ -z "${CUDAPATCH_FRESH_ROOT:-}" ]; then
+	step "the README's two commands in a fresh Debian 12 root (scripts/fresh-root.sh)"
+	bash scripts/fresh-root.sh
+fi

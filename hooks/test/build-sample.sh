@@ -8,6 +8,9 @@
 #   OUTDIR/prebuilt/out/lib/libgpu.so NEEDED libcuda.so.1 (driver only)
 #   OUTDIR/prebuilt/out/lib/libplain.so NEEDED libc.so.6 only: nothing to resolve
 #   OUTDIR/prebuilt/out/share/README  not an ELF file
+#   OUTDIR/prebuilt-dl/bin/dlcaller   calls dlopen, NEEDED libc only: with
+#                                     --dlopen resolve it gets the directories
+#                                     its output's other files need
 #   OUTDIR/prebuilt/debug/lib/libfoo.so  a copy in the debug output
 #   OUTDIR/deps/oldver/lib/libver.so  a buildInput's libver.so with VER_1 only
 #   OUTDIR/prebuilt-ver/bin/vapp      NEEDED libver.so, linked against one with
@@ -51,13 +54,16 @@ lib=$out/prebuilt/out/lib
 	-Wl,--enable-new-dtags,-rpath,$old -Wl,--dynamic-linker=/nonexistent/ld.so \
 	-Wl,--no-as-needed -L"$lib" -lfoo -L"$out/deps/dep/lib" -ldep
 
-mkdir -p "$out/deps/oldver/lib" "$out/prebuilt-ver/bin"
+mkdir -p "$out/deps/oldver/lib" "$out/prebuilt-ver/bin" "$out/prebuilt-dl/bin"
 "$cc" -shared -fPIC -o "$tmp/libver.so" -Wl,-soname,libver.so \
 	-Wl,--version-script="$src/ver-new.map" "$src/ver.c"
 "$cc" -shared -fPIC -o "$out/deps/oldver/lib/libver.so" -Wl,-soname,libver.so \
 	-Wl,--version-script="$src/ver-old.map" "$src/ver.c"
 "$cc" -o "$out/prebuilt-ver/bin/vapp" "$src/vapp.c" \
 	-Wl,--dynamic-linker=/nonexistent/ld.so "$tmp/libver.so"
+
+"$cc" -o "$out/prebuilt-dl/bin/dlcaller" "$src/dlcaller.c" \
+	-Wl,--enable-new-dtags,-rpath,$old -Wl,--dynamic-linker=/nonexistent/ld.so
 
 echo "not an ELF file" >"$out/prebuilt/out/share/README"
 cp "$lib/libfoo.so" "$out/prebuilt/debug/lib/libfoo.so"

@@ -640,6 +640,121 @@ if ((status == 0)) || [[ -e $dir/done ]]; then
 fi
 expect_log "$dir/build.log" "is cuda_compat's own libcuda"
 
+# --- 18: the defaults that differ from autoPatchelfHook and
+# autoAddDriverRunpath, each with the variable that restores the old
+# behaviour (hooks/README.md, "Differences to expect").
+# dlopen discovery's output rule: dlcaller calls dlopen and spells no name;
+# in one output with app and libfoo.so it gets the directories outside its
+# output that they need (dep/lib, evidence kind sibling), never one of its
+# own output (nvlink and cuda-memcheck no longer get the toolkit's
+# libexec/compute-sanitizer). cudaPatchelfDlopen=off: DT_NEEDED only, as
+# autoPatchelfHook.
+dlInstall='mkdir -p "$out" "$debug"
+cp -r "$SAMPLE/prebuilt/out/." "$SAMPLE/prebuilt-dl/." "$out"'
+build dlopen-output-rule \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" installPhase="$dlInstall"
+if expect_success; then
+	expect_runpath "$out/bin/dlcaller" "$driver:$dep/lib"
+	expect_runpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
+fi
+build dlopen-output-rule-off \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" installPhase="$dlInstall" \
+	cudaPatchelfDlopen=off
+if expect_success; then
+	expect_runpath "$out/bin/dlcaller" "$driver"
+	expect_runpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
+fi
+# The driver link on every file: cudaPatchelfDriverLinkFor=none gives none
+# (autoPatchelfHook alone), needed only to files that need a driver library.
+build driver-link-none \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" cudaPatchelfDriverLinkFor=none
+if expect_success; then
+	expect_runpath "$out/bin/app" "$out/lib:$dep/lib"
+	expect_runpath "$out/lib/libfoo.so" "$dep/lib"
+	expect_runs "$out/bin/app"
+fi
+build driver-link-needed \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" cudaPatchelfDriverLinkFor=needed
+if expect_success; then
+	expect_runpath "$out/bin/app" "$out/lib:$dep/lib"
+	expect_runpath "$out/lib/libgpu.so" "$driver"
+fi
+# autoAddDriverRunpath's opt-out means none too; the hook's own variable
+# wins over it.
+build driver-link-dontuse \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" dontUseAutoAddDriverRunpath=1
+if expect_success; then
+	expect_runpath "$out/bin/app" "$out/lib:$dep/lib"
+	expect_log "$dir/build.log" "dontUseAutoAddDriverRunpath is set: no driver link"
+fi
+build driver-link-dontuse-all \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" dontUseAutoAddDriverRunpath=1 \
+	cudaPatchelfDriverLinkFor=all
+if expect_success; then
+	expect_runpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
+fi
+build driver-link-bad \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" cudaPatchelfDriverLinkFor=bogus
+if ((status == 0)) || [[ -e $dir/done ]]; then
+	fail "cudaPatchelfDriverLinkFor=bogus: the build succeeded"
+fi
+expect_log "$dir/build.log" 'invalid value "bogus" for --driver-link-for'
+# cuda_compat: cudaPatchelfCudaCompat="" turns off the compat entry of a
+# hook built with one.
+build compat-off \
+	nativeBuildInputs="$hook_compat" buildInputs="$dep" cudaPatchelfCudaCompat=
+if expect_success; then
+	expect_runpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
+fi
+# The symbol check: cudaPatchelfSymbols=off checks nothing, as
+# autoPatchelfHook: vapp's missing VER_2 neither fails nor is reported.
+build symbols-off \
+	nativeBuildInputs="$hook_nocompat" buildInputs="$oldver" installPhase="$verInstall" \
+	cudaPatchelfSymbols=off
+if expect_success; then
+	expect_interp "$out/bin/vapp" "$loader"
+	expect_no_log "$dir/build.log" "fails-at-load"
+fi
+
+# --- 19: cudapatch stays the last writer of the notes. generate-ld-cache
+# as nixpkgs #535735 runs it (patchelf --build-resolution-cache over every
+# ELF file, its failure the hook's): patchelf fails on a file whose note it
+# did not write. A derivation that calls cudaPatchelf itself with
+# dontCudaPatchelf (nothing taken over) still gets generate-ld-cache
+# stopped; the control runs cudapatch directly and the build fails.
+fake_ldcache_strict=$(fakehook generate-ld-cache-strict '
+preFixupHooks+=(_registerGenerateLDCache)
+_registerGenerateLDCache() { postFixupHooks+=(_generateLDCacheAllOutputs); }
+generateLDCache() { :; }
+_generateLDCacheAllOutputs() {
+  if [ -n "${dontGenerateLDCache-}" ]; then return 0; fi
+  echo "ran _generateLDCacheAllOutputs" >>"$HOOKLOG"
+  local f
+  while IFS= read -r -d "" f; do
+    if readelf -nW "$f" 2>/dev/null | grep -q "NixOS.*0x63a86cb6"; then
+      echo "patchelf: --build-resolution-cache: a resolution cache note is already present; rebuild from an unpatched binary" >&2
+      return 1
+    fi
+  done < <(find "$out" -type f -print0)
+}')
+build ldcache-manual \
+	nativeBuildInputs="$hook_nocompat $fake_ldcache_strict" buildInputs="$dep" \
+	dontCudaPatchelf=1 preFixup='cudaPatchelf -- "$out"'
+if expect_success; then
+	expect_runpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
+	has_note "$out/bin/app" || fail "app: no resolution note"
+	expect_runs "$out/bin/app"
+	expect_log "$dir/build.log" "setting dontGenerateLDCache"
+	expect_no_log "$dir/build.log" "already present"
+fi
+build ldcache-manual-control \
+	nativeBuildInputs="$hook_nocompat $fake_ldcache_strict" buildInputs="$dep" \
+	dontCudaPatchelf=1 preFixup='cudapatch --search "$dep/lib" --ignore-missing "libcuda.so.1" -- "$out"' dep="$dep"
+if ((status == 0)) || [[ -e $dir/done ]]; then
+	fail "generate-ld-cache after a note cudapatch wrote: the build succeeded"
+fi
+expect_log "$dir/build.log" "a resolution cache note is already present"
+
 if ((failures > 0)); then
 	echo "$failures assertion(s) failed; scratch tree kept in $WORK"
 	exit 1

@@ -6,10 +6,12 @@ import (
 	"syscall"
 )
 
-// Prober answers the two questions Build asks of the file system, as
-// patchelf asks them: is DIR/NAME readable (access R_OK), and does
-// DIR/glibc-hwcaps exist (access F_OK).
+// Prober answers the questions Build asks of the file system, as
+// patchelf asks them: is a search path entry a directory it can search
+// (stat follows links, S_ISDIR, access X_OK), is DIR/NAME readable (access
+// R_OK), and does DIR/glibc-hwcaps exist (access F_OK).
 type Prober interface {
+	SearchableDir(path string) bool
 	Readable(path string) bool
 	Exists(path string) bool
 }
@@ -17,11 +19,23 @@ type Prober interface {
 // OS probes the real file system.
 type OS struct{}
 
+// SearchableDir reports whether path stats as a directory and
+// access(path, X_OK) == 0.
+func (OS) SearchableDir(path string) bool { return SearchableDir(path) }
+
 // Readable reports access(path, R_OK) == 0.
 func (OS) Readable(path string) bool { return syscall.Access(path, 4) == nil }
 
 // Exists reports access(path, F_OK) == 0.
 func (OS) Exists(path string) bool { return syscall.Access(path, 0) == nil }
+
+// SearchableDir reports whether path, links followed, is a directory the
+// caller may search (access X_OK), patchelf's test of a search path entry
+// it resolves names in.
+func SearchableDir(path string) bool {
+	var st syscall.Stat_t
+	return syscall.Stat(path, &st) == nil && st.Mode&syscall.S_IFMT == syscall.S_IFDIR && syscall.Access(path, 1) == nil
+}
 
 // Rules change patchelf's generic rule where it would be wrong. The zero
 // Rules is patchelf's rule exactly.
@@ -79,14 +93,34 @@ func SplitPath(s string) []string {
 	return parts
 }
 
+// splitKeepTrailing is SplitPath, but a trailing ':' ends one more, empty,
+// entry: the loader searches the current directory there, and the note
+// keeps that position (patchelf 0.19.1's keepTrailingEmpty, NixOS/patchelf
+// #659). An empty path has no entry.
+func splitKeepTrailing(s string) []string {
+	parts := SplitPath(s)
+	if strings.HasSuffix(s, ":") {
+		parts = append(parts, "")
+	}
+	return parts
+}
+
 // Build computes the cache of a file whose DT_NEEDED names are needed and
 // whose search path (DT_RUNPATH, else DT_RPATH) is path. Names with a '/'
 // are opened as they are by the loader and get no entry; a name with a
 // ':' gets "?DIR" elements only (patchelf writes "=DIR/NAME", which the
 // loader opens as the file DIR/ + the name up to the ':'). A name listed
 // twice in DT_NEEDED gets its elements twice, as patchelf writes them.
+//
+// Every entry the loader may search at run time keeps its position, as
+// patchelf 0.19.1 writes it (NixOS/patchelf #658, #659): an empty entry
+// (trailing ones included), a relative one, one with a dynamic string
+// token, one with a glibc-hwcaps subdirectory, and an absolute one that
+// is not a directory build time can search (missing, a plain file, not
+// searchable) give every name a "?" element there, so no later "="
+// element can overtake it.
 func Build(needed []string, path string, fs Prober, r Rules) (Cache, Outcome) {
-	dirs := SplitPath(path)
+	dirs := splitKeepTrailing(path)
 	if len(needed) == 0 || len(dirs) == 0 {
 		return nil, NothingToResolve
 	}
@@ -98,7 +132,8 @@ func Build(needed []string, path string, fs Prober, r Rules) (Cache, Outcome) {
 			continue
 		}
 		runTime := slices.Contains(r.RunTimeOnly, dir)
-		hint := runTime || dir == "" || dir[0] != '/' || strings.Contains(dir, "$") || fs.Exists(dir+"/glibc-hwcaps")
+		hint := runTime || dir == "" || dir[0] != '/' || strings.Contains(dir, "$") ||
+			!fs.SearchableDir(dir) || fs.Exists(dir+"/glibc-hwcaps")
 		for _, n := range needed {
 			if !searched(n) {
 				continue

@@ -101,13 +101,28 @@ func goldenPath(name string) string {
 // the line is its warning.
 const noNote = "NO NOTE: "
 
+// since659 holds the descriptors patchelf 0.19.1 writes where it departs
+// from the goldens, which patchelf bd64dc7 (0.19.0 with #658) wrote:
+// NixOS/patchelf #659 keeps a trailing empty entry, and a missing
+// directory, as "?" hints. No 0.19.1 binary was at hand to regenerate
+// them; once one is, regenerate and drop this table (the test says so).
+var since659 = map[string]string{
+	"empty-entries":    "libfoo.so\x00?:=@ROOT@/A/libfoo.so:?:=@ROOT@/B/libfoo.so:?\x00\x00",
+	"nothing-resolved": "libfoo.so\x00?@ROOT@/nonexistent\x00\x00",
+}
+
 // TestPatchelfMasterGoldens checks Build, with no rules, against what
-// patchelf master wrote for every scenario.
+// patchelf master wrote for every scenario, and against since659 where
+// patchelf 0.19.1 writes otherwise.
 func TestPatchelfMasterGoldens(t *testing.T) {
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			want, err := os.ReadFile(goldenPath(sc.name))
 			require.NoError(t, err, "golden missing: regenerate with -patchelf-master (see TestRegenerateGoldens)")
+			if w, ok := since659[sc.name]; ok {
+				require.NotEqual(t, w, string(want), "the golden is 0.19.1's already: drop %s from since659", sc.name)
+				want = []byte(w)
+			}
 			root := t.TempDir()
 			makeTree(t, root, sc.tree)
 			var needed []string
@@ -215,6 +230,56 @@ func noteDesc(t *testing.T, path string) ([]byte, bool) {
 	require.Equal(t, ldcache.Owner+"\x00", string(b[12:12+namesz]))
 	off := 12 + (namesz+3)&^3
 	return b[off : off+descsz], true
+}
+
+// TestSearchHints: every search path entry the loader may search at run
+// time keeps its position as a "?" element, as patchelf 0.19.1 writes it
+// (NixOS/patchelf #658, #659): a missing directory, a plain file, a
+// trailing empty entry, and a directory that cannot be searched; a later
+// "=" element never overtakes them.
+func TestSearchHints(t *testing.T) {
+	tests := []struct {
+		name   string
+		tree   []string
+		path   string
+		want   string
+		asRoot bool // the case holds for root too (root may search any directory)
+	}{
+		{"a missing directory before the one that resolves",
+			[]string{"A/libfoo.so"}, "@ROOT@/later:@ROOT@/A",
+			"libfoo.so\x00?@ROOT@/later:=@ROOT@/A/libfoo.so\x00\x00", true},
+		{"a plain file as an entry",
+			[]string{"F", "A/libfoo.so"}, "@ROOT@/F:@ROOT@/A",
+			"libfoo.so\x00?@ROOT@/F:=@ROOT@/A/libfoo.so\x00\x00", true},
+		{"a link to a directory is a directory",
+			[]string{"A/libfoo.so", "L -> A"}, "@ROOT@/L:@ROOT@/A",
+			"libfoo.so\x00=@ROOT@/L/libfoo.so:=@ROOT@/A/libfoo.so\x00\x00", true},
+		{"a dangling link as an entry",
+			[]string{"D -> nowhere", "A/libfoo.so"}, "@ROOT@/D:@ROOT@/A",
+			"libfoo.so\x00?@ROOT@/D:=@ROOT@/A/libfoo.so\x00\x00", true},
+		{"a trailing empty entry",
+			[]string{"A/libfoo.so"}, "@ROOT@/A:",
+			"libfoo.so\x00=@ROOT@/A/libfoo.so:?\x00\x00", true},
+		{"a directory that cannot be searched",
+			[]string{"N/libfoo.so", "A/libfoo.so"}, "@ROOT@/N:@ROOT@/A",
+			"libfoo.so\x00?@ROOT@/N:=@ROOT@/A/libfoo.so\x00\x00", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.asRoot && os.Geteuid() == 0 {
+				t.Skip("root may search a directory without search permission")
+			}
+			root := t.TempDir()
+			makeTree(t, root, tc.tree)
+			if !tc.asRoot {
+				require.NoError(t, os.Chmod(filepath.Join(root, "N"), 0o600))
+				t.Cleanup(func() { _ = os.Chmod(filepath.Join(root, "N"), 0o755) })
+			}
+			c, outcome := ldcache.Build([]string{"libfoo.so"}, expand(tc.path, root), ldcache.OS{}, ldcache.Rules{})
+			require.Equal(t, ldcache.Built, outcome)
+			require.Equal(t, tc.want, unexpand(string(c.Encode()), root))
+		})
+	}
 }
 
 // TestRules: where the rules apply, the descriptor departs from patchelf's

@@ -12,9 +12,11 @@
 //   - "=FILE": the loader opens FILE directly, an absolute path probed when
 //     the note was written;
 //   - "?DIR": the loader searches DIR itself, as it would a RUNPATH entry.
-//     Used for what only exists at run time: empty and relative entries
-//     (the current directory), $ORIGIN/$LIB/$PLATFORM entries, directories
-//     with a glibc-hwcaps subdirectory.
+//     Used for what only exists at run time: empty (a trailing one too)
+//     and relative entries (the current directory), $ORIGIN/$LIB/$PLATFORM
+//     entries, directories with a glibc-hwcaps subdirectory, and absolute
+//     entries that are no directory the writer can search (missing, a
+//     plain file, no search permission).
 //
 // A name with no entry, or whose elements all fail, falls back to the
 // normal RUNPATH walk. The loader reads the note after LD_LIBRARY_PATH and
@@ -24,10 +26,11 @@
 //
 // # The rules
 //
-// [Build] follows patchelf's (NixOS/patchelf master) --build-resolution-cache
-// byte for byte — every RUNPATH entry in order, every DT_NEEDED name that has
-// no '/', an "=" element for each existing readable DIR/NAME, a "?" element
-// for each run-time-only entry — except where [Rules] say otherwise. The
+// [Build] follows patchelf 0.19.1's --build-resolution-cache
+// (NixOS/patchelf #658, #659) byte for byte — every RUNPATH entry in
+// order, every DT_NEEDED name that has no '/', an "=" element for each
+// existing readable DIR/NAME, a "?" element for each run-time-only entry —
+// except where [Rules] say otherwise. The
 // rules cudapatch gives it (rpath.ResolutionRules) keep the NVIDIA driver
 // out of the store: the driver link is a run-time-only directory (never
 // probed at build time, where it would bake the build machine's driver into

@@ -16,8 +16,9 @@ import (
 // rootProber answers ldcache.Build's questions inside the linter's root.
 type rootProber struct{ l *linter }
 
-func (p rootProber) Readable(f string) bool { return syscall.Access(p.l.host(f), 4) == nil }
-func (p rootProber) Exists(f string) bool   { return syscall.Access(p.l.host(f), 0) == nil }
+func (p rootProber) SearchableDir(f string) bool { return ldcache.SearchableDir(p.l.host(f)) }
+func (p rootProber) Readable(f string) bool      { return syscall.Access(p.l.host(f), 4) == nil }
+func (p rootProber) Exists(f string) bool        { return syscall.Access(p.l.host(f), 0) == nil }
 
 // noteRules are the rules cudapatch writes notes with, for this linter's
 // driver links: what a note should say is what ldcache.Build says with them.

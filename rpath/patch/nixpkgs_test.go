@@ -128,21 +128,34 @@ func TestNixpkgsIgnoreMissingStar(t *testing.T) {
 }
 
 // TestNixpkgsEmptyResultLeavesFileUntouched: with nothing to put in the
-// RUNPATH, the file is not written (its old RUNPATH stays), as
-// auto-patchelf.py runs patchelf --set-rpath only "if rpath".
+// RUNPATH, the RUNPATH is not written (the old one stays), as
+// auto-patchelf.py runs patchelf --set-rpath only "if rpath". Without
+// resolution notes the file is not written at all. With them (the
+// default), the kept RUNPATH gets the note patchelf 0.19.1 writes for it,
+// as generate-ld-cache would (cudapatch stops that hook): here a "?"
+// element for a directory missing at build time (NixOS/patchelf #659).
 func TestNixpkgsEmptyResultLeavesFileUntouched(t *testing.T) {
-	tr := newTree(t)
-	tr.place("out/lib/libold.so", withRunpath(lib("libold.so", "libc.so.6"), "/old/lib"))
-	tr.place("out/lib/libnone.so", lib("libnone.so"))
-	tr.place("glibc/lib/libc.so.6", lib("libc.so.6"))
-	snap := tr.snapshot()
-	rep := tr.mustPatch([]string{"out"}, none, patch.WithLibc(tr.p("glibc/lib")))
-	tr.unchangedSince(snap)
-	if rep.Changed != 0 || rep.Unchanged != 2 {
-		t.Errorf("changed %d, unchanged %d", rep.Changed, rep.Unchanged)
-	}
-	if got := tr.runpathOf("out/lib/libold.so"); got != "/old/lib" {
-		t.Errorf("RUNPATH %q", got)
+	for _, notes := range []bool{false, true} {
+		tr := newTree(t)
+		tr.place("out/lib/libold.so", withRunpath(lib("libold.so", "libc.so.6"), "/old/lib"))
+		tr.place("out/lib/libnone.so", lib("libnone.so"))
+		tr.place("glibc/lib/libc.so.6", lib("libc.so.6"))
+		snap := tr.snapshot()
+		rep := tr.mustPatch([]string{"out"}, none, patch.WithLibc(tr.p("glibc/lib")), patch.WithResolutionCache(notes))
+		if notes {
+			desc, ok := noteOf(t, tr.p("out/lib/libold.so"))
+			if !ok || tr.render(desc) != "libc.so.6 ?/old/lib\n" {
+				t.Errorf("libold.so's note: %v %q, want libc.so.6 ?/old/lib", ok, desc)
+			}
+			snap["out/lib/libold.so"] = tr.snapshot()["out/lib/libold.so"]
+		}
+		tr.unchangedSince(snap)
+		if want := map[bool]int{false: 0, true: 1}[notes]; rep.Changed != want || rep.Unchanged != 2-want {
+			t.Errorf("notes %v: changed %d, unchanged %d", notes, rep.Changed, rep.Unchanged)
+		}
+		if got := tr.runpathOf("out/lib/libold.so"); got != "/old/lib" {
+			t.Errorf("RUNPATH %q", got)
+		}
 	}
 }
 

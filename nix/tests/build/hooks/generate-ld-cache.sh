@@ -6,7 +6,10 @@
 # and then writes a resolution-cache note (.note.nixos.ldcache) into every
 # ELF file of every output with `patchelf --build-resolution-cache`, unless
 # dontGenerateLDCache. @patchelf@ is the patchelf it runs; one without that
-# option writes no notes (logged once).
+# option writes no notes (logged once). As in nixpkgs #535735 (patchelf
+# through xargs), a patchelf failure fails the build: patchelf refuses a
+# file whose note differs from the one it would write, so a note cudapatch
+# wrote before this hook runs fails here.
 
 preFixupHooks+=(_registerGenerateLDCache)
 
@@ -35,6 +38,6 @@ _generateLDCache() {
     while IFS= read -r -d '' file; do
         [[ $file == *.build-id* ]] && continue
         isELF "$file" || continue
-        "@patchelf@" --build-resolution-cache "$file" || true
+        "@patchelf@" --build-resolution-cache "$file" || return
     done < <(find "$dir" -type f -print0)
 }
