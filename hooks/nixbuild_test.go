@@ -275,6 +275,14 @@ func tail(b []byte, lines int) string {
 // one patched once; the failing cases fail with their message; and the
 // store verifies and every case rebuilds bit-identically (--check).
 func TestNixBuild(t *testing.T) {
+	if os.Getenv("CUDAPATCH_FRESH_ROOT") != "" && os.Getenv("CUDAPATCH_NIX_IN_FRESH_ROOT") == "" {
+		// CI builds the tier on the host first (scripts/test.sh); in the
+		// fresh root Nix's build of the Go modules was killed by SIGKILL
+		// in 2 of 6 runs (docs/fresh-root.md), which would fail CI for a
+		// cause that is not cudapatch's. CUDAPATCH_NIX_IN_FRESH_ROOT=1
+		// builds it there too.
+		t.Skip("built by the host run of the suite; CUDAPATCH_NIX_IN_FRESH_ROOT=1 builds it in the fresh root too")
+	}
 	n := newNix(t)
 
 	start := time.Now()
