@@ -130,13 +130,24 @@ func noOpEdits(in elfedit.Info) map[string]elfedit.Edit {
 func TestNoOp(t *testing.T) {
 	t.Parallel()
 	t.Run("watch-sees-an-open-for-writing", func(t *testing.T) {
-		path := t.TempDir() + "/f"
-		require.NoError(t, os.WriteFile(path, []byte("x"), 0o644))
-		w := watchFile(t, path)
-		f, err := os.OpenFile(path, os.O_RDWR, 0)
-		require.NoError(t, err)
-		require.NoError(t, f.Close())
-		assert.NotZero(t, w.events(t)&syscall.IN_CLOSE_WRITE)
+		// Up to three tries, each with its own file and watch: one CI run
+		// of the whole package saw no event once (a parallel test's
+		// descriptor traffic is the suspect), which the next runs never
+		// reproduced. A harness that cannot see the event fails all three.
+		var seen uint32
+		for try := 0; try < 3 && seen&syscall.IN_CLOSE_WRITE == 0; try++ {
+			path := t.TempDir() + "/f"
+			require.NoError(t, os.WriteFile(path, []byte("x"), 0o644))
+			w := watchFile(t, path)
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+			seen = w.events(t)
+			if seen&syscall.IN_CLOSE_WRITE == 0 {
+				t.Logf("try %d: events %#x, no IN_CLOSE_WRITE", try, seen)
+			}
+		}
+		assert.NotZero(t, seen&syscall.IN_CLOSE_WRITE)
 	})
 	for _, orig := range dynamic(t) {
 		t.Run(orig.Name, func(t *testing.T) {
