@@ -200,11 +200,7 @@ func (b *Buffers) openFD(fd *fdFile, st *syscall.Stat_t, at time.Time, editing b
 	if id := identOf(st); id.settled(at) {
 		c.settled = &id
 	}
-	read := NewFile
-	if editing {
-		read = NewFileToEdit
-	}
-	f, err := read(c, st.Size)
+	f, err := NewFile(c, st.Size)
 	if err != nil {
 		c.Close()
 		return nil, err
