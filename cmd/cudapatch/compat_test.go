@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/cudapatch/cudapatch/rpath/nvdriver/nvdrivertest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,8 +26,7 @@ func ccBuild(t *testing.T, out, src string, args ...string) {
 
 // compatNote is cuda_compat's forward-compatibility note, in assembler:
 // the branches 535 and 580.
-const compatNote = `__asm__(".pushsection .note.cuda.fwd_compatibility,\"a\",@note\n.balign 4\n.long 2f-1f\n.long 4f-3f\n.long 0\n` +
-	`1: .asciz \"NVIDIA Corporation\"\n2: .balign 4\n3: .asciz \"{\\\"format\\\":1,\\\"driver\\\":[535,580]}\"\n4: .balign 4\n.popsection\n");` + "\n"
+var compatNote = nvdrivertest.NoteAsm(`{"format":1,"driver":[535,580]}`)
 
 // TestCompatChoiceAgrees: one build with --cuda-compat and its selector;
 // then, for kernel modules older and newer than compat, the program run

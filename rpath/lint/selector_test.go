@@ -2,6 +2,7 @@ package lint_test
 
 import (
 	"context"
+	"github.com/cudapatch/cudapatch/rpath/nvdriver/nvdrivertest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,8 +36,7 @@ func TestSelectorChoice(t *testing.T) {
 	for _, d := range []string{compat, sel, drv, filepath.Join(root, "nix/store/p-app/bin")} {
 		require.NoError(t, os.MkdirAll(d, 0o755))
 	}
-	note := `__asm__(".pushsection .note.cuda.fwd_compatibility,\"a\",@note\n.balign 4\n.long 2f-1f\n.long 4f-3f\n.long 0\n` +
-		`1: .asciz \"NVIDIA Corporation\"\n2: .balign 4\n3: .asciz \"{\\\"format\\\":1,\\\"driver\\\":[535,580]}\"\n4: .balign 4\n.popsection\n");` + "\n"
+	note := nvdrivertest.NoteAsm(`{"format":1,"driver":[535,580]}`)
 	gcc(t, filepath.Join(compat, "libcuda.so.580.95.05"), "int cuInit(unsigned f) { return 0; }\n"+note, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1")
 	require.NoError(t, os.Symlink("libcuda.so.580.95.05", filepath.Join(compat, "libcuda.so.1")))
 	spec, err := selector.ForCompat(compat, []string{filepath.Join(drv, selector.Name)})

@@ -2,6 +2,7 @@ package selector_test
 
 import (
 	"context"
+	"github.com/cudapatch/cudapatch/rpath/nvdriver/nvdrivertest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,11 +89,7 @@ func write(t *testing.T, path, text string) string {
 
 // noteAsm is the forward-compatibility note as cuda_compat's libcuda
 // carries it, in a section of its own (as rpath/nvdriver's tests emit it).
-func noteAsm(desc string) string {
-	return `__asm__(".pushsection .note.cuda.fwd_compatibility,\"a\",%note\n" ` +
-		`".balign 4\n.long 2f-1f\n.long 4f-3f\n.long 0\n1: .asciz \"NVIDIA Corporation\"\n2: .balign 4\n" ` +
-		`"3: .ascii \"` + strings.ReplaceAll(desc, `"`, `\\\"`) + `\"\n.byte 0\n4: .balign 4\n.popsection\n");` + "\n"
-}
+func noteAsm(desc string) string { return nvdrivertest.NoteAsm(desc) }
 
 // fakeSource is a fake libcuda: it names itself through fakeWhich, carries
 // a version, calls one of its own entry points from its constructor

@@ -80,3 +80,12 @@ func ints(tb testing.TB, s string) []int {
 	}
 	return out
 }
+
+// NoteAsm is C source that gives the library it is compiled into a
+// .note.cuda.fwd_compatibility section holding desc (JSON), owner
+// "NVIDIA Corporation", laid out as cuda_compat's libcuda has it.
+func NoteAsm(desc string) string {
+	return `__asm__(".pushsection .note.cuda.fwd_compatibility,\"a\",%note\n" ` +
+		`".balign 4\n.long 2f-1f\n.long 4f-3f\n.long 0\n1: .asciz \"NVIDIA Corporation\"\n2: .balign 4\n" ` +
+		`"3: .ascii \"` + strings.ReplaceAll(desc, `"`, `\\\"`) + `\"\n.byte 0\n4: .balign 4\n.popsection\n");` + "\n"
+}
