@@ -66,6 +66,7 @@ func explainCommand(g *globals) *cli.Command {
 				}
 				return withCode(exitUsage, fmt.Errorf("explain: %s: %w", file, err))
 			}
+			g.noteInterrupted(file, f)
 			in := f.Info()
 			var evidence []entryEvidence
 			if cmd.Bool("evidence") {

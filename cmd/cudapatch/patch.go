@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/cudapatch/cudapatch/internal/printable"
 	"github.com/cudapatch/cudapatch/rpath/patch"
@@ -305,6 +307,8 @@ const (
 // missing libraries, and last a summary line that counts every file once
 // (README: "Usage").
 func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Option, out output, dryRun bool) error {
+	ctx, stop := onInterrupt(ctx)
+	defer stop()
 	if f, ok := g.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) && out == outText {
 		p := mpb.NewWithContext(ctx, mpb.WithOutput(f))
 		var bar *mpb.Bar
@@ -372,6 +376,10 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Opt
 	case err == nil:
 		return nil
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		var sig interrupted
+		if errors.As(context.Cause(ctx), &sig) {
+			return withCode(128+int(sig.sig), fmt.Errorf("%w: every file being written was written to the end, the others are left as they are", sig))
+		}
 		return withCode(exitUsage, err)
 	case onlyFindings(rep):
 		return withCode(exitFindings, errReported)
@@ -511,4 +519,38 @@ func appendPlural(b []byte, n int, noun string) []byte {
 	}
 	b = append(b, noun...)
 	return append(b, 's')
+}
+
+// interrupted is the cause of a main job stopped by SIGINT or SIGTERM.
+type interrupted struct{ sig syscall.Signal }
+
+func (e interrupted) Error() string {
+	name := map[syscall.Signal]string{syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM"}[e.sig]
+	return "interrupted by " + name
+}
+
+// onInterrupt returns ctx, ended with an interrupted cause on the first
+// SIGINT or SIGTERM: the main job stops taking files, and writes the ones
+// it is writing to the end (each write is an elfedit plan, which a
+// signal must not cut between two writes). A second signal is the
+// default's again: it kills, and the file being written then ends in a
+// journal that the next run finishes or undoes.
+func onInterrupt(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-ch:
+			signal.Stop(ch)
+			cancel(interrupted{s.(syscall.Signal)})
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel(nil)
+	}
 }

@@ -52,6 +52,7 @@ func printCommand(g *globals) *cli.Command {
 					out = append(out, entry{Path: path, Error: msg})
 					continue
 				}
+				g.noteInterrupted(path, f)
 				in := f.Info()
 				lc := readLDCache(f)
 				d, err := policy.Discover(f, false)

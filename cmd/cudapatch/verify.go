@@ -33,7 +33,7 @@ func verifyCommand(g *globals) *cli.Command {
 			var out []entry
 			bad := false
 			for _, path := range files {
-				all, err := elfedit.VerifyFile(path)
+				all, err := g.verifyFile(path)
 				e := entry{Path: path}
 				for _, p := range all {
 					if p.Refused() {
@@ -79,5 +79,25 @@ func verifyCommand(g *globals) *cli.Command {
 			}
 			return nil
 		},
+	}
+}
+
+// verifyFile is elfedit.VerifyFile, noting a journal the file ends in.
+func (g *globals) verifyFile(path string) ([]elfedit.Problem, error) {
+	f, err := elfedit.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	defer f.Close()
+	g.noteInterrupted(path, f)
+	return f.Verify(), nil
+}
+
+// noteInterrupted notes on stderr that the file ends in the journal of
+// an interrupted edit: what a read-only command shows of it is what the
+// loader maps, not what the next edit leaves.
+func (g *globals) noteInterrupted(path string, f *elfedit.File) {
+	if note := f.InterruptedNote(); note != "" {
+		printable.Fprintf(g.stderr, "cudapatch: note: %s: %s\n", path, note)
 	}
 }

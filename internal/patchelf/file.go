@@ -42,6 +42,11 @@ func patchelfFile(path string, o *patchelfOpts, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err) // cudapatch's message, not patchelf's
 	}
+	if note := f.InterruptedNote(); note != "" {
+		// Read as the loader maps it; the edit, if any, finishes or
+		// undoes that edit first (elfedit.EditFile).
+		fmt.Fprintf(stderr, "cudapatch: note: %s: %s\n", path, note)
+	}
 	prints := o.printInterp || o.printRPath || o.printSoname || o.printNeeded || o.printOSABI || o.printExecstack
 	if !prints {
 		debugf("patching ELF file '%s'", path)

@@ -78,9 +78,20 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 	rollback := func(cause error) error { return rollback(t, undos, p.OldSize, cause) }
 	journaled := n > 0 && p.needsJournal(sync)
 	if journaled {
-		jb, at := p.encodeJournal(undos), p.journalAt()
-		if _, err := t.WriteAt(jb, at); err != nil {
-			return rollback(fmt.Errorf("writing the journal (0x%x bytes at 0x%x): %w", len(jb), at, err))
+		body, tail, err := p.encodeJournal(undos)
+		if err != nil {
+			return err
+		}
+		// The trailer first, the one write that extends the file and
+		// that a kill cannot cut (journal.go); then the body it vouches
+		// for, into the hole it left.
+		at := p.journalAt()
+		tailAt := trailerAt(at + int64(len(body)))
+		if err := writeTrailer(t, tail, tailAt); err != nil {
+			return rollback(fmt.Errorf("writing the journal's trailer at 0x%x: %w", tailAt, err))
+		}
+		if _, err := t.WriteAt(body, at); err != nil {
+			return rollback(fmt.Errorf("writing the journal (0x%x bytes at 0x%x): %w", len(body), at, err))
 		}
 		if err := flush(); err != nil {
 			return rollback(fmt.Errorf("sync after the journal: %w", err))
@@ -156,6 +167,23 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 	return flush()
 }
 
+// trailerWriter is a Target that writes a journal's trailer past its
+// end itself, checking that no other process appended meanwhile
+// (guarded).
+type trailerWriter interface {
+	writeTrailer(b []byte, off int64) error
+}
+
+// writeTrailer writes a journal's trailer b at off, past the end of the
+// file t holds: one write, which leaves a hole before it.
+func writeTrailer(t Target, b []byte, off int64) error {
+	if w, ok := t.(trailerWriter); ok {
+		return w.writeTrailer(b, off)
+	}
+	_, err := t.WriteAt(b, off)
+	return err
+}
+
 // undoRecords reads the old bytes of every step up to the commit, to
 // undo them if a later step fails, and for the journal a run after a
 // crash reads.
@@ -222,8 +250,8 @@ func (p *Plan) spent() bool {
 		return false
 	}
 	r := p.f.r
-	if o, ok := r.(*overlay); ok {
-		r = o.base // the file as its journal leaves it
+	if v, ok := r.(*recoveryView); ok {
+		r = v.base // the file as its journal leaves it
 	}
 	c, ok := r.(*readCache)
 	return ok && c.spent()
@@ -714,6 +742,40 @@ func (g *guarded) WriteAt(b []byte, off int64) (int, error) {
 	return n + len(b), nil
 }
 
+// writeTrailer writes a journal's trailer past the end with pwrite, not
+// appended: the one write that extends the file must carry the trailer
+// (journal.go), and an append would write the hole before it too. Another
+// process's append between the check and the write lands in the hole,
+// where the bytes read after it say so: the trailer is cleared again then,
+// and their bytes kept.
+func (g *guarded) writeTrailer(b []byte, off int64) error {
+	if err := g.beforeStep(); err != nil {
+		return err
+	}
+	if g.hook != nil {
+		g.hook("append")
+	}
+	if _, err := g.fdFile.WriteAt(b, off); err != nil {
+		return err
+	}
+	end := off + int64(len(b))
+	st, err := g.fdFile.stat()
+	if err != nil {
+		return unwrapPath(err)
+	}
+	// Appended bytes start at the old end: its first page says.
+	nz, err := nonZero(g.fdFile, g.size, min(off, g.size+journalPage))
+	if err != nil {
+		return err
+	}
+	if st.Size != end || nz >= 0 {
+		_, _ = g.fdFile.WriteAt(make([]byte, len(b)), off)
+		return fmt.Errorf("%w: another process appended to it while it was written (%d bytes, expected %d); its bytes are kept", ErrChanged, st.Size, end)
+	}
+	g.size = end
+	return nil
+}
+
 func (g *guarded) Truncate(size int64) error {
 	if err := g.beforeStep(); err != nil {
 		return fmt.Errorf("not cut to %d bytes: %w", size, err)
@@ -755,7 +817,7 @@ func (p *Plan) undoSpans() []span {
 // result: every invariant the original met must still hold, and the
 // result must carry the requested values.
 func planFile(rc *readCache, size int64, e *Edit, keepOld bool) (*Result, error) {
-	f, err := NewFile(rc, size)
+	f, err := NewFileToEdit(rc, size)
 	if err != nil {
 		return nil, err
 	}

@@ -47,11 +47,11 @@ type Claim struct {
 // (Buffers.Open, OpenForEdit or OpenIn).
 func (f *File) Claim() (*Claim, error) {
 	r := f.r
-	if o, ok := r.(*overlay); ok {
-		// Read as the journal of an edit leaves it (NewFile): still the
+	if v, ok := r.(*recoveryView); ok {
+		// Read as the journal of an edit leaves it (NewFileToEdit): still the
 		// file opened, whose lock says whether that edit is another
 		// process's at work or one a killed process left.
-		r = o.base
+		r = v.base
 	}
 	c, ok := r.(*readCache)
 	var rf *fdFile

@@ -249,3 +249,124 @@ func differs(got, want []byte, name string) string {
 	}
 	return b.String()
 }
+
+// tornTarget is the file of a process killed in the middle of its k-th
+// write (1-based): the writes before it reach the file whole, that one
+// up to the file offset cut (a page boundary inside it: the kernel copies
+// a write page by page and stops for a fatal signal only between pages),
+// the ones after it not at all.
+type tornTarget struct {
+	*os.File
+	k, n int
+	cut  int64
+	// spans records each write's [off, end), for the cut points.
+	spans [][2]int64
+}
+
+func (t *tornTarget) WriteAt(b []byte, off int64) (int, error) {
+	t.n++
+	t.spans = append(t.spans, [2]int64{off, off + int64(len(b))})
+	switch {
+	case t.k == 0 || t.n < t.k:
+		return t.File.WriteAt(b, off)
+	case t.n == t.k && t.cut > off && t.cut < off+int64(len(b)):
+		return t.File.WriteAt(b[:t.cut-off], off)
+	}
+	return len(b), nil
+}
+
+func (t *tornTarget) Truncate(size int64) error {
+	t.n++
+	t.spans = append(t.spans, [2]int64{})
+	if t.k == 0 || t.n < t.k {
+		return t.File.Truncate(size)
+	}
+	return nil
+}
+
+func (t *tornTarget) Sync() error { return nil }
+
+// pageCuts lists where a kill may cut a write of [off, end): its page
+// boundaries, at most the first, a middle one and the last.
+func pageCuts(off, end int64) []int64 {
+	first := (off/4096 + 1) * 4096
+	last := (end - 1) / 4096 * 4096
+	if first >= end || last <= off {
+		return nil
+	}
+	cuts := []int64{first}
+	if mid := (first + last) / 2 / 4096 * 4096; mid > first && mid < last {
+		cuts = append(cuts, mid)
+	}
+	if last > first {
+		cuts = append(cuts, last)
+	}
+	return cuts
+}
+
+// TestTornWriteConverges kills the write of each case's edit in the middle
+// of each of its writes that spans a page boundary, the journal's own
+// among them, and runs the edit again: the killed file must load as the
+// original or the result, and the next run leave exactly the bytes of one
+// clean run (no bytes of a journal whose write was cut left past the old
+// end).
+func TestTornWriteConverges(t *testing.T) {
+	t.Parallel()
+	var cases []convergeCase
+	for _, c := range convergeCases() {
+		switch c.name {
+		case "bfd-pie/slack", "bfd-pie/region", "bfd-pie/note-again", "bfd-pie/re-edit-truncate", "lld-pie/region",
+			"s390x-bfd-pie/re-edit", "i686-bfd-pie/phdr-in-region", "mold-pie/note":
+			cases = append(cases, c)
+		}
+	}
+	require.Len(t, cases, 8)
+	torn := 0
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fx, path, prepared, e := convergeSetup(t, c)
+			for _, sync := range []bool{false, true} {
+				clean, _, _ := convergeApply(t, path, prepared, e, sync, -1)
+				probe := tornApply(t, path, prepared, e, sync, 0, 0)
+				for k, sp := range probe.spans {
+					for _, cut := range pageCuts(sp[0], sp[1]) {
+						torn++
+						tornApply(t, path, prepared, e, sync, k+1, cut)
+						what := fmt.Sprintf("sync %v, killed in write %d of %d (0x%x-0x%x) at 0x%x", sync, k+1, len(probe.spans), sp[0], sp[1], cut)
+						if err := works(t, fx, c.lib, path); err != nil {
+							t.Errorf("%s: %v", what, err)
+						}
+						rerun(t, path, e)
+						if got := readFile(t, path); !bytes.Equal(got, clean) {
+							t.Errorf("%s: the next run leaves %s", what, differs(got, clean, "a clean run"))
+						}
+						if t.Failed() {
+							keepOnFailure(t, fx)
+							t.FailNow()
+						}
+					}
+				}
+			}
+		})
+	}
+	require.NotZero(t, torn, "no write spans a page boundary")
+}
+
+// tornApply writes the prepared bytes to path, plans e from them and
+// applies the plan, its k-th write cut at cut (k 0: whole), and returns
+// the target, which lists the writes.
+func tornApply(t *testing.T, path string, prepared []byte, e elfedit.Edit, sync bool, k int, cut int64) *tornTarget {
+	t.Helper()
+	require.NoError(t, os.WriteFile(path, prepared, 0o755))
+	f, err := elfedit.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	p, err := f.Plan(e)
+	require.NoError(t, err)
+	w, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer w.Close()
+	tt := &tornTarget{File: w, k: k, cut: cut}
+	require.NoError(t, p.Apply(tt, sync))
+	return tt
+}

@@ -411,7 +411,7 @@ func (f *faultyTarget) Truncate(size int64) error {
 }
 
 // TestWriteFailure makes each write of each plan fail half way, the
-// journal's first. A failure before or at the commit must leave the file
+// journal's two first (its trailer, then its body). A failure before or at the commit must leave the file
 // byte-identical to the original (rolled back, truncated to its old
 // size); a failure of a hygiene step after the commit leaves the new,
 // working file and says so. A failed cut (of an old region, or of the
@@ -426,7 +426,7 @@ func TestWriteFailure(t *testing.T) {
 			var writes []elfedit.Step
 			journaled := len(p.Steps) > 1
 			if journaled {
-				writes = append(writes, elfedit.Step{Kind: "journal", What: "the journal"})
+				writes = append(writes, elfedit.Step{Kind: "journal", What: "the journal's trailer"}, elfedit.Step{Kind: "journal", What: "the journal"})
 			}
 			for _, s := range p.Steps {
 				if s.Kind != elfedit.StepTruncate {
@@ -524,7 +524,9 @@ func TestApplySync(t *testing.T) {
 			var want []string
 			journaled := len(p.Steps) > 1 || len(p.Steps) == 1 && elfedit.CommitHead(p.Steps[0]) > 0
 			if journaled {
-				want = append(want, fmt.Sprintf("write 0x%x", (max(p.OldSize, p.NewSize)+7)&^7), "sync")
+				// The trailer, then the body it vouches for.
+				at, tailAt := elfedit.JournalPlace(t, p, path)
+				want = append(want, fmt.Sprintf("write 0x%x", tailAt), fmt.Sprintf("write 0x%x", at), "sync")
 			}
 			for i, s := range p.Steps {
 				switch {

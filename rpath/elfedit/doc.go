@@ -51,12 +51,18 @@
 //
 // A plan of more than one write first appends a journal past the end of
 // the old and the new file (the commit's bytes, the old bytes of what is
-// written up to it, what is written after it, a checksum), which its last
-// step cuts away. A file that ends in one (its process was killed between
-// two writes) is read as its edit leaves it, finished when the commit's
-// bytes are in place, else undone, and every plan made from it writes
-// that state first ([Recover] when the edit asks nothing more): an edit
-// run again after a crash leaves the bytes one run leaves.
+// written up to it, what is written after it, checksums), its trailer
+// first, in one write a kill cannot cut, then the body it vouches for;
+// its last step cuts it away. A file that ends in one (its process was
+// killed) is read by an edit ([NewFileToEdit], [Buffers.OpenForEdit],
+// [EditFile]) as its edit leaves it, finished when the commit's bytes are
+// in place, else undone, and every plan made from it writes that state
+// first ([Recover] when the edit asks nothing more): an edit run again
+// after a crash leaves the bytes one run leaves. Every other read
+// ([NewFile], [Open]) reads the bytes the loader maps and only notes the
+// journal ([File.Interrupted]): a journal is a crash-recovery aid, never
+// an input, and it is recovered only in the shape and within the bounds
+// a run writes.
 //
 // # Hardening
 //

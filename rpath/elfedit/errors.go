@@ -34,6 +34,11 @@ func formatErr(off int64, format string, args ...any) error {
 var (
 	// ErrNotELF means the file does not start with the ELF magic.
 	ErrNotELF = errors.New("not an ELF file")
+	// ErrInterrupted means a plan was asked of a file that ends in the
+	// journal of an interrupted edit, read as it is (NewFile, Open):
+	// only a file read to edit (NewFileToEdit, OpenForEdit) finishes or
+	// undoes that edit first.
+	ErrInterrupted = errors.New("ends in the journal of an interrupted edit: read it to edit (OpenForEdit) to finish or undo that edit first")
 	// ErrNotRegular means the path names a FIFO, socket or device: it is
 	// refused before it is opened for reading.
 	ErrNotRegular = errors.New("not a regular file")

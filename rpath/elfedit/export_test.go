@@ -2,8 +2,11 @@ package elfedit
 
 import (
 	"debug/elf"
+	"errors"
 	"io"
+	"os"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -23,6 +26,32 @@ func ApplyTorn(p *Plan, t Target, n int, k int64) error {
 	_, err := t.WriteAt(st.data[:k], st.Off)
 	return err
 }
+
+// JournalPlace is where p's journal goes in the file at path, which
+// holds the bytes p was made from: its body and its trailer.
+func JournalPlace(t testing.TB, p *Plan, path string) (at, tailAt int64) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	undos, err := p.undoRecords(osTarget{f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _, err := p.encodeJournal(undos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at = p.journalAt()
+	return at, trailerAt(at + int64(len(body)))
+}
+
+// osTarget reads an os.File as a Target that is never written.
+type osTarget struct{ *os.File }
+
+func (osTarget) Truncate(int64) error { return errors.New("read only") }
 
 // CheckResult is what EditFile checks of a planned result before writing.
 func CheckResult(before, after *File, e *Edit) error {

@@ -200,7 +200,11 @@ func (b *Buffers) openFD(fd *fdFile, st *syscall.Stat_t, at time.Time, editing b
 	if id := identOf(st); id.settled(at) {
 		c.settled = &id
 	}
-	f, err := NewFile(c, st.Size)
+	read := NewFile
+	if editing {
+		read = NewFileToEdit
+	}
+	f, err := read(c, st.Size)
 	if err != nil {
 		c.Close()
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // A plan of more than one write, killed between two of them, leaves a
@@ -16,19 +17,55 @@ import (
 // appends a journal past the end of the old and the new file: the
 // commit's bytes, the old bytes of every range written up to the commit
 // (undo), what is written after it (redo), and a checksummed trailer. Its
-// last step cuts the journal away. NewFile reads a file that ends in one
-// as the interrupted edit leaves it, finished when the commit's bytes are
-// in place, else undone, and every plan made from it writes that state
-// first (Plan.recover).
+// last step cuts the journal away. A file opened for an edit
+// (NewFileToEdit) that ends in one is read as the interrupted edit leaves
+// it, finished when the commit's bytes are in place, else undone, and
+// every plan made from it writes that state first (Plan.recover). A file
+// read otherwise (NewFile) is read as the loader maps it: the journal is
+// only noted (File.Interrupted).
+//
+// The journal is a crash-recovery aid, never an input channel: it is
+// recovered only in the shape a run of this package writes (the trailer's
+// own checksum, the sizes it derives, its place in the file), within the
+// bounds the encoder keeps to (maxJournalBody, maxJournalRecords, what the
+// records write at most), each checked against the file before anything
+// is allocated or read past the trailer; anything else is no journal.
+//
+// Its own write is vouched for. The trailer goes first: one write of
+// journalTrailer bytes past the end, inside one page, which extends the
+// file (leaving a hole before it) and which the kernel does whole or not
+// at all (it copies a write page by page and stops for a fatal signal only
+// between pages). Then the body, into the hole. A trailer whose body does
+// not match its checksum is a journal whose write was interrupted: nothing
+// of the plan was written yet, and the recovery cuts the file back to its
+// old size. A kill at any point so leaves either the old file or one that
+// ends in a trailer.
 
 // journalMagic ends a journal: the last eight bytes of a file whose edit
-// was interrupted.
-var journalMagic = [8]byte{0x7f, 'c', 'u', 'd', 'a', 'j', 'n', 1}
+// was interrupted. The last byte is the format's version.
+var journalMagic = [8]byte{0x7f, 'c', 'u', 'd', 'a', 'j', 'n', 2}
 
-// The trailer: old size, new size, body length, checksum (SHA-256 of the
-// body and the three sizes), magic; little-endian whatever the file's
-// byte order.
-const journalTrailer = 3*8 + sha256.Size + 8
+// The trailer: old size, new size, body length, the body's SHA-256, the
+// SHA-256 of those four, magic; little-endian whatever the file's byte
+// order.
+const journalTrailer = 3*8 + 2*sha256.Size + 8
+
+// Bounds on what a journal holds, which the encoder keeps to and the
+// reader checks before it allocates: the body's bytes, its records, and
+// what the records write in all (maxWritten of the journal's start).
+const (
+	maxJournalBody    = 16 << 20
+	maxJournalRecords = 1024
+)
+
+// maxWritten bounds the bytes a journal's records write, given where it
+// starts: twice the file (the old bytes of what is written up to the
+// commit, and what is written after it), plus its own body.
+func maxWritten(at, body int64) int64 { return 2*at + body }
+
+// journalPage is the page a trailer does not straddle: the kernel's
+// smallest unit of copying a write into the file.
+const journalPage = 4096
 
 // Record kinds, in a record's flags word; a fill record's byte is in
 // bits 8-15, and it has no data.
@@ -39,12 +76,29 @@ const (
 	recFill   = 1 << 4
 )
 
+// jstep is a journal record: data, or Len copies of fill.
+type jstep struct {
+	off, n int64
+	data   []byte // nil for a fill
+	fill   byte
+}
+
+// trailer is a journal's trailer, read and checked.
+type trailer struct {
+	oldSize, newSize int64
+	at, bodyLen      int64 // where the body starts, its length
+	tailAt           int64 // where the trailer starts
+	bodySum          [sha256.Size]byte
+}
+
 // journal is a parsed journal.
 type journal struct {
-	oldSize, newSize int64
-	at               int64 // where it starts: the end of the file's own bytes
-	commit           Step
-	undo, redo       []Step
+	trailer
+	// pending: the body does not match its checksum, the journal's write
+	// was interrupted, and nothing of its plan was written.
+	pending    bool
+	commit     jstep
+	undo, redo []jstep
 }
 
 // journalAt is where a plan's journal goes: past every byte of the old and
@@ -52,6 +106,16 @@ type journal struct {
 func (p *Plan) journalAt() int64 { return alignUp64(max(p.OldSize, p.NewSize), 8) }
 
 func alignUp64(v, a int64) int64 { return (v + a - 1) / a * a }
+
+// trailerAt is where the trailer of a body that ends at end goes:
+// 8-aligned, within one page.
+func trailerAt(end int64) int64 {
+	t := alignUp64(end, 8)
+	if t/journalPage != (t+journalTrailer-1)/journalPage {
+		t = alignUp64(t, journalPage)
+	}
+	return t
+}
 
 // needsJournal reports whether a plan can be interrupted between two of
 // its writes: more than one step, or, with sync, a commit written in two
@@ -64,10 +128,14 @@ func (p *Plan) needsJournal(sync bool) bool {
 }
 
 // encodeJournal encodes the journal of p, given the old bytes of the
-// ranges the steps up to the commit write (undo, in step order).
-func (p *Plan) encodeJournal(undo []undoRec) []byte {
-	var body []byte
+// ranges the steps up to the commit write (undo, in step order): its
+// body and its trailer. A journal past the bounds a reader accepts is an
+// error: nothing is written then.
+func (p *Plan) encodeJournal(undo []undoRec) (body, tail []byte, err error) {
+	records, written := 0, int64(0)
 	rec := func(kind uint64, off int64, data []byte) {
+		records++
+		written += int64(len(data))
 		var h [24]byte
 		binary.LittleEndian.PutUint64(h[:], uint64(off))
 		binary.LittleEndian.PutUint64(h[8:], uint64(len(data)))
@@ -104,23 +172,25 @@ func (p *Plan) encodeJournal(undo []undoRec) []byte {
 	for _, u := range undo {
 		rec(recUndo, u.off, u.old)
 	}
+	at := p.journalAt()
+	switch {
+	case len(body) > maxJournalBody:
+		return nil, nil, fmt.Errorf("the edit's journal would be 0x%x bytes, over the 0x%x a next run reads back", len(body), maxJournalBody)
+	case records > maxJournalRecords:
+		return nil, nil, fmt.Errorf("the edit's journal would hold %d records, over the %d a next run reads back", records, maxJournalRecords)
+	case written > maxWritten(at, int64(len(body))):
+		return nil, nil, fmt.Errorf("the edit's journal would write 0x%x bytes, over the 0x%x a next run accepts", written, maxWritten(at, int64(len(body))))
+	}
 	var t [journalTrailer]byte
 	binary.LittleEndian.PutUint64(t[0:], uint64(p.OldSize))
 	binary.LittleEndian.PutUint64(t[8:], uint64(p.NewSize))
 	binary.LittleEndian.PutUint64(t[16:], uint64(len(body)))
-	sum := journalSum(body, t[:24])
+	sum := sha256.Sum256(body)
 	copy(t[24:], sum[:])
-	copy(t[24+sha256.Size:], journalMagic[:])
-	return append(body, t[:]...)
-}
-
-func journalSum(body, sizes []byte) [sha256.Size]byte {
-	h := sha256.New()
-	h.Write(body)
-	h.Write(sizes)
-	var s [sha256.Size]byte
-	h.Sum(s[:0])
-	return s
+	head := sha256.Sum256(t[:24+sha256.Size])
+	copy(t[24+sha256.Size:], head[:])
+	copy(t[24+2*sha256.Size:], journalMagic[:])
+	return body, t[:], nil
 }
 
 // uniform reports whether b is one byte repeated (zeros, 'X').
@@ -137,10 +207,11 @@ func uniform(b []byte) (byte, bool) {
 	return c, true
 }
 
-// readJournal returns the journal the file of the given size ends in, nil
-// if it ends in none. A journal whose checksum or bounds do not hold is
-// no journal: the bytes are the file's own.
-func readJournal(r io.ReaderAt, size int64) (*journal, error) {
+// readTrailer returns the trailer the file of the given size ends in, nil
+// if it ends in none this package writes: the magic, the trailer's own
+// checksum, and sizes that place the body and the trailer where the
+// encoder does, inside the file and the bounds. It reads the trailer only.
+func readTrailer(r io.ReaderAt, size int64) (*trailer, error) {
 	if size < journalTrailer {
 		return nil, nil
 	}
@@ -148,29 +219,83 @@ func readJournal(r io.ReaderAt, size int64) (*journal, error) {
 	if err := readTail(r, t, size-journalTrailer); err != nil {
 		return nil, err
 	}
-	if !bytes.Equal(t[24+sha256.Size:], journalMagic[:]) {
+	if !bytes.Equal(t[24+2*sha256.Size:], journalMagic[:]) {
 		return nil, nil
 	}
-	j := &journal{oldSize: int64(binary.LittleEndian.Uint64(t)), newSize: int64(binary.LittleEndian.Uint64(t[8:]))}
-	n := binary.LittleEndian.Uint64(t[16:])
-	if n > uint64(size-journalTrailer) || j.oldSize < 0 || j.newSize < 0 {
+	if sha256.Sum256(t[:24+sha256.Size]) != [sha256.Size]byte(t[24+sha256.Size:24+2*sha256.Size]) {
 		return nil, nil
 	}
-	j.at = size - journalTrailer - int64(n)
-	if j.at != alignUp64(max(j.oldSize, j.newSize), 8) {
+	old, nw, n := binary.LittleEndian.Uint64(t), binary.LittleEndian.Uint64(t[8:]), binary.LittleEndian.Uint64(t[16:])
+	tailAt := uint64(size - journalTrailer)
+	if old > tailAt || nw > tailAt || n > maxJournalBody {
 		return nil, nil
 	}
-	body := make([]byte, n)
+	tr := &trailer{oldSize: int64(old), newSize: int64(nw), bodyLen: int64(n), tailAt: int64(tailAt)}
+	tr.at = alignUp64(max(tr.oldSize, tr.newSize), 8)
+	if tr.at+tr.bodyLen > tr.tailAt || trailerAt(tr.at+tr.bodyLen) != tr.tailAt {
+		return nil, nil
+	}
+	copy(tr.bodySum[:], t[24:])
+	return tr, nil
+}
+
+// readJournal returns the journal the file of the given size ends in, nil
+// if it ends in none (readTrailer). A trailer whose body does not match
+// its checksum is a pending journal (its write was interrupted), provided
+// the file past its old end holds nothing its write had not put there.
+func readJournal(r io.ReaderAt, size int64) (*journal, error) {
+	tr, err := readTrailer(r, size)
+	if tr == nil || err != nil {
+		return nil, err
+	}
+	j := &journal{trailer: *tr}
+	bad := func(format string, args ...any) (*journal, error) {
+		return nil, formatErr(j.at, "journal of an interrupted edit: %s; left as it is", fmt.Sprintf(format, args...))
+	}
+	// The checksum first, through a fixed buffer: nothing the size of the
+	// body is allocated before it holds.
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(r, j.at, j.bodyLen)); err != nil {
+		return nil, err
+	}
+	if [sha256.Size]byte(h.Sum(nil)) != j.bodySum {
+		// Written up to the trailer: the hole before the body, which the
+		// trailer's write left, is still a hole (zeros).
+		nz, err := nonZero(r, j.oldSize, j.at)
+		if err != nil {
+			return nil, err
+		}
+		if nz >= 0 {
+			return bad("its write was interrupted, but the bytes at 0x%x past the old end are not what it leaves", nz)
+		}
+		j.pending = true
+		return j, nil
+	}
+	body := make([]byte, j.bodyLen)
 	if _, err := r.ReadAt(body, j.at); err != nil {
 		return nil, err
 	}
-	if journalSum(body, t[:24]) != [sha256.Size]byte(t[24:24+sha256.Size]) {
-		return nil, nil
-	}
 	if err := j.parse(body); err != nil {
-		return nil, formatErr(j.at, "journal of an interrupted edit: %v", err)
+		return bad("%v", err)
 	}
 	return j, nil
+}
+
+// nonZero returns the offset of the first byte in [lo, hi) that is not
+// zero, -1 if none, reading through a fixed buffer.
+func nonZero(r io.ReaderAt, lo, hi int64) (int64, error) {
+	var buf [32 << 10]byte
+	for off := lo; off < hi; {
+		b := buf[:min(int64(len(buf)), hi-off)]
+		if _, err := r.ReadAt(b, off); err != nil {
+			return 0, err
+		}
+		if i := slices.IndexFunc(b, func(c byte) bool { return c != 0 }); i >= 0 {
+			return off + int64(i), nil
+		}
+		off += int64(len(b))
+	}
+	return -1, nil
 }
 
 // readTail reads the trailer: from the read cache when it holds it (the
@@ -193,28 +318,36 @@ func readTail(r io.ReaderAt, b []byte, off int64) error {
 	return err
 }
 
+// parse reads the records, within the bounds the encoder keeps to: at
+// most maxJournalRecords, each inside the file before the journal, and
+// writing at most maxWritten in all.
 func (j *journal) parse(body []byte) error {
-	commits := 0
+	commits, records, written := 0, 0, int64(0)
 	for len(body) > 0 {
 		if len(body) < 24 {
 			return errors.New("record header cut short")
+		}
+		if records++; records > maxJournalRecords {
+			return fmt.Errorf("more than %d records", maxJournalRecords)
 		}
 		off, n, flags := binary.LittleEndian.Uint64(body), binary.LittleEndian.Uint64(body[8:]), binary.LittleEndian.Uint64(body[16:])
 		body = body[24:]
 		if off > uint64(j.at) || n > uint64(j.at)-off {
 			return fmt.Errorf("record 0x%x+0x%x past the journal's start 0x%x", off, n, j.at)
 		}
-		var data []byte
+		if written += int64(n); written > maxWritten(j.at, j.bodyLen) {
+			return fmt.Errorf("records writing more than 0x%x bytes", maxWritten(j.at, j.bodyLen))
+		}
+		st := jstep{off: int64(off), n: int64(n)}
 		if flags&recFill != 0 {
-			data = bytes.Repeat([]byte{byte(flags >> 8)}, int(n))
+			st.fill = byte(flags >> 8)
 		} else {
 			padded := (n + 7) &^ 7
 			if padded > uint64(len(body)) {
 				return errors.New("record data cut short")
 			}
-			data, body = body[:n], body[padded:]
+			st.data, body = body[:n:n], body[padded:]
 		}
-		st := Step{Off: int64(off), Len: int64(n), data: data}
 		switch flags & 0xf {
 		case recCommit:
 			j.commit = st
@@ -227,7 +360,7 @@ func (j *journal) parse(body []byte) error {
 			return fmt.Errorf("unknown record kind %d", flags&0xf)
 		}
 	}
-	if commits != 1 || j.commit.Len == 0 {
+	if commits != 1 || j.commit.n == 0 {
 		return errors.New("no commit record")
 	}
 	return nil
@@ -238,39 +371,135 @@ func (j *journal) parse(body []byte) error {
 // a cut to size (which drops the journal).
 type recovery struct {
 	forward bool
-	writes  []Step
+	writes  []jstep
 	size    int64
 }
 
 // recover decides between finishing and undoing: the commit's bytes in
 // place mean the commit was written, and with it every write before it.
+// A pending journal's plan wrote nothing: the cut alone undoes it.
 func (j *journal) recover(r io.ReaderAt) (*recovery, error) {
-	cur := make([]byte, j.commit.Len)
-	if _, err := r.ReadAt(cur, j.commit.Off); err != nil {
+	if j.pending {
+		return &recovery{size: j.oldSize}, nil
+	}
+	in, err := j.commit.in(r)
+	if err != nil {
 		return nil, err
 	}
-	if bytes.Equal(cur, j.commit.data) {
+	if in {
 		return &recovery{forward: true, writes: j.redo, size: j.newSize}, nil
 	}
 	// The undo records in reverse: where two overlap, the older bytes win.
-	w := make([]Step, len(j.undo))
+	w := make([]jstep, len(j.undo))
 	for i, u := range j.undo {
 		w[len(w)-1-i] = u
 	}
 	return &recovery{writes: w, size: j.oldSize}, nil
 }
 
+// in reports whether the file r reads holds the record's bytes.
+func (s jstep) in(r io.ReaderAt) (bool, error) {
+	var buf [32 << 10]byte
+	for done := int64(0); done < s.n; {
+		b := buf[:min(int64(len(buf)), s.n-done)]
+		if _, err := r.ReadAt(b, s.off+done); err != nil {
+			return false, err
+		}
+		for i, c := range b {
+			if c != s.at(done+int64(i)) {
+				return false, nil
+			}
+		}
+		done += int64(len(b))
+	}
+	return true, nil
+}
+
+// at is the record's byte i.
+func (s jstep) at(i int64) byte {
+	if s.data == nil {
+		return s.fill
+	}
+	return s.data[i]
+}
+
+// copyTo writes the record's bytes in [lo, hi) (file offsets) to b,
+// which holds the file from off.
+func (s jstep) copyTo(b []byte, off, lo, hi int64) {
+	dst := b[lo-off : hi-off]
+	if s.data != nil {
+		copy(dst, s.data[lo-s.off:hi-s.off])
+		return
+	}
+	for i := range dst {
+		dst[i] = s.fill
+	}
+}
+
 // view reads the file as the recovery leaves it.
 func (rc *recovery) view(base io.ReaderAt, baseSize int64) io.ReaderAt {
-	return &overlay{base: base, baseSize: baseSize, steps: rc.writes, size: rc.size}
+	return &recoveryView{base: base, baseSize: baseSize, rc: rc}
+}
+
+// recoveryView reads a file through a recovery's writes.
+type recoveryView struct {
+	base     io.ReaderAt
+	baseSize int64
+	rc       *recovery
+}
+
+func (v *recoveryView) ReadAt(b []byte, off int64) (int, error) {
+	size := v.rc.size
+	if off >= size {
+		return 0, io.EOF
+	}
+	n := len(b)
+	if off+int64(n) > size {
+		n = int(size - off)
+	}
+	b = b[:n]
+	clear(b)
+	if off < v.baseSize {
+		m := min(int64(n), v.baseSize-off)
+		if _, err := v.base.ReadAt(b[:m], off); err != nil && !errors.Is(err, io.EOF) {
+			return 0, err
+		}
+	}
+	for _, w := range v.rc.writes {
+		if lo, hi := max(off, w.off), min(off+int64(n), w.off+w.n); lo < hi {
+			w.copyTo(b, off, lo, hi)
+		}
+	}
+	if n < len(b) {
+		return n, io.EOF
+	}
+	return n, nil
 }
 
 // apply writes the recovery to t: the writes, then the cut. With sync the
-// writes are flushed before the cut takes the journal away.
+// writes are flushed before the cut takes the journal away. A fill is
+// written from a fixed buffer.
 func (rc *recovery) apply(t Target, flush func() error) error {
+	var fill []byte
 	for _, w := range rc.writes {
-		if _, err := t.WriteAt(w.data, w.Off); err != nil {
-			return fmt.Errorf("writing 0x%x bytes at 0x%x: %w", len(w.data), w.Off, err)
+		if w.data != nil {
+			if _, err := t.WriteAt(w.data, w.off); err != nil {
+				return fmt.Errorf("writing 0x%x bytes at 0x%x: %w", len(w.data), w.off, err)
+			}
+			continue
+		}
+		if fill == nil {
+			fill = make([]byte, 64<<10)
+		}
+		for done := int64(0); done < w.n; {
+			b := fill[:min(int64(cap(fill)), w.n-done)]
+			for i := range b {
+				b[i] = w.fill
+			}
+			if _, err := t.WriteAt(b, w.off+done); err != nil {
+				return fmt.Errorf("writing 0x%x bytes at 0x%x: %w", len(b), w.off+done, err)
+			}
+			done += int64(len(b))
 		}
 	}
 	if err := flush(); err != nil {
@@ -283,7 +512,7 @@ func (rc *recovery) apply(t Target, flush func() error) error {
 func (rc *recovery) written() int64 {
 	var n int64
 	for _, w := range rc.writes {
-		n += w.Len
+		n += w.n
 	}
 	return n
 }

@@ -301,6 +301,9 @@ func keepFirst(ents []dent, tag elf.DynTag) []dent {
 // planned result as EditFile does before returning it, so that a plan it
 // returns is one whose result verifies, whatever the input.
 func (f *File) Plan(e Edit) (*Plan, error) {
+	if f.journal != nil {
+		return nil, fmt.Errorf("%w (the journal at 0x%x)", ErrInterrupted, f.journal.at)
+	}
 	p, err := f.layout(e)
 	if err != nil {
 		return nil, err

@@ -99,7 +99,10 @@ type File struct {
 	region     *regionInfo
 	// recovery is what the file needs written to be as its interrupted
 	// edit leaves it (NewFile), nil when it ends in no journal.
-	recovery  *recovery
+	recovery *recovery
+	// journal is the trailer of the journal the file ends in, read as
+	// it is (NewFile); nil when it ends in none, or was read to edit.
+	journal   *trailer
 	debugOnly bool // separate debug object: contents are NOBITS
 	// keepOld makes plans without hygiene steps (Options.KeepOldSections),
 	// left out before the steps are merged: a commit that took in the
@@ -267,14 +270,32 @@ func readAt(r io.ReaderAt, size int64, off, n uint64, what string) ([]byte, erro
 }
 
 // NewFile reads the headers and dynamic-linking data of the ELF file of the
-// given size that r reads from. A file that ends in the journal of an
-// edit a killed process left unfinished (journal.go) is read as that edit
-// leaves it, finished or undone, and a plan made from it writes that
-// state first.
+// given size that r reads from, as the loader maps it. A file that ends in
+// the journal of an edit a killed process left unfinished (journal.go) is
+// read as it is, its journal only noted (Interrupted); NewFileToEdit reads
+// it as that edit leaves it.
 func NewFile(r io.ReaderAt, size int64) (*File, error) {
 	f, err := newFile(r, size)
-	if _, planned := r.(*overlay); planned || errors.Is(err, ErrNotELF) {
-		return f, err // a planned result, or a view a journal restores
+	if err != nil {
+		return nil, err
+	}
+	if _, planned := r.(*overlay); !planned {
+		if f.journal, err = readTrailer(r, size); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// NewFileToEdit is NewFile for a file about to be planned: a file that
+// ends in the journal of an edit a killed process left unfinished is read
+// as that edit leaves it, finished or undone, and a plan made from it
+// writes that state first. Only an edit may read a file so: what the
+// journal says is not what the loader maps until the edit writes it.
+func NewFileToEdit(r io.ReaderAt, size int64) (*File, error) {
+	f, err := newFile(r, size)
+	if errors.Is(err, ErrNotELF) {
+		return nil, err
 	}
 	j, jerr := readJournal(r, size)
 	if jerr != nil {
@@ -293,6 +314,29 @@ func NewFile(r io.ReaderAt, size int64) (*File, error) {
 	}
 	g.recovery = rec
 	return g, nil
+}
+
+// Interrupted reports whether the file ends in the journal of an edit a
+// killed process left unfinished, and where: at is where the journal
+// starts, size the bytes it takes. The File reads the bytes as they are
+// (the loader ignores what lies past its segments); the next edit
+// finishes or undoes that edit. Always false for a file read with
+// NewFileToEdit, which reads the state the edit leaves.
+func (f *File) Interrupted() (at, size int64, ok bool) {
+	if f.journal == nil {
+		return 0, 0, false
+	}
+	return f.journal.at, f.size - f.journal.at, true
+}
+
+// InterruptedNote says, for a reader of the file, that it ends in the
+// journal of an interrupted edit (Interrupted); "" when it does not.
+func (f *File) InterruptedNote() string {
+	at, n, ok := f.Interrupted()
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("ends in the journal of an interrupted edit (%d bytes at 0x%x): shown as the loader maps it; the next edit finishes or undoes that edit", n, at)
 }
 
 func newFile(r io.ReaderAt, size int64) (*File, error) {

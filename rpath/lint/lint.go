@@ -401,6 +401,10 @@ func (l *linter) check(j job) (checked, error) {
 		add(VerifyFailed, "", "not a readable ELF file: %v", err)
 		return checked{elf: true, findings: out}, nil
 	}
+	if note := f.InterruptedNote(); note != "" {
+		// Checked as the loader maps it, which is what lint judges.
+		l.log.Warn(note, "file", j.path)
+	}
 	in := f.Info()
 	if why := policy.SkipReason(in, l.target); why != "" {
 		f.Close()

@@ -262,6 +262,7 @@ func (c *config) write(ctx context.Context, rep *Report, step func()) error {
 	for range len(rep.Files) - len(order) {
 		step() // nothing to write
 	}
+	written := make([]bool, len(order)) // each index by the one job that takes it
 	if err := c.big.gatedParallel(ctx, c.jobs, len(order), func(i int, held bool) bool {
 		f := rep.Files[order[i]]
 		leave, ok := c.big.enter(f.strSize, held)
@@ -270,6 +271,7 @@ func (c *config) write(ctx context.Context, rep *Report, step func()) error {
 		}
 		defer leave()
 		defer step()
+		written[i] = true
 		if c.beforeWrite != nil {
 			c.beforeWrite(f.Path)
 		}
@@ -308,6 +310,15 @@ func (c *config) write(ctx context.Context, rep *Report, step func()) error {
 		c.log.Debug("patched", "file", f.Path, "runpath", f.RunPath, "strategy", f.Strategy, "planned", planned(reused))
 		return true
 	}); err != nil {
+		// Stopped (ctx): each file taken was written to the end; the
+		// others are left as they are, and counted failed.
+		for i, k := range order {
+			if f := rep.Files[k]; !written[i] {
+				f.addError(ErrorWrite, fmt.Errorf("not written (%w); left as it is", context.Cause(ctx)))
+				rep.Changed--
+				rep.Failed++
+			}
+		}
 		return err
 	}
 	rep.Written = len(werrs) == 0
