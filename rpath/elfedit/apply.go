@@ -1,6 +1,7 @@
 package elfedit
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -82,13 +83,13 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 		if err != nil {
 			return err
 		}
-		// The trailer first, the one write that extends the file and
-		// that a kill cannot cut (journal.go); then the body it vouches
-		// for, into the hole it left.
+		// The reservation first, appended: the pattern up to the trailer,
+		// then the trailer (journal.go); then the body it vouches for,
+		// into the reservation.
 		at := p.journalAt()
 		tailAt := trailerAt(at + int64(len(body)))
-		if err := writeTrailer(t, tail, tailAt); err != nil {
-			return rollback(fmt.Errorf("writing the journal's trailer at 0x%x: %w", tailAt, err))
+		if err := reserve(t, p.OldSize, tailAt, tail); err != nil {
+			return rollback(fmt.Errorf("writing the journal's reservation (0x%x bytes at 0x%x): %w", tailAt+int64(len(tail))-p.OldSize, p.OldSize, err))
 		}
 		if _, err := t.WriteAt(body, at); err != nil {
 			return rollback(fmt.Errorf("writing the journal (0x%x bytes at 0x%x): %w", len(body), at, err))
@@ -167,20 +168,23 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 	return flush()
 }
 
-// trailerWriter is a Target that writes a journal's trailer past its
-// end itself, checking that no other process appended meanwhile
+// reserver is a Target that appends a journal's reservation itself,
+// through O_APPEND, checking that no other process appended meanwhile
 // (guarded).
-type trailerWriter interface {
-	writeTrailer(b []byte, off int64) error
+type reserver interface {
+	reserve(s, tailAt int64, tail []byte) error
 }
 
-// writeTrailer writes a journal's trailer b at off, past the end of the
-// file t holds: one write, which leaves a hole before it.
-func writeTrailer(t Target, b []byte, off int64) error {
-	if w, ok := t.(trailerWriter); ok {
-		return w.writeTrailer(b, off)
+// reserve writes a journal's reservation past the old end s of the file t
+// holds: the fill pattern from s to tailAt, then the trailer.
+func reserve(t Target, s, tailAt int64, tail []byte) error {
+	if w, ok := t.(reserver); ok {
+		return w.reserve(s, tailAt, tail)
 	}
-	_, err := t.WriteAt(b, off)
+	b := make([]byte, tailAt-s+int64(len(tail)))
+	fill(b[:tailAt-s], s, s)
+	copy(b[tailAt-s:], tail)
+	_, err := t.WriteAt(b, s)
 	return err
 }
 
@@ -742,37 +746,40 @@ func (g *guarded) WriteAt(b []byte, off int64) (int, error) {
 	return n + len(b), nil
 }
 
-// writeTrailer writes a journal's trailer past the end with pwrite, not
-// appended: the one write that extends the file must carry the trailer
-// (journal.go), and an append would write the hole before it too. Another
-// process's append between the check and the write lands in the hole,
-// where the bytes read after it say so: the trailer is cleared again then,
-// and their bytes kept.
-func (g *guarded) writeTrailer(b []byte, off int64) error {
+// reserve appends the reservation with O_APPEND, never pwrite past the
+// end: another process appending meanwhile keeps its bytes, before or
+// after these, and the size read after says so. A trailer of ours left as
+// the file's last bytes then is cleared, so that no later edit takes
+// their bytes for a journal's.
+func (g *guarded) reserve(s, tailAt int64, tail []byte) error {
+	if s != g.size {
+		return fmt.Errorf("the reservation starts at 0x%x, the file ends at 0x%x", s, g.size)
+	}
 	if err := g.beforeStep(); err != nil {
 		return err
 	}
 	if g.hook != nil {
 		g.hook("append")
 	}
-	if _, err := g.fdFile.WriteAt(b, off); err != nil {
+	m, err := g.fdFile.appendFill(s, tailAt-s, tail)
+	want := s + int64(m)
+	g.size = want // a partial write's bytes are ours: the rollback cuts them
+	if err != nil {
 		return err
 	}
-	end := off + int64(len(b))
 	st, err := g.fdFile.stat()
 	if err != nil {
 		return unwrapPath(err)
 	}
-	// Appended bytes start at the old end: its first page says.
-	nz, err := nonZero(g.fdFile, g.size, min(off, g.size+journalPage))
-	if err != nil {
-		return err
+	g.seen(st)
+	if st.Size != want {
+		if last := make([]byte, len(tail)); st.Size >= int64(len(tail)) {
+			if _, rerr := g.fdFile.ReadAt(last, st.Size-int64(len(tail))); rerr == nil && bytes.Equal(last, tail) {
+				_, _ = g.fdFile.WriteAt(make([]byte, len(tail)), st.Size-int64(len(tail)))
+			}
+		}
+		return fmt.Errorf("%w: another process appended to it while it was written (%d bytes, expected %d); its bytes are kept", ErrChanged, st.Size, want)
 	}
-	if st.Size != end || nz >= 0 {
-		_, _ = g.fdFile.WriteAt(make([]byte, len(b)), off)
-		return fmt.Errorf("%w: another process appended to it while it was written (%d bytes, expected %d); its bytes are kept", ErrChanged, st.Size, end)
-	}
-	g.size = end
 	return nil
 }
 

@@ -2,6 +2,7 @@ package elfedit_test
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"os"
 	"strings"
@@ -32,7 +33,11 @@ func appendRecord(t *testing.T, path string, rec []byte) {
 // region (the size checked already), the region lands after them (it is
 // appended with O_APPEND) and the size says so; appended after the
 // commit, the result is in place and the bytes follow it. Each is an
-// error that says another process changed the file.
+// error that says another process changed the file. A record longer than
+// the distance from the old end to the journal's trailer is kept whole
+// too: the journal's reservation is appended, never written past the end
+// at an offset chosen before (1d3062c wrote its trailer there with pwrite,
+// over the record's bytes).
 func TestClaimAgainstAppender(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -40,10 +45,12 @@ func TestClaimAgainstAppender(t *testing.T) {
 		wantErr  string
 		original bool // the file is the original, the record after it
 		result   bool // the result is in place, the record after it
+		records  int  // lines in the record: 300 unless set
 	}{
 		{name: "no appender"},
 		{name: "between claim and write", at: "claimed", wantErr: "changed by another process since it was read: 16000 bytes, now 19300; left as it is", original: true},
 		{name: "before the region", at: "append", wantErr: "another process appended to it while it was written"},
+		{name: "before the region, past the trailer", at: "append", wantErr: "another process appended to it while it was written", records: 3000},
 		{name: "after the commit", at: "end", wantErr: "written, but", result: true},
 	}
 	for _, tt := range tests {
@@ -51,7 +58,7 @@ func TestClaimAgainstAppender(t *testing.T) {
 			c := fileOpsFixture(t)
 			exe := c.Exe
 			orig := readFile(t, exe)
-			rec := []byte(strings.Repeat("log record\n", 300))
+			rec := []byte(strings.Repeat("log record\n", cmp.Or(tt.records, 300)))
 			e := elfedit.Edit{Interpreter: str(longInterp(t, c, 200)), SetPath: str(c.LibDir)}
 			f, err := (&elfedit.Buffers{}).OpenForEdit(exe)
 			require.NoError(t, err)

@@ -524,9 +524,10 @@ func TestApplySync(t *testing.T) {
 			var want []string
 			journaled := len(p.Steps) > 1 || len(p.Steps) == 1 && elfedit.CommitHead(p.Steps[0]) > 0
 			if journaled {
-				// The trailer, then the body it vouches for.
-				at, tailAt := elfedit.JournalPlace(t, p, path)
-				want = append(want, fmt.Sprintf("write 0x%x", tailAt), fmt.Sprintf("write 0x%x", at), "sync")
+				// The reservation from the old end (the fill pattern, then
+				// the trailer), then the body it vouches for.
+				at, _ := elfedit.JournalPlace(t, p, path)
+				want = append(want, fmt.Sprintf("write 0x%x", p.OldSize), fmt.Sprintf("write 0x%x", at), "sync")
 			}
 			for i, s := range p.Steps {
 				switch {

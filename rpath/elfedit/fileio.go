@@ -358,6 +358,57 @@ func (f *fdFile) WriteAt(b []byte, off int64) (int, error) {
 // buffer, so a region placed hundreds of MiB past the end needs no buffer
 // of its size. It returns how many bytes it appended.
 func (f *fdFile) appendAll(gap int64, b []byte) (int, error) {
+	return f.appending(func() (int, error) {
+		n := 0
+		if gap > 0 && gap+int64(len(b)) <= oneWrite {
+			// One write, as without a gap: a kill leaves a partial append,
+			// never the gap alone.
+			tail := make([]byte, gap+int64(len(b)))
+			copy(tail[gap:], b)
+			b, gap = tail, 0
+		}
+		for gap > 0 {
+			m, err := f.writeAll(zeroBlock[:min(gap, int64(len(zeroBlock)))])
+			if n, gap = n+m, gap-int64(m); err != nil {
+				return n, err
+			}
+		}
+		m, err := f.writeAll(b)
+		return n + m, err
+	})
+}
+
+// appendFill appends n bytes of the fill pattern of a reservation that
+// starts at s (the file's end), then tail, through O_APPEND, from a
+// buffer of at most oneWrite bytes. It returns how many bytes it appended.
+func (f *fdFile) appendFill(s, n int64, tail []byte) (int, error) {
+	return f.appending(func() (int, error) {
+		done := 0
+		buf := make([]byte, min(n+int64(len(tail)), oneWrite))
+		for off := s; off < s+n; {
+			b := buf[:min(int64(len(buf)), s+n-off)]
+			if off+int64(len(b)) == s+n && len(b)+len(tail) <= len(buf) {
+				// The last of the pattern and the trailer in one write.
+				fill(b, s, off)
+				b = append(b, tail...)
+				m, err := f.writeAll(b)
+				return done + m, err
+			}
+			fill(b, s, off)
+			m, err := f.writeAll(b)
+			if done, off = done+m, off+int64(m); err != nil {
+				return done, err
+			}
+		}
+		m, err := f.writeAll(tail)
+		return done + m, err
+	})
+}
+
+// appending runs write with the descriptor in append mode, and leaves it
+// as it was: a descriptor left in append mode would append every later
+// pwrite (Linux ignores the offset then), which is an error too.
+func (f *fdFile) appending(write func() (int, error)) (int, error) {
 	if f.closed {
 		return 0, &os.PathError{Op: "write", Path: f.name, Err: os.ErrClosed}
 	}
@@ -368,26 +419,7 @@ func (f *fdFile) appendAll(gap int64, b []byte) (int, error) {
 	if err != nil {
 		return 0, &os.PathError{Op: "fcntl", Path: f.name, Err: err}
 	}
-	n := 0
-	if gap > 0 && gap+int64(len(b)) <= oneWrite {
-		// One write, as without a gap: a kill leaves a partial append, never
-		// the gap alone.
-		tail := make([]byte, gap+int64(len(b)))
-		copy(tail[gap:], b)
-		b, gap = tail, 0
-	}
-	for err == nil && gap > 0 {
-		var m int
-		m, err = f.writeAll(zeroBlock[:min(gap, int64(len(zeroBlock)))])
-		n, gap = n+m, gap-int64(m)
-	}
-	if err == nil {
-		var m int
-		m, err = f.writeAll(b)
-		n += m
-	}
-	// A descriptor left in append mode would append every later pwrite
-	// (Linux ignores the offset then): that is an error too.
+	n, err := write()
 	if _, ferr := fcntl(f.fd, syscall.F_SETFL, flags); ferr != nil && err == nil {
 		err = &os.PathError{Op: "fcntl", Path: f.name, Err: ferr}
 	}

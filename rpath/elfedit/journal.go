@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 )
 
 // A plan of more than one write, killed between two of them, leaves a
@@ -31,19 +30,51 @@ import (
 // records write at most), each checked against the file before anything
 // is allocated or read past the trailer; anything else is no journal.
 //
-// Its own write is vouched for. The trailer goes first: one write of
-// journalTrailer bytes past the end, inside one page, which extends the
-// file (leaving a hole before it) and which the kernel does whole or not
-// at all (it copies a write page by page and stops for a fatal signal only
-// between pages). Then the body, into the hole. A trailer whose body does
-// not match its checksum is a journal whose write was interrupted: nothing
-// of the plan was written yet, and the recovery cuts the file back to its
-// old size. A kill at any point so leaves either the old file or one that
-// ends in a trailer.
+// Its own write is vouched for, and never lands on another process's
+// bytes. First the reservation: from the old end to past the trailer,
+// appended with O_APPEND (so an unlocked appender's bytes are never
+// overwritten: they land before or after it, and the size read back says
+// so), every byte of it a fill pattern that names the old end, then the
+// trailer. The kernel copies a write page by page and stops for a fatal
+// signal only between pages, and the trailer never straddles a page, so a
+// kill leaves the old file, a file that ends in the pattern, or the whole
+// reservation. Then the body, into the reservation, which is the file's
+// own bytes by then. A file that ends in the pattern (fillTail), or in a
+// trailer whose body does not match its checksum, is a journal whose write
+// was interrupted: nothing of the plan was written yet, and the recovery
+// cuts the file back to its old size. The one kill this cannot see: when
+// the old end lies within 15 bytes of a page boundary, a kill between that
+// page and the next leaves the few pattern bytes before the boundary,
+// shorter than one pattern unit (docs/reliability.md).
 
 // journalMagic ends a journal: the last eight bytes of a file whose edit
 // was interrupted. The last byte is the format's version.
 var journalMagic = [8]byte{0x7f, 'c', 'u', 'd', 'a', 'j', 'n', 2}
+
+// fillMagic starts each 16-byte unit of a reservation's fill pattern; the
+// unit's other eight bytes are the old end (little-endian). Units start at
+// the old end, so the pattern names where a cut write began.
+var fillMagic = [8]byte{0x7f, 'c', 'u', 'd', 'a', 'r', 's', 1}
+
+const fillUnit = 16
+
+// fillByte is byte x (a file offset) of the fill pattern of a reservation
+// that starts at s.
+func fillByte(s, x int64) byte {
+	i := (x - s) % fillUnit
+	if i < 8 {
+		return fillMagic[i]
+	}
+	return byte(uint64(s) >> (8 * (i - 8)))
+}
+
+// fill writes the fill pattern of a reservation that starts at s into b,
+// which holds the file from off.
+func fill(b []byte, s, off int64) {
+	for i := range b {
+		b[i] = fillByte(s, off+int64(i))
+	}
+}
 
 // The trailer: old size, new size, body length, the body's SHA-256, the
 // SHA-256 of those four, magic; little-endian whatever the file's byte
@@ -89,6 +120,9 @@ type trailer struct {
 	at, bodyLen      int64 // where the body starts, its length
 	tailAt           int64 // where the trailer starts
 	bodySum          [sha256.Size]byte
+	// cut: the file ends in a reservation's fill pattern, its write cut
+	// before the trailer; oldSize is where it starts, tailAt the size.
+	cut bool
 }
 
 // journal is a parsed journal.
@@ -210,20 +244,22 @@ func uniform(b []byte) (byte, bool) {
 // readTrailer returns the trailer the file of the given size ends in, nil
 // if it ends in none this package writes: the magic, the trailer's own
 // checksum, and sizes that place the body and the trailer where the
-// encoder does, inside the file and the bounds. It reads the trailer only.
+// encoder does, inside the file and the bounds; or, if the file ends in a
+// reservation's fill pattern instead (fillTail), a cut trailer. It reads
+// the file's last bytes only.
 func readTrailer(r io.ReaderAt, size int64) (*trailer, error) {
-	if size < journalTrailer {
+	if size < fillUnit {
 		return nil, nil
 	}
-	t := make([]byte, journalTrailer)
-	if err := readTail(r, t, size-journalTrailer); err != nil {
+	t := make([]byte, min(size, journalTrailer))
+	if err := readTail(r, t, size-int64(len(t))); err != nil {
 		return nil, err
 	}
-	if !bytes.Equal(t[24+2*sha256.Size:], journalMagic[:]) {
-		return nil, nil
+	if len(t) < journalTrailer || !bytes.Equal(t[24+2*sha256.Size:], journalMagic[:]) {
+		return fillTail(t, size), nil
 	}
 	if sha256.Sum256(t[:24+sha256.Size]) != [sha256.Size]byte(t[24+sha256.Size:24+2*sha256.Size]) {
-		return nil, nil
+		return fillTail(t, size), nil
 	}
 	old, nw, n := binary.LittleEndian.Uint64(t), binary.LittleEndian.Uint64(t[8:]), binary.LittleEndian.Uint64(t[16:])
 	tailAt := uint64(size - journalTrailer)
@@ -239,6 +275,36 @@ func readTrailer(r io.ReaderAt, size int64) (*trailer, error) {
 	return tr, nil
 }
 
+// fillTail returns the cut trailer of a file of the given size whose last
+// bytes, tail, end in a reservation's fill pattern: a whole unit (magic,
+// then an old end at or before it, a whole number of units back), then a
+// prefix of the next; nil if they do not. Whether every byte from that
+// old end is the pattern is for readJournal to check.
+func fillTail(tail []byte, size int64) *trailer {
+	for part := int64(0); part < fillUnit; part++ {
+		u := int64(len(tail)) - fillUnit - part // the last whole unit, in tail
+		if u < 0 {
+			break
+		}
+		if !bytes.Equal(tail[u:u+8], fillMagic[:]) {
+			continue
+		}
+		s := int64(binary.LittleEndian.Uint64(tail[u+8:]))
+		at := size - int64(len(tail)) + u
+		if s < 0 || s > at || (at-s)%fillUnit != 0 {
+			continue
+		}
+		ok := true
+		for i := u + fillUnit; i < int64(len(tail)) && ok; i++ {
+			ok = tail[i] == fillByte(s, size-int64(len(tail))+i)
+		}
+		if ok {
+			return &trailer{oldSize: s, newSize: s, at: s, tailAt: size, cut: true}
+		}
+	}
+	return nil
+}
+
 // readJournal returns the journal the file of the given size ends in, nil
 // if it ends in none (readTrailer). A trailer whose body does not match
 // its checksum is a pending journal (its write was interrupted), provided
@@ -252,6 +318,15 @@ func readJournal(r io.ReaderAt, size int64) (*journal, error) {
 	bad := func(format string, args ...any) (*journal, error) {
 		return nil, formatErr(j.at, "journal of an interrupted edit: %s; left as it is", fmt.Sprintf(format, args...))
 	}
+	if j.cut {
+		// The reservation's write was cut: every byte from the old end is
+		// the pattern, or it is not this package's (nothing is cut then).
+		if off, err := notFill(r, j.oldSize, j.oldSize, j.tailAt); err != nil || off >= 0 {
+			return nil, err
+		}
+		j.pending = true
+		return j, nil
+	}
 	// The checksum first, through a fixed buffer: nothing the size of the
 	// body is allocated before it holds.
 	h := sha256.New()
@@ -259,14 +334,15 @@ func readJournal(r io.ReaderAt, size int64) (*journal, error) {
 		return nil, err
 	}
 	if [sha256.Size]byte(h.Sum(nil)) != j.bodySum {
-		// Written up to the trailer: the hole before the body, which the
-		// trailer's write left, is still a hole (zeros).
-		nz, err := nonZero(r, j.oldSize, j.at)
-		if err != nil {
-			return nil, err
-		}
-		if nz >= 0 {
-			return bad("its write was interrupted, but the bytes at 0x%x past the old end are not what it leaves", nz)
+		// Written up to the trailer: the fill pattern the reservation
+		// wrote is still there, but for the body's place.
+		for _, span := range [][2]int64{{j.oldSize, j.at}, {j.at + j.bodyLen, j.tailAt}} {
+			if off, err := notFill(r, j.oldSize, span[0], span[1]); err != nil || off >= 0 {
+				if err != nil {
+					return nil, err
+				}
+				return bad("its write was interrupted, but the bytes at 0x%x past the old end are not what it leaves", off)
+			}
 		}
 		j.pending = true
 		return j, nil
@@ -281,17 +357,20 @@ func readJournal(r io.ReaderAt, size int64) (*journal, error) {
 	return j, nil
 }
 
-// nonZero returns the offset of the first byte in [lo, hi) that is not
-// zero, -1 if none, reading through a fixed buffer.
-func nonZero(r io.ReaderAt, lo, hi int64) (int64, error) {
+// notFill returns the offset of the first byte in [lo, hi) that is not
+// the fill pattern of a reservation that starts at s, -1 if none, reading
+// through a fixed buffer.
+func notFill(r io.ReaderAt, s, lo, hi int64) (int64, error) {
 	var buf [32 << 10]byte
 	for off := lo; off < hi; {
 		b := buf[:min(int64(len(buf)), hi-off)]
 		if _, err := r.ReadAt(b, off); err != nil {
 			return 0, err
 		}
-		if i := slices.IndexFunc(b, func(c byte) bool { return c != 0 }); i >= 0 {
-			return off + int64(i), nil
+		for i, c := range b {
+			if c != fillByte(s, off+int64(i)) {
+				return off + int64(i), nil
+			}
 		}
 		off += int64(len(b))
 	}
