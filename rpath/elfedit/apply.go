@@ -94,6 +94,14 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 		if _, err := t.WriteAt(body, at); err != nil {
 			return rollback(fmt.Errorf("writing the journal (0x%x bytes at 0x%x): %w", len(body), at, err))
 		}
+		// Where the new file grows, the plan writes into what was a hole
+		// before there was a reservation: zeros again, once the journal
+		// vouches for the state.
+		if grow := min(p.NewSize, at) - p.OldSize; grow > 0 {
+			if _, err := t.WriteAt(make([]byte, grow), p.OldSize); err != nil {
+				return rollback(fmt.Errorf("clearing 0x%x bytes at 0x%x: %w", grow, p.OldSize, err))
+			}
+		}
 		if err := flush(); err != nil {
 			return rollback(fmt.Errorf("sync after the journal: %w", err))
 		}

@@ -426,7 +426,10 @@ func TestWriteFailure(t *testing.T) {
 			var writes []elfedit.Step
 			journaled := len(p.Steps) > 1
 			if journaled {
-				writes = append(writes, elfedit.Step{Kind: "journal", What: "the journal's trailer"}, elfedit.Step{Kind: "journal", What: "the journal"})
+				writes = append(writes, elfedit.Step{Kind: "journal", What: "the journal's reservation"}, elfedit.Step{Kind: "journal", What: "the journal"})
+				if at, _ := elfedit.JournalPlace(t, p, path); min(p.NewSize, at) > p.OldSize {
+					writes = append(writes, elfedit.Step{Kind: "journal", What: "zeros where the file grows"})
+				}
 			}
 			for _, s := range p.Steps {
 				if s.Kind != elfedit.StepTruncate {
@@ -526,8 +529,13 @@ func TestApplySync(t *testing.T) {
 			if journaled {
 				// The reservation from the old end (the fill pattern, then
 				// the trailer), then the body it vouches for.
+				// Where the file grows, zeros again over the pattern.
 				at, _ := elfedit.JournalPlace(t, p, path)
-				want = append(want, fmt.Sprintf("write 0x%x", p.OldSize), fmt.Sprintf("write 0x%x", at), "sync")
+				want = append(want, fmt.Sprintf("write 0x%x", p.OldSize), fmt.Sprintf("write 0x%x", at))
+				if min(p.NewSize, at) > p.OldSize {
+					want = append(want, fmt.Sprintf("write 0x%x", p.OldSize))
+				}
+				want = append(want, "sync")
 			}
 			for i, s := range p.Steps {
 				switch {

@@ -69,10 +69,15 @@ func fillByte(s, x int64) byte {
 }
 
 // fill writes the fill pattern of a reservation that starts at s into b,
-// which holds the file from off.
+// which holds the file from off: one unit, then copies of what is done.
 func fill(b []byte, s, off int64) {
-	for i := range b {
-		b[i] = fillByte(s, off+int64(i))
+	var u [2 * fillUnit]byte
+	for i := range u {
+		u[i] = fillByte(s, off+int64(i))
+	}
+	n := copy(b, u[:])
+	for n < len(b) {
+		n += copy(b[n:], b[:n-n%fillUnit])
 	}
 }
 
