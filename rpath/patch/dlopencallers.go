@@ -46,6 +46,9 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 	}
 	inherit := inheritedNames(fs, callersOf)
 	siblingNeeds(fs, files, inherit)
+	if c.dlopenNeeded {
+		addNeeded(fs, inherit)
+	}
 	var redo []int
 	for i := range fs {
 		if len(inherit[i]) > 0 {
@@ -61,9 +64,46 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 		if f == nil {
 			return false
 		}
+		if usable(f) {
+			f.Deps = keepReported(f.Deps, fs[i].Deps)
+		}
 		fs[i] = f
 		return true
 	})
+}
+
+// addNeeded gives each holder whose loader lies outside the outputs
+// (WithDlopenNeeded) the names it hands that loader as dependencies of
+// its own, policy.SourceAddNeeded: decide makes each a DT_NEEDED and puts
+// its directory in the RUNPATH. Only a name resolved to a file of that
+// very name qualifies: a versioned one (libX.so for libX.so.9) or a
+// driver library would be a DT_NEEDED nothing on the search path
+// satisfies as named.
+func addNeeded(fs []*File, inherit map[int][]policy.Dep) {
+	for h, f := range fs {
+		if !usable(f) {
+			continue
+		}
+		for _, d := range f.Deps {
+			if d.How != policy.HowOutsideCaller || d.Dir == "" || filepath.Base(d.Path) != d.Name {
+				continue
+			}
+			d.Source, d.How, d.Hint, d.Entry, d.From, d.ResolvedHow = policy.SourceAddNeeded, policy.HowStore, "", "", "", ""
+			inherit[h] = append(inherit[h], d)
+		}
+	}
+}
+
+// keepReported is a file's dependencies decided again (now) with those of
+// its first decision (was) that it no longer names: a holder's names,
+// read for its callers, that it does not take itself.
+func keepReported(now, was []policy.Dep) []policy.Dep {
+	for _, d := range was {
+		if !slices.ContainsFunc(now, func(o policy.Dep) bool { return o.Name == d.Name }) {
+			now = append(now, d)
+		}
+	}
+	return now
 }
 
 // usable: decided, neither skipped nor failed.
@@ -296,7 +336,7 @@ func outsideHint(away outside, dep *policy.Dep) string {
 		where = "the driver link"
 	}
 	return "dlopened by " + away.fn + " in " + by + ", whose RUNPATH this run does not write: " +
-		"give this file a DT_NEEDED on " + dep.Name + " (patchelf --add-needed) or wrap the program to put " + where + " on LD_LIBRARY_PATH"
+		"give this file a DT_NEEDED on " + dep.Name + " (--dlopen-needed, or patchelf --add-needed) or wrap the program to put " + where + " on LD_LIBRARY_PATH"
 }
 
 // closureWhere lists, sorted, the nodes other than from reachable from

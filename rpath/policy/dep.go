@@ -47,6 +47,11 @@ const (
 	// SourceSibling is a DT_NEEDED of another file of a dlopen caller's
 	// output, given to the caller for names it builds in code.
 	SourceSibling = "dlopen-sibling"
+	// SourceAddNeeded is a name a holder hands to a loader function
+	// outside the outputs (HowOutsideCaller) that the run makes a
+	// DT_NEEDED of the holder, on request: the loader then maps it when
+	// the holder is loaded, through the holder's own RUNPATH.
+	SourceAddNeeded = "add-needed"
 )
 
 // Kinds of Evidence.
