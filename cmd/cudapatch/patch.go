@@ -363,6 +363,15 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Opt
 			printable.Fprintf(g.stderr, "error: %s: %s\n", f.Path, e)
 		}
 	}
+	// A name no RUNPATH of this run can make load: never an error, but
+	// said, with its fix, whatever the output.
+	for _, f := range rep.Files {
+		for _, d := range f.Deps {
+			if d.How == policy.HowOutsideCaller {
+				printable.Fprintf(g.stderr, "warning: %s: %s will not load: %s\n", f.Path, d.Name, d.Hint)
+			}
+		}
+	}
 	for _, m := range rep.Missing {
 		printable.Fprintf(g.stderr, "error: auto-patchelf could not satisfy dependency %s wanted by %s\n", m.Name, m.File)
 		if m.Hint != "" {
