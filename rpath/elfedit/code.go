@@ -60,12 +60,7 @@ func (f *File) codeHolds(words [][]byte, size uint64) ([]bool, error) {
 			if err := f.readUncached(b, pos); err != nil {
 				return found, fmt.Errorf("code: %w", err)
 			}
-			for i, w := range words {
-				if !found[i] && len(w) > 0 && bytes.Contains(b, w) {
-					found[i] = true
-					left--
-				}
-			}
+			left -= markHeld(b, words, found)
 			if pos+uint64(len(b)) >= end {
 				break
 			}
@@ -73,4 +68,50 @@ func (f *File) codeHolds(words [][]byte, size uint64) ([]bool, error) {
 		}
 	}
 	return found, nil
+}
+
+// markHeld sets found[i] for each word of words not found yet that b
+// holds, and returns how many it set. Words that share a prefix (sonames
+// all start with "lib") are looked for in one pass over b, at the places
+// that prefix occurs; others each in a pass of their own.
+func markHeld(b []byte, words [][]byte, found []bool) int {
+	var prefix []byte
+	n, first := 0, true
+	for i, w := range words {
+		if found[i] || len(w) == 0 {
+			continue
+		}
+		if first {
+			prefix, first = w, false
+			continue
+		}
+		k := 0
+		for k < len(prefix) && k < len(w) && prefix[k] == w[k] {
+			k++
+		}
+		prefix = prefix[:k]
+	}
+	if len(prefix) < 3 {
+		for i, w := range words {
+			if !found[i] && len(w) > 0 && bytes.Contains(b, w) {
+				found[i] = true
+				n++
+			}
+		}
+		return n
+	}
+	for at := 0; ; {
+		j := bytes.Index(b[at:], prefix)
+		if j < 0 {
+			return n
+		}
+		at += j
+		for i, w := range words {
+			if !found[i] && len(w) > 0 && bytes.HasPrefix(b[at:], w) {
+				found[i] = true
+				n++
+			}
+		}
+		at++
+	}
 }

@@ -3,6 +3,7 @@ package elfedit_test
 import (
 	"bytes"
 	"debug/elf"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -30,19 +31,37 @@ func TestCodeHolds(t *testing.T) {
 				}
 				last := code[len(code)-1]
 				words = append(words, last[len(last)-8:])
-				want := make([]bool, len(words))
-				for i, w := range words {
-					for _, c := range code {
-						want[i] = want[i] || bytes.Contains(c, w)
+				// Words sharing a prefix of three bytes or more, as
+				// sonames do, are looked for where the prefix occurs.
+				big := slices.MaxFunc(code, func(a, b []byte) int { return len(a) - len(b) })
+				p := big[len(big)/2 : len(big)/2+3]
+				var shared [][]byte
+				for at := 0; len(shared) < 6; at++ {
+					j := bytes.Index(big[at:], p)
+					if j < 0 || at+j+8 > len(big) {
+						break
 					}
+					at += j
+					shared = append(shared, big[at:at+8])
 				}
-				require.False(t, want[1], "the fixture's premise")
+				shared = append(shared, append(slices.Clone(p), 0xff, 0xfe, 0xfd, 0xfc, 0xfb))
+				require.Greater(t, len(shared), 1, "the fixture's premise")
 				f, err := elfedit.Open(path)
 				require.NoError(t, err)
-				for _, chunk := range []uint64{1 << 20, 4096, 64, 20, 16} {
-					got, err := elfedit.CodeHoldsChunked(f, words, chunk)
-					require.NoError(t, err)
-					require.Equal(t, want, got, "%s: chunk %d", path, chunk)
+				for _, ws := range [][][]byte{words, shared} {
+					want := make([]bool, len(ws))
+					for i, w := range ws {
+						for _, c := range code {
+							want[i] = want[i] || bytes.Contains(c, w)
+						}
+					}
+					require.Contains(t, want, false, "the fixture's premise")
+					require.Contains(t, want, true, "the fixture's premise")
+					for _, chunk := range []uint64{1 << 20, 4096, 64, 20, 16} {
+						got, err := elfedit.CodeHoldsChunked(f, ws, chunk)
+						require.NoError(t, err)
+						require.Equal(t, want, got, "%s: chunk %d, %q", path, chunk, ws)
+					}
 				}
 				got, err := f.CodeHolds(nil)
 				require.NoError(t, err)
