@@ -359,6 +359,12 @@ int main(int argc, char **argv) {
 			assert.NotContains(t, stderr, "will not load")
 			assert.Equal(t, c.p("store/ggg-glib/lib:")+c.p("store/sss-soup/lib"), c.runpath("pkg/lib/libgstsoup.so"))
 			assert.Equal(t, "soup=3", strings.TrimSpace(string(out)))
+			// The added DT_NEEDED has its resolution-note entry (lint's
+			// other findings here are the test's /tmp build directory).
+			_, stdout, stderr := c.runCLI(nil, "lint", "{root}/pkg")
+			assert.NotContains(t, stdout+stderr, "ldcache-needed", "%s%s", stdout, stderr)
+			code, stdout, stderr = c.runCLI(nil, "verify", "{root}/pkg/lib/libgstsoup.so")
+			assert.Equal(t, 0, code, "%s%s", stdout, stderr)
 		})
 	}
 }

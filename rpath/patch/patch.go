@@ -727,9 +727,11 @@ func (c *config) decide(fd found, ix resolver, t *policy.Target, held bool, inhe
 	facts := policy.Facts{Path: path, Root: fd.root, Machine: machine, Interpreter: info.Interpreter, OldPath: runpathDirs(info)}
 	d := policy.Decide(facts, deps, inherit, &c.Config)
 	out.Deps, out.RunPath, out.AsRPath, out.Interpreter = d.Deps, d.RunPath, d.AsRPath, d.Interpreter
+	// A DT_NEEDED the edit adds gets its note entry, as any DT_NEEDED.
 	for _, dep := range d.Deps {
 		if dep.Source == policy.SourceAddNeeded {
 			out.addNeeded = append(out.addNeeded, dep.Name)
+			d.NoteNames = append(d.NoteNames, dep.Name)
 		}
 	}
 	for _, p := range d.Problems {
