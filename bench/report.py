@@ -351,8 +351,17 @@ if reading:
     w("## Reading the numbers\n")
     w(reading + "\n")
 
+# Measurements made by other scripts (bench/thirdparty.sh) are kept: the
+# part of bench/RESULTS.md from the KEPT heading on is carried over as is.
+KEPT = "\n## Measurements of other scripts\n"
+carried = ""
+prev = os.path.join(BENCH, "RESULTS.md")
+if os.path.exists(prev):
+    text = open(prev).read()
+    if KEPT in text:
+        carried = text[text.index(KEPT):]
 with open(os.path.join(OUT, "RESULTS.md"), "w") as f:
-    f.write("\n".join(out).replace("\n\n\n", "\n\n"))
+    f.write("\n".join(out).replace("\n\n\n", "\n\n") + carried)
 
 # ---- the README's figures -----------------------------------------------
 # The rows and columns the README quotes, copied cell for cell; the line above

@@ -297,3 +297,74 @@ void *lazy(int major) {
 	assert.Equal(t, c.p("store/ccc-cuda_nvrtc/lib"), ex.Evidence[1].Entry)
 	assert.Equal(t, []struct{ File, String, Kind, Library string }{{c.p("pkg/lib/libtorch_cpu.so"), "libnvrtc.so.", "prefix", "libnvrtc.so.13"}}, ex.Evidence[1].Serves)
 }
+
+// TestDlopenOutsideCallerCLI: a plugin that hands libxsoup.so.1 to
+// g_module_open of a libgmodule outside the outputs gets one line on
+// stderr saying the name will not load and how to fix it (exit 0, the
+// plugin's RUNPATH without the name's directory, the host fails); with
+// --dlopen-needed the plugin gets a DT_NEEDED on it, no such line, and
+// the host, outside the outputs too, runs the plugin.
+func TestDlopenOutsideCallerCLI(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		t.Run(map[bool]string{false: "default", true: "dlopen-needed"}[on], func(t *testing.T) {
+			c := newCLITree(t)
+			c.place("store/sss-soup/lib/libxsoup.so.1", cfix.Spec{Soname: "libxsoup.so.1", Source: "int soup(void) { return 3; }\n"})
+			gmodule := cfix.Build(t, cfix.Spec{Soname: "libgmodule-2.0.so.0", Libc: true,
+				Source: "#include <dlfcn.h>\nvoid *g_module_open(const char *n, int f) { return dlopen(n, RTLD_NOW | f); }\n"})
+			cfix.Copy(t, gmodule, c.p("store/ggg-glib/lib/libgmodule-2.0.so.0"))
+			c.place("pkg/lib/libgstsoup.so", cfix.Spec{Soname: "libgstsoup.so", Libc: true, Link: []string{gmodule}, Source: `#include <dlfcn.h>
+void *g_module_open(const char *name, int flags);
+int plugin_init(void) {
+	void *h = g_module_open("libxsoup.so.1", 0);
+	return h ? ((int (*)(void))dlsym(h, "soup"))() : -1;
+}
+`})
+			c.place("store/hhh-host/bin/host", cfix.Spec{Exe: true, Libc: true, Link: []string{gmodule}, RunPath: "{root}/store/ggg-glib/lib", Source: `#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+	void *p = dlopen(argv[1], RTLD_NOW);
+	int r = p ? ((int (*)(void))dlsym(p, "plugin_init"))() : -1;
+	printf("soup=%d\n", r);
+	return r < 0;
+}
+`})
+			// A libc directory of the C library alone: the host's holds a
+			// real libgmodule.
+			require.NoError(t, os.MkdirAll(c.p("libc"), 0o755))
+			for _, n := range []string{"libc.so.6", "libdl.so.2", "libm.so.6", "libpthread.so.0"} {
+				if _, err := os.Stat("/lib/x86_64-linux-gnu/" + n); err == nil {
+					require.NoError(t, os.Symlink("/lib/x86_64-linux-gnu/"+n, c.p("libc/"+n)))
+				}
+			}
+			args := []string{"--interpreter", sysLoader, "--libc", "{root}/libc", "--driver-link-for", "none",
+				"--search", "{root}/store/ggg-glib/lib", "--search", "{root}/store/sss-soup/lib"}
+			if on {
+				args = append(args, "--dlopen-needed")
+			}
+			code, _, stderr := c.runCLI(nil, append(args, "{root}/pkg")...)
+			require.Equal(t, 0, code, stderr)
+			line := "warning: " + c.p("pkg/lib/libgstsoup.so") + ": libxsoup.so.1 will not load: dlopened by g_module_open in " +
+				c.p("store/ggg-glib/lib/libgmodule-2.0.so.0") + ", outside the outputs, whose RUNPATH this run does not write: " +
+				"give this file a DT_NEEDED on libxsoup.so.1 (--dlopen-needed, or patchelf --add-needed) or wrap the program to put " +
+				c.p("store/sss-soup/lib") + " on LD_LIBRARY_PATH\n"
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			out, _ := exec.CommandContext(ctx, sysLoader, "--inhibit-cache", c.p("store/hhh-host/bin/host"), c.p("pkg/lib/libgstsoup.so")).CombinedOutput()
+			if !on {
+				assert.Contains(t, stderr, line)
+				assert.Equal(t, c.p("store/ggg-glib/lib"), c.runpath("pkg/lib/libgstsoup.so"))
+				assert.Equal(t, "soup=-1", strings.TrimSpace(string(out)))
+				return
+			}
+			assert.NotContains(t, stderr, "will not load")
+			assert.Equal(t, c.p("store/ggg-glib/lib:")+c.p("store/sss-soup/lib"), c.runpath("pkg/lib/libgstsoup.so"))
+			assert.Equal(t, "soup=3", strings.TrimSpace(string(out)))
+			// The added DT_NEEDED has its resolution-note entry (lint's
+			// other findings here are the test's /tmp build directory).
+			_, stdout, stderr := c.runCLI(nil, "lint", "{root}/pkg")
+			assert.NotContains(t, stdout+stderr, "ldcache-needed", "%s%s", stdout, stderr)
+			code, stdout, stderr = c.runCLI(nil, "verify", "{root}/pkg/lib/libgstsoup.so")
+			assert.Equal(t, 0, code, "%s%s", stdout, stderr)
+		})
+	}
+}

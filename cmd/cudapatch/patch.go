@@ -49,6 +49,7 @@ func patchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "ignore-existing", Usage: "do not index the libraries of the PATHs being patched, only the search directories"},
 		&cli.StringSliceFlag{Name: "ignore-missing", Usage: "ignore missing libraries whose name matches `PATTERN` (Python fnmatch; repeatable)"},
 		&cli.StringFlag{Name: "dlopen", Value: string(policy.DlopenResolve), Usage: "library names in the read-only data of files that call dlopen: `off|report|resolve` (resolve: their directories join the RUNPATH after the DT_NEEDED ones; names found nowhere are reported, no error)", Validator: oneOf("off", "report", "resolve")},
+		&cli.BoolFlag{Name: "dlopen-needed", Usage: "make each library name a file hands to a loader outside the outputs (GModule's g_module_open, libltdl's lt_dlopen; reported outside-caller) a DT_NEEDED of that file, its directory in the RUNPATH"},
 		&cli.StringFlag{Name: "symbols", Value: string(patch.SymbolsError), Usage: "bind every file's undefined symbols and version needs over its closure as the loader will: `off|warn|error` (error: one that fails at load, a missing version or data symbol, stops the job as a missing library does; functions bound lazily are warnings)", Validator: oneOf("off", "warn", "error")},
 		&cli.StringSliceFlag{Name: "ignore-symbol", Usage: "ignore symbol findings matching `PATTERN` (Python fnmatch over name, name@version, @version, or the file's base name; repeatable)"},
 		&cli.BoolFlag{Name: "no-resolution-cache", Usage: "write no resolution note (.note.nixos.ldcache); stale ones are still removed"},
@@ -165,6 +166,7 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]patch.Option, error) {
 		patch.WithIgnoreMissing(cmd.StringSlice("ignore-missing")...),
 		patch.WithResolutionCache(!cmd.Bool("no-resolution-cache")),
 		patch.WithDlopen(policy.DlopenMode(cmd.String("dlopen"))),
+		patch.WithDlopenNeeded(cmd.Bool("dlopen-needed")),
 		patch.WithSymbols(patch.SymbolsMode(cmd.String("symbols"))),
 		patch.WithIgnoreSymbols(cmd.StringSlice("ignore-symbol")...),
 		patch.WithShrinkKept(cmd.Bool("shrink-kept")),
@@ -359,6 +361,15 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Opt
 	for _, f := range rep.Files {
 		for _, e := range f.Errors {
 			printable.Fprintf(g.stderr, "error: %s: %s\n", f.Path, e)
+		}
+	}
+	// A name no RUNPATH of this run can make load: never an error, but
+	// said, with its fix, whatever the output.
+	for _, f := range rep.Files {
+		for _, d := range f.Deps {
+			if d.How == policy.HowOutsideCaller {
+				printable.Fprintf(g.stderr, "warning: %s: %s will not load: %s\n", f.Path, d.Name, d.Hint)
+			}
 		}
 	}
 	for _, m := range rep.Missing {

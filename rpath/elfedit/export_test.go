@@ -179,3 +179,8 @@ func SymbolCount(f *File) (uint64, error) {
 	}
 	return f.symbolCount(symtab, es)
 }
+
+// CodeHoldsChunked is CodeHolds in chunks of the given size.
+func CodeHoldsChunked(f *File, words [][]byte, chunk uint64) ([]bool, error) {
+	return f.codeHolds(words, chunk)
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"debug/elf"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -40,12 +41,17 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 	if !slices.ContainsFunc(fs, func(f *File) bool { return usable(f) && (f.dlopen.Imports || f.dlopen.Loader != "") }) {
 		return nil
 	}
-	callersOf, err := c.possibleCallers(ctx, fs, ix)
+	callersOf, adj, err := c.possibleCallers(ctx, fs, ix)
 	if err != nil || c.Dlopen != policy.DlopenResolve {
 		return err
 	}
 	inherit := inheritedNames(fs, callersOf)
-	siblingNeeds(fs, files, inherit)
+	if err := c.siblingNeeds(ctx, fs, files, adj, inherit); err != nil {
+		return err
+	}
+	if c.dlopenNeeded {
+		addNeeded(fs, inherit)
+	}
 	var redo []int
 	for i := range fs {
 		if len(inherit[i]) > 0 {
@@ -61,9 +67,46 @@ func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, 
 		if f == nil {
 			return false
 		}
+		if usable(f) {
+			f.Deps = keepReported(f.Deps, fs[i].Deps)
+		}
 		fs[i] = f
 		return true
 	})
+}
+
+// addNeeded gives each holder whose loader lies outside the outputs
+// (WithDlopenNeeded) the names it hands that loader as dependencies of
+// its own, policy.SourceAddNeeded: decide makes each a DT_NEEDED and puts
+// its directory in the RUNPATH. Only a name resolved to a file of that
+// very name qualifies: a versioned one (libX.so for libX.so.9) or a
+// driver library would be a DT_NEEDED nothing on the search path
+// satisfies as named.
+func addNeeded(fs []*File, inherit map[int][]policy.Dep) {
+	for h, f := range fs {
+		if !usable(f) {
+			continue
+		}
+		for _, d := range f.Deps {
+			if d.How != policy.HowOutsideCaller || d.Dir == "" || filepath.Base(d.Path) != d.Name {
+				continue
+			}
+			d.Source, d.How, d.Hint, d.Entry, d.From, d.ResolvedHow = policy.SourceAddNeeded, policy.HowStore, "", "", "", ""
+			inherit[h] = append(inherit[h], d)
+		}
+	}
+}
+
+// keepReported is a file's dependencies decided again (now) with those of
+// its first decision (was) that it no longer names: a holder's names,
+// read for its callers, that it does not take itself.
+func keepReported(now, was []policy.Dep) []policy.Dep {
+	for _, d := range was {
+		if !slices.ContainsFunc(now, func(o policy.Dep) bool { return o.Name == d.Name }) {
+			now = append(now, d)
+		}
+	}
+	return now
 }
 
 // usable: decided, neither skipped nor failed.
@@ -76,8 +119,9 @@ type outside struct{ fn, lib string }
 
 // possibleCallers maps each holder to the outputs that may make a dlopen
 // call for it, and reads and resolves the names of every holder that has
-// some, or whose loader lies outside the outputs (readHolder).
-func (c *config) possibleCallers(ctx context.Context, fs []*File, ix resolver) (map[int][]int, error) {
+// some, or whose loader lies outside the outputs (readHolder). It returns
+// the DT_NEEDED graph of the outputs too (neededGraph).
+func (c *config) possibleCallers(ctx context.Context, fs []*File, ix resolver) (map[int][]int, [][]int, error) {
 	adj, byID := neededGraph(fs)
 	caller := func(j int) bool { return fs[j].dlopen.Imports && !fs[j].dlopen.Noted }
 	out := map[int][]int{}
@@ -120,11 +164,11 @@ func (c *config) possibleCallers(ctx context.Context, fs []*File, ix resolver) (
 		h := read[k]
 		errs[k] = c.readHolder(fs[h], ix, away[h])
 	}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, err := range errs {
 		if err != nil {
-			return nil, err // the first in file order, as a serial run would
+			return nil, nil, err // the first in file order, as a serial run would
 		}
 	}
 	for h := range out {
@@ -132,7 +176,7 @@ func (c *config) possibleCallers(ctx context.Context, fs []*File, ix resolver) (
 			delete(out, h)
 		}
 	}
-	return out, nil
+	return out, adj, nil
 }
 
 // loaderLibrary finds the library whose soname starts with stem ("libgmodule-2.0"
@@ -296,7 +340,7 @@ func outsideHint(away outside, dep *policy.Dep) string {
 		where = "the driver link"
 	}
 	return "dlopened by " + away.fn + " in " + by + ", whose RUNPATH this run does not write: " +
-		"give this file a DT_NEEDED on " + dep.Name + " (patchelf --add-needed) or wrap the program to put " + where + " on LD_LIBRARY_PATH"
+		"give this file a DT_NEEDED on " + dep.Name + " (--dlopen-needed, or patchelf --add-needed) or wrap the program to put " + where + " on LD_LIBRARY_PATH"
 }
 
 // closureWhere lists, sorted, the nodes other than from reachable from
@@ -336,21 +380,32 @@ func statID(p string) (fileID, bool) {
 	return fileID{uint64(sys.Dev), sys.Ino}, true
 }
 
-// siblingNeeds gives each caller the directories outside its output that
-// the other files of its output need (DT_NEEDED) and it lacks, with the sibling and the name
-// as the evidence (policy.EvidenceSibling). This is for names built in
-// code, where no string holds them: PyTorch 2.11's libtorch_cuda builds
-// "libnvrtc.so.13" from 8-byte immediates ("libnvrtc" is an operand of a
-// mov, not data), and libtorch_cpu's at::DynamicLibrary opens it; its
-// sibling libcaffe2_nvrtc.so needs libnvrtc.so.13, which puts cuda_nvrtc's
-// directory in reach (docs/gpu-proof.md).
-func siblingNeeds(fs []*File, files []found, inherit map[int][]policy.Dep) {
+// siblingNeeds gives each caller a directory outside its output that
+// another file of its output needs (DT_NEEDED) and it lacks, when the
+// caller can form the name in code: the name's first eight bytes (a
+// mov's 64-bit immediate, policy.CodeWord) are in the executable code of
+// the caller or of a file of its output whose DT_NEEDED closure reaches
+// it (a name built there and handed to the caller's dlopen). The
+// evidence is that word in that file (policy.EvidenceCode), the sibling
+// that needs the name in From. This is for names built in code, where no
+// string holds them: PyTorch 2.11's libtorch_cuda builds "libnvrtc.so.13"
+// from immediates ("libnvrtc" is an operand of a mov, not data), and
+// libtorch_cpu's at::DynamicLibrary opens it; its sibling
+// libcaffe2_nvrtc.so needs libnvrtc.so.13, which puts cuda_nvrtc's
+// directory in reach (docs/gpu-proof.md). A library a sibling needs whose
+// name no code of the caller's forms is none of its business.
+func (c *config) siblingNeeds(ctx context.Context, fs []*File, files []found, adj [][]int, inherit map[int][]policy.Dep) error {
 	callers := map[string][]int{} // output root → its callers
 	for j, f := range fs {
 		if usable(f) && f.dlopen.Imports && !f.dlopen.Noted {
 			callers[files[j].root] = append(callers[files[j].root], j)
 		}
 	}
+	type candidate struct {
+		cl  int
+		dep policy.Dep
+	}
+	var cands []candidate
 	for h, f := range fs {
 		if !usable(f) {
 			continue
@@ -362,15 +417,89 @@ func siblingNeeds(fs []*File, files []found, inherit map[int][]policy.Dep) {
 			for _, d := range f.Deps {
 				sameDir := func(o policy.Dep) bool { return o.How == d.How && o.Dir == d.Dir }
 				if d.Source != policy.SourceNeeded || d.How != policy.HowStore || d.Path == fs[cl].Path || inRoot(d.Dir, files[cl].root) ||
-					slices.ContainsFunc(fs[cl].Deps, sameDir) || slices.ContainsFunc(inherit[cl], sameDir) {
+					slices.ContainsFunc(fs[cl].Deps, sameDir) || slices.ContainsFunc(inherit[cl], sameDir) ||
+					slices.ContainsFunc(cands, func(o candidate) bool { return o.cl == cl && sameDir(o.dep) }) {
 					continue
 				}
 				d.Source, d.From, d.Entry, d.ResolvedHow = policy.SourceSibling, f.Path, "", ""
-				d.Evidence = policy.Evidence{File: f.Path, String: d.Name, Kind: policy.EvidenceSibling}
-				inherit[cl] = append(inherit[cl], d)
+				cands = append(cands, candidate{cl, d})
 			}
 		}
 	}
+	if len(cands) == 0 {
+		return nil
+	}
+	// The files whose code may form a caller's names: itself, and the
+	// files of its output whose closure reaches it.
+	rev := make([][]int, len(adj)) // j → the files that need j
+	for i, js := range adj {
+		for _, j := range js {
+			rev[j] = append(rev[j], i)
+		}
+	}
+	formers := map[int][]int{}
+	words := map[int][]string{} // file → the words to look for in its code
+	for _, cd := range cands {
+		if _, ok := formers[cd.cl]; !ok {
+			root := files[cd.cl].root
+			formers[cd.cl] = append([]int{cd.cl}, closureWhere(rev, cd.cl, func(j int) bool { return files[j].root == root })...)
+		}
+		w := policy.CodeWord(cd.dep.Name)
+		for _, h := range formers[cd.cl] {
+			if !slices.Contains(words[h], w) {
+				words[h] = append(words[h], w)
+			}
+		}
+	}
+	readers := slices.Sorted(maps.Keys(words))
+	held := make([]map[string]bool, len(readers))
+	errs := make([]error, len(readers))
+	if err := parallel(ctx, c.jobs, len(readers), func(k int) {
+		held[k], errs[k] = c.codeHolds(fs[readers[k]].Path, words[readers[k]])
+	}); err != nil {
+		return err
+	}
+	at := map[int]int{}
+	for k, h := range readers {
+		if errs[k] != nil {
+			return errs[k]
+		}
+		at[h] = k
+	}
+	for _, cd := range cands {
+		w := policy.CodeWord(cd.dep.Name)
+		for _, h := range formers[cd.cl] {
+			if held[at[h]][w] {
+				cd.dep.Evidence = policy.Evidence{File: fs[h].Path, String: w, Kind: policy.EvidenceCode}
+				inherit[cd.cl] = append(inherit[cd.cl], cd.dep)
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// codeHolds says which of words the executable code of the file at path
+// holds (elfedit.CodeHolds).
+func (c *config) codeHolds(path string, words []string) (map[string]bool, error) {
+	f, err := c.open(path, false)
+	if err != nil {
+		return nil, fileError(path, err)
+	}
+	defer f.Close()
+	bs := make([][]byte, len(words))
+	for i, w := range words {
+		bs[i] = []byte(w)
+	}
+	found, err := f.CodeHolds(bs)
+	if err != nil {
+		return nil, fileError(path, fmt.Errorf("reading its code: %w", err))
+	}
+	out := map[string]bool{}
+	for i, ok := range found {
+		out[words[i]] = ok
+	}
+	return out, nil
 }
 
 // inRoot reports whether dir is root or below it.

@@ -342,8 +342,33 @@ func TestDlopenCallerSameOutput(t *testing.T) {
 }
 
 // srcBuiltApp dlopens, through libloader, a name it builds at run time
-// and spells nowhere, as PyTorch's jiterator does for NVRTC.
+// and spells nowhere, as PyTorch's jiterator does for NVRTC: "libplugi"
+// is the 64-bit immediate of a mov (PyTorch 2.11's libtorch_cuda holds
+// "libnvrtc" so), the rest a format.
 const srcBuiltApp = `#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+void *load(const char *name);
+int main(int argc, char **argv) {
+	char name[32];
+	uint64_t word = 0x6967756c7062696cULL; /* "libplugi" */
+	memcpy(name, &word, 8);
+	snprintf(name + 8, sizeof name - 8, "%s.so.%d", argc > 5 ? argv[1] : "n", argc);
+	void *h = load(name);
+	if (!h) {
+		printf("%s\n", dlerror());
+		return 1;
+	}
+	int (*plugin)(void) = (int (*)(void))dlsym(h, "plugin");
+	printf("plugin=%d\n", plugin());
+	return 0;
+}
+`
+
+// srcFormattedApp is srcBuiltApp with the whole name from a format and
+// an argument: no code and no string of it forms the library's name.
+const srcFormattedApp = `#include <dlfcn.h>
 #include <stdio.h>
 void *load(const char *name);
 int main(int argc, char **argv) {
@@ -360,36 +385,44 @@ int main(int argc, char **argv) {
 }
 `
 
-// TestDlopenCallerOutputNeeded: a name built at run time from code, held
-// by no string ("lib%s.so.%d"; PyTorch 2.11's libtorch_cuda builds
-// "libnvrtc" from a mov's immediate), reaches the caller's RUNPATH
-// because another file of its output, libwrap, needs that library: the
-// directory comes with libwrap's DT_NEEDED name as its evidence (kind
-// sibling), no note entry. Without it jiterator failed on the H200
-// (docs/gpu-proof.md). Under DlopenReport nothing is added.
+// TestDlopenCallerOutputNeeded: a name built at run time in code, held
+// by no string (PyTorch 2.11's libtorch_cuda builds "libnvrtc.so.13"
+// from a mov's immediate, and libtorch_cpu's at::DynamicLibrary opens
+// it), reaches the caller's RUNPATH when another file of its output,
+// libwrap, needs that library and the code of the caller or of a file of
+// its output that links to it (the app) holds the name's first eight
+// bytes: the directory comes with that word in the app as its evidence
+// (kind code), libwrap in From, no note entry. Without it jiterator
+// failed on the H200 (docs/gpu-proof.md). A name no code forms (the
+// formatted app) gets nothing, though libwrap needs it: the sibling's
+// needs are no evidence alone. Under DlopenReport nothing is added.
 func TestDlopenCallerOutputNeeded(t *testing.T) {
+	const fail = "libplugin.so.1: cannot open shared object file: No such file or directory"
 	for _, c := range []struct {
+		name          string
 		mode          policy.DlopenMode
+		app           string
 		loaderRunpath string
 		run           string
 	}{
-		{policy.DlopenResolve, "{root}/store/aaa-plugin/lib", "plugin=7"},
-		{policy.DlopenReport, "", "libplugin.so.1: cannot open shared object file: No such file or directory"},
+		{"code", policy.DlopenResolve, srcBuiltApp, "{root}/store/aaa-plugin/lib", "plugin=7"},
+		{"format", policy.DlopenResolve, srcFormattedApp, "", fail},
+		{"report", policy.DlopenReport, srcBuiltApp, "", fail},
 	} {
-		t.Run(string(c.mode), func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			tr, loader, plugin := loaderTree(t)
 			tr.place("pkg/lib/libwrap.so", cfix.Spec{Soname: "libwrap.so", Source: "int wrap(void) { return 0; }\n", Link: []string{plugin}})
-			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcBuiltApp, Link: []string{loader}})
+			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: c.app, Link: []string{loader}})
 			rep := tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, c.mode)...)
 			require.Equal(t, tr.x(c.loaderRunpath), tr.runpathOf("pkg/lib/libloader.so"))
 			var got []string
 			for _, d := range tr.file(rep, "pkg/lib/libloader.so").Deps {
 				if d.Source == policy.SourceSibling {
 					got = append(got, d.Name+" "+d.How+" "+d.From)
-					require.Equal(t, policy.Evidence{File: tr.p("pkg/lib/libwrap.so"), String: "libplugin.so.1", Kind: policy.EvidenceSibling}, d.Evidence)
+					require.Equal(t, policy.Evidence{File: tr.p("pkg/bin/app"), String: "libplugi", Kind: policy.EvidenceCode}, d.Evidence)
 				}
 			}
-			if c.mode == policy.DlopenResolve {
+			if c.name == "code" {
 				require.Equal(t, []string{tr.x("libplugin.so.1 resolved {root}/pkg/lib/libwrap.so")}, got)
 			} else {
 				require.Empty(t, got)

@@ -35,6 +35,7 @@ type config struct {
 	symbols         SymbolsMode   // "": SymbolsError
 	ignoreSymbols   []*fnmatch.Pattern
 	shrinkKept      bool
+	dlopenNeeded    bool // WithDlopenNeeded
 	keepOld         bool
 	pageSize        uint64
 	dryRun          bool
@@ -331,6 +332,17 @@ func WithDlopen(m policy.DlopenMode) Option {
 		c.Dlopen = m
 		return nil
 	}
+}
+
+// WithDlopenNeeded makes each name a file hands to a loader function of a
+// library outside the outputs (policy.HowOutsideCaller: GModule's
+// g_module_open, libltdl's lt_dlopen) a DT_NEEDED of that file, with its
+// directory in the file's RUNPATH (policy.SourceAddNeeded): the fix
+// packagers apply by hand with patchelf --add-needed. Only names resolved
+// to a library file of that very name qualify; the others stay reported.
+// Off by default: it changes what the file loads, and when.
+func WithDlopenNeeded(on bool) Option {
+	return func(c *config) error { c.dlopenNeeded = on; return nil }
 }
 
 // WithShrinkKept shrinks the search path of every file whose RUNPATH

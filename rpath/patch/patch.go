@@ -64,18 +64,20 @@ type File struct {
 	// order); the file is patched once, in place, and this name with it.
 	SameFileAs string `json:"same_file_as,omitempty"`
 
-	dlopen  policy.Discovered // what dlopen discovery found (names, imports)
-	edit    elfedit.Edit
-	plan    *elfedit.Plan  // the prepared plan the write phase reuses, if kept
-	claim   *elfedit.Claim // the file opened for writing and locked while decided
-	strSize int            // dynamic string table size when decided, for the write phase's gate
-	size    int64          // file size when decided, for the write phase's order
-	skip    policy.Skip
-	target  policy.Target // the interpreter's, for the reason of a skip
-	machine elf.Machine
-	osabi   elf.OSABI
-	class   elf.Class
-	loaded  *ldso.Object // what the symbol check's loader reads of it, as decided
+	dlopen policy.Discovered // what dlopen discovery found (names, imports)
+	// addNeeded are the DT_NEEDED names the edit adds (WithDlopenNeeded).
+	addNeeded []string
+	edit      elfedit.Edit
+	plan      *elfedit.Plan  // the prepared plan the write phase reuses, if kept
+	claim     *elfedit.Claim // the file opened for writing and locked while decided
+	strSize   int            // dynamic string table size when decided, for the write phase's gate
+	size      int64          // file size when decided, for the write phase's order
+	skip      policy.Skip
+	target    policy.Target // the interpreter's, for the reason of a skip
+	machine   elf.Machine
+	osabi     elf.OSABI
+	class     elf.Class
+	loaded    *ldso.Object // what the symbol check's loader reads of it, as decided
 	// ident is the file's identity when it has several hard links
 	// (Links > 1), by which hardLinks finds its other names.
 	ident elfedit.Identity
@@ -725,6 +727,13 @@ func (c *config) decide(fd found, ix resolver, t *policy.Target, held bool, inhe
 	facts := policy.Facts{Path: path, Root: fd.root, Machine: machine, Interpreter: info.Interpreter, OldPath: runpathDirs(info)}
 	d := policy.Decide(facts, deps, inherit, &c.Config)
 	out.Deps, out.RunPath, out.AsRPath, out.Interpreter = d.Deps, d.RunPath, d.AsRPath, d.Interpreter
+	// A DT_NEEDED the edit adds gets its note entry, as any DT_NEEDED.
+	for _, dep := range d.Deps {
+		if dep.Source == policy.SourceAddNeeded {
+			out.addNeeded = append(out.addNeeded, dep.Name)
+			d.NoteNames = append(d.NoteNames, dep.Name)
+		}
+	}
 	for _, p := range d.Problems {
 		out.addError(ErrorAudit, p)
 	}
@@ -754,6 +763,7 @@ func (c *config) prepare(f *elfedit.File, info elfedit.Info, noteNames []string,
 		ip := out.Interpreter
 		e.Interpreter = &ip
 	}
+	e.AddNeeded = out.addNeeded
 	var err error
 	out.ResolutionCache, out.Note, err = c.resolutionNote(f, noteNames, finalPath(info, &e), &e)
 	if err != nil {

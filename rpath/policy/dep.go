@@ -47,6 +47,11 @@ const (
 	// SourceSibling is a DT_NEEDED of another file of a dlopen caller's
 	// output, given to the caller for names it builds in code.
 	SourceSibling = "dlopen-sibling"
+	// SourceAddNeeded is a name a holder hands to a loader function
+	// outside the outputs (HowOutsideCaller) that the run makes a
+	// DT_NEEDED of the holder, on request: the loader then maps it when
+	// the holder is loaded, through the holder's own RUNPATH.
+	SourceAddNeeded = "add-needed"
 )
 
 // Kinds of Evidence.
@@ -54,10 +59,17 @@ const (
 	EvidenceWhole  = "whole"  // the string is the name (or the name without its version)
 	EvidencePrefix = "prefix" // the string is a soname prefix the name matches
 	EvidenceNote   = "note"   // a .note.dlopen entry names it
-	// EvidenceSibling: the string is a DT_NEEDED name of another file of
-	// the caller's output.
-	EvidenceSibling = "sibling"
+	// EvidenceCode: the string is the name's CodeWord, held in the file's
+	// executable code, and another file of the caller's output needs the
+	// name (Dep.From).
+	EvidenceCode = "code"
 )
+
+// CodeWord is what of a library name a program that builds the name in
+// code holds there: its first eight bytes, the operand of a mov of a
+// 64-bit immediate ("libnvrtc" of "libnvrtc.so.13"), or the whole name
+// when it is shorter.
+func CodeWord(name string) string { return name[:min(len(name), 8)] }
 
 // Evidence is what brought a name that is no DT_NEEDED into a file's
 // decisions: the string, in which file, of which kind.
