@@ -13,7 +13,7 @@
 #   bash scripts/patchelf-after.sh CUDAPATCH PATCHELF... [> report]
 #
 # One line per case; exit status 1 if any fails. Which failures are
-# patchelf's own: README.md, "Other tools afterwards".
+# patchelf's own: docs/architecture.md, "Other tools afterwards".
 set -uo pipefail
 CP=$(readlink -f "$1")
 shift

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: formatting, go.mod tidiness, vet, every package's
 # tests (the fixture matrix is built from source on first use), then each
-# fuzz target for a bounded time. README: "Running the tests".
+# fuzz target for a bounded time. README: "Two commands for a fresh machine".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin:$HOME/go/bin
@@ -80,8 +80,8 @@ done < <(grep -rE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]+\(' . |
 	sed -E 's#^\./(.*)/[^/]*_test\.go:func (Fuzz[A-Za-z0-9_]+)\(.*#./\1 \2#' | sort -u)
 
 # In CI only, last: the README's two commands once more, in a fresh Debian 12
-# root on the same machine (scripts/fresh-root.sh; README "Running the
-# tests" has its time), so that a failure that depends on the machine or on
+# root on the same machine (scripts/fresh-root.sh; docs/fresh-root.md has
+# its time), so that a failure that depends on the machine or on
 # what this one has installed shows in CI first. Inside that root
 # CUDAPATCH_FRESH_ROOT is set, and this step is not repeated.
 if [ "${CI:-}" = true ] && [ -z "${CUDAPATCH_FRESH_ROOT:-}" ]; then

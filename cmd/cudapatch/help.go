@@ -199,7 +199,7 @@ func (d *cmdDoc) help() string {
 const maxFlagColumn = 26
 
 // exitStatusHelp is the root help's summary of the exit codes (README:
-// "Usage" has the long form, with the summary line's counts).
+// "Usage" has the table; docs/usage.md the summary line's counts).
 const exitStatusHelp = `Exit status: 0 success; 1 the job found problems (missing dependencies, an
 audit or lint finding, a doctor problem; nothing is written); 2 bad usage, or
 a file that could not be read or written.`

@@ -307,7 +307,7 @@ const (
 // runPatch runs the main job and prints what Nix build logs want: one line
 // per changed file (or the report, or the events), each file's errors, the
 // missing libraries, and last a summary line that counts every file once
-// (README: "Usage").
+// (docs/usage.md: "What the main job prints").
 func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Option, out output, dryRun bool) error {
 	ctx, stop := onInterrupt(ctx)
 	defer stop()

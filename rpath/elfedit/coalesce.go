@@ -26,9 +26,8 @@ import (
 // table between an old interpreter and an old string table that are both
 // cleared, with the unchanged undefined symbols before it). The merged
 // write then adds at most one page to write back, as a gap of a page
-// would, and saves a system call: on the small-files tree, 365 of 1,215
-// written files took a fifth write for the second clearing (7 write-side
-// calls), 127 with only the pages dirtied anyway.
+// would, and saves a system call (a fifth write for the second clearing
+// was common on trees of small files: bench/HISTORY.md).
 const mergeGap = 4096
 
 // pageSize is the unit of write-back that the merge rule counts in.
@@ -70,9 +69,8 @@ func (f *File) coalesce(steps []Step) []Step {
 // neutral write inside the file. Both come before the commit and change
 // nothing a loader reads, each alone or together, so a write of both is
 // neutral: the padding layout's new string table (unused) and the
-// extended first PT_LOAD (neutral) lie a few hundred bytes apart (2 of
-// the 1,215 written files of the small-files tree took 7 write-side calls
-// for it). A region past the old end stays a write of its own, unused.
+// extended first PT_LOAD (neutral) lie a few hundred bytes apart. A
+// region past the old end stays a write of its own, unused.
 func (f *File) mergeable(a, b Step) bool {
 	if a.Kind == b.Kind {
 		return true

@@ -49,7 +49,7 @@ type Buffers struct {
 // The scratch size classes: powers of two from 512 bytes (most small
 // libraries' string tables are a few KiB) to 4 MiB. Smaller slices are
 // cheap to allocate; larger ones are few (a file with a big table is
-// planned alone, see rpath's bigGate), and pooled they would pin their
+// planned alone by the caller), and pooled they would pin their
 // megabytes between collections.
 const (
 	scratchMinShift = 9

@@ -227,7 +227,7 @@ func symbolSectionNames(t testing.TB, path string) []string {
 // non-PIE executables aborted patchelf. (--add-needed is left to
 // scripts/patchelf-after.sh: patchelf up to 0.18 puts a grown .dynamic
 // in a read-only page of a non-PIE executable whose first page has room,
-// whoever made the room; README, "Other tools afterwards".)
+// whoever made the room; docs/architecture.md, "Other tools afterwards".)
 func TestPatchelfOpsAfterUs(t *testing.T) {
 	t.Parallel()
 	pe, err := exec.LookPath("patchelf")

@@ -730,12 +730,12 @@ func (f *File) offToVaddr(off, n uint64) (uint64, bool) {
 
 // loadIndex lists the PT_LOADs (indices into Progs, in header order), so
 // that vaddrToOff and offToVaddr find an address by binary search rather
-// than by a scan of every program header: one lookup per version record
-// over 60,000 PT_LOADs was 10^10 steps. byVaddr (byOff) says the
-// segments' file images follow each other in memory (in the file) in
-// header order without overlapping, as linkers lay them out; where they do
-// not, lookups scan them all, and a file with more than maxScannedLoads of
-// them is refused when read (readProgs).
+// than by a scan of every program header: a lookup per version record
+// scanning them all is quadratic in a hostile file's PT_LOADs. byVaddr
+// (byOff) says the segments' file images follow each other in memory (in
+// the file) in header order without overlapping, as linkers lay them out;
+// where they do not, lookups scan them all, and a file with more than
+// maxScannedLoads of them is refused when read (readProgs).
 type loadIndex struct {
 	n       int // len(Progs) it was built for
 	loads   []int

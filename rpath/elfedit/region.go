@@ -485,7 +485,8 @@ func (f *File) fixSymbols(moves map[int]sectionMove, secMap []int) (symtab, dyns
 		var steps []Step
 		n := s.Size / es
 		// Symbols per read: a huge table is not read at once, and a big one
-		// (node: 2.6 MiB of .symtab) not in a hundred reads either.
+		// (a large program's .symtab runs to megabytes) not in a hundred
+		// reads either.
 		chunk := uint64(1<<20) / es
 		// One buffer for the chunks, read over until a step takes a
 		// slice of one (a chunk where nothing moved or was renumbered).

@@ -51,11 +51,9 @@ func (g *bigGate) enter(n int, held bool) (leave func(), ok bool) {
 // fn(i, true), with the gate held for it, and must be done.
 //
 // A job runs a declined item whenever it gets the gate at once, and waits
-// for the gate only when nothing else is left. Before, a job that met a
-// big file while another was being worked on waited at the gate: the
-// write phase takes the largest files first, so on 2 cores the first of
-// the tree's big libraries were written one after the other while the
-// second job did nothing.
+// for the gate only when nothing else is left: the write phase takes the
+// largest files first, so a job that waited at the gate would sit idle
+// while another wrote the tree's big libraries one after the other.
 func (g *bigGate) gatedParallel(ctx context.Context, jobs, n int, fn func(i int, held bool) bool) error {
 	var next atomic.Int64
 	var mu sync.Mutex

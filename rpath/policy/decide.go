@@ -61,11 +61,22 @@ type Decision struct {
 // Decide is the RUNPATH policy: given a file's facts, its dependencies as
 // resolved (DT_NEEDED in order, then .note.dlopen entries, then the
 // dlopen-string names, Source set), the dependencies it may dlopen for
-// other files (inherited: Dep.From set), it decides the file's RUNPATH
-// in auto-patchelf's order (cuda_compat and the driver link, runtime
-// dependencies, resolved directories, appended entries, old $ORIGIN
-// ones), its interpreter and the names of its resolution note, and
-// audits the RUNPATH. It reads no file.
+// other files (inherited: Dep.From set), it decides the file's RUNPATH,
+// its interpreter and the names of its resolution note, and audits the
+// RUNPATH. It reads no file.
+//
+// The RUNPATH is, in this order (auto-patchelf's; the one statement of
+// it besides the README, which other documents link to):
+//
+//	[cuda_compat selector] : driver link : [runtime deps] : resolved dirs : [appends] : [old $ORIGIN]
+//
+// the cuda_compat directory (its selector) when given; the driver link
+// for the files DriverLinkFor picks; runtime dependencies in executables
+// only; the directories of the resolved dependencies in the order they
+// were needed (DT_NEEDED, then .note.dlopen and dlopen names, then the
+// inherited ones); appended entries; with PreserveOrigin, the old
+// $ORIGIN entries. Duplicates are removed, the first wins; no entry is
+// empty.
 func Decide(f Facts, deps, inherited []Dep, c *Config) Decision {
 	var d Decision
 	var needsDriver bool

@@ -29,13 +29,9 @@
 //     never appear in a result.
 //   - Names present in the libc directory are satisfied without an entry,
 //     unless WithKeepLibc.
-//   - The RUNPATH is, in this order: the cuda_compat directory (when given),
-//     the driver link, runtime dependencies (executables only), the
-//     directories of resolved dependencies in the order they were needed,
-//     appended entries, old $ORIGIN entries (WithPreserveOrigin, which also
-//     writes a dependency's directory as the old $ORIGIN entry that leads
-//     there); duplicates removed, first wins; never an empty entry. This is
-//     auto-patchelf's order.
+//   - The RUNPATH's order is Decide's (its doc comment states it).
+//     WithPreserveOrigin also writes a dependency's directory as the old
+//     $ORIGIN entry that leads there.
 //   - With WithRelativeRpaths (entries under the store) or
 //     WithRelativizeRpath (entries under the path the file was found
 //     under), absolute entries become "$ORIGIN/…" relative to the file's

@@ -17,7 +17,8 @@ type symName struct {
 }
 
 // names interns the names references use: the few a tree's files import
-// (about 22,000 over /usr) against the hundreds of thousands they define.
+// (tens of thousands over a whole /usr) against the hundreds of thousands
+// they define.
 // Every job looks names up for every reference it reads and every symbol
 // a summary scans, so a name is found under its shard's read lock only;
 // new names are made one at a time under mu, each put in its shard before
