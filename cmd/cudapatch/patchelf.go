@@ -7,11 +7,11 @@ import (
 
 	"github.com/urfave/cli/v3"
 
-	"github.com/cudapatch/cudapatch/internal/patchelf"
+	"github.com/cudapatch/cudapatch/rpath/patchelf"
 )
 
 // patchelfCommand is the drop-in patchelf: `cudapatch patchelf ARGS…`, or
-// the binary installed under the name "patchelf" (internal/patchelf does
+// the binary installed under the name "patchelf" (rpath/patchelf does
 // the work), with patchelf master's command line, prints, messages and
 // exit codes, so that build scripts written against patchelf run
 // unchanged. Where it deliberately differs, and patchelf's own test suite
@@ -40,7 +40,7 @@ func patchelfHelp() string {
 	return out.String()
 }
 
-// patchelfMain runs the drop-in patchelf (internal/patchelf) with the
+// patchelfMain runs the drop-in patchelf (rpath/patchelf) with the
 // arguments after the program name and returns its exit code.
 func patchelfMain(args []string, stdout, stderr io.Writer) int {
 	return patchelf.Main(args, stdout, stderr)

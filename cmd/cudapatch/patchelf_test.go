@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/cudapatch/cudapatch/internal/fixtures"
-	"github.com/cudapatch/cudapatch/internal/patchelf"
+	"github.com/cudapatch/cudapatch/rpath/patchelf"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata")

@@ -67,7 +67,7 @@ func TestLayers(t *testing.T) {
 		{"rpath/patch", append(m("rpath/policy", "rpath/selector"), loader...)},
 		{"rpath/lint", append(append(m("rpath/policy", "rpath/selector"), loader...), "github.com/bmatcuk/doublestar/v4")},
 		{"rpath/doctor", append(m("rpath/policy", "rpath/selector"), loader...)},
-		{"internal/patchelf", append(m("rpath/policy", "rpath/ldcache"), engine...)},
+		{"rpath/patchelf", append(m("rpath/policy", "rpath/ldcache"), engine...)},
 	}
 	// Every layer may escape what files hold for its messages, and open
 	// paths below a directory without following links: leaves with the
@@ -115,11 +115,28 @@ func TestNoParentImports(t *testing.T) {
 func TestCommandWiring(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{join .Imports " "}}`, module+"/cmd/cudapatch").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	allowed := []string{"internal/patchelf", "internal/printable", "rpath/patch", "rpath/lint", "rpath/doctor", "rpath/policy",
+	allowed := []string{"rpath/patchelf", "internal/printable", "rpath/patch", "rpath/lint", "rpath/doctor", "rpath/policy",
 		"rpath/elfedit", "rpath/ldcache", "rpath/ldso", "rpath/symcheck", "rpath/nvdriver", "rpath/selector"}
 	for _, imp := range strings.Fields(string(out)) {
 		if p, ok := strings.CutPrefix(imp, module+"/"); ok {
 			require.Contains(t, allowed, p, "cmd/cudapatch imports %s", imp)
+		}
+	}
+}
+
+// TestInternalIsBelow: internal/ holds the leaves every layer may use and
+// the tests' own helpers, nothing that imports a layer (the drop-in
+// patchelf, a sibling of the main job, lives in rpath/patchelf), so that
+// no import from a layer into internal/ climbs back up.
+func TestInternalIsBelow(t *testing.T) {
+	out, err := exec.Command("go", "list", module+"/internal/...").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, pkg := range strings.Fields(string(out)) {
+		p := strings.TrimPrefix(pkg, module+"/")
+		for _, d := range deps(t, p) {
+			if strings.HasPrefix(d, module+"/") {
+				require.True(t, strings.HasPrefix(d, module+"/internal/"), "%s imports %s, a layer above internal/", p, d)
+			}
 		}
 	}
 }
