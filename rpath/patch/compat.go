@@ -25,7 +25,7 @@ type selectorBuild struct {
 // a selector is used as it is; cuda_compat's own libcuda gets its selector
 // built (WithCudaCompatSelector), which then takes its place; a directory
 // without a libcuda is kept as given.
-func (c *config) prepareCompat(ctx context.Context) error {
+func (c *job) prepareCompat(ctx context.Context) error {
 	if c.CudaCompat == "" {
 		if c.selector.dir != "" {
 			return errors.New("a selector directory needs a cuda_compat directory (--cuda-compat)")

@@ -15,7 +15,7 @@ import (
 // needed, source, how, path, entry, why, pattern, hint, reason, and for a
 // name that is no DT_NEEDED the evidence: evidence (its kind), string,
 // in (the file holding the string).
-func (c *config) logDecisions(ctx context.Context, files []*File) {
+func (c *job) logDecisions(ctx context.Context, files []*File) {
 	if !c.log.Enabled(ctx, slog.LevelDebug) {
 		return
 	}

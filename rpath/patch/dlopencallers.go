@@ -33,7 +33,7 @@ import (
 // Under DlopenResolve each caller is decided again with them after its
 // own (Dep.From, no note entry); a holder keeps its RUNPATH and reports
 // the names found.
-func (c *config) dlopenCallers(ctx context.Context, rep *Report, files []found, ix resolver, t *policy.Target) error {
+func (c *job) dlopenCallers(ctx context.Context, rep *Report, files []found, ix resolver, t *policy.Target) error {
 	if c.Dlopen == policy.DlopenOff {
 		return nil
 	}
@@ -121,7 +121,7 @@ type outside struct{ fn, lib string }
 // call for it, and reads and resolves the names of every holder that has
 // some, or whose loader lies outside the outputs (readHolder). It returns
 // the DT_NEEDED graph of the outputs too (neededGraph).
-func (c *config) possibleCallers(ctx context.Context, fs []*File, ix resolver) (map[int][]int, [][]int, error) {
+func (c *job) possibleCallers(ctx context.Context, fs []*File, ix resolver) (map[int][]int, [][]int, error) {
 	adj, byID := neededGraph(fs)
 	caller := func(j int) bool { return fs[j].dlopen.Imports && !fs[j].dlopen.Noted }
 	out := map[int][]int{}
@@ -288,7 +288,7 @@ func inheritedNames(fs []*File, callersOf map[int][]int) map[int][]policy.Dep {
 // note unchanged. When its loader lies outside the outputs (away.fn set)
 // a name resolved is reported policy.HowOutsideCaller instead, with the
 // fix in its hint.
-func (c *config) readHolder(out *File, ix resolver, away outside) error {
+func (c *job) readHolder(out *File, ix resolver, away outside) error {
 	f, err := c.open(out.Path, false)
 	if err != nil {
 		out.DlopenError = errMsg(out.Path, err)
@@ -394,7 +394,7 @@ func statID(p string) (fileID, bool) {
 // libcaffe2_nvrtc.so needs libnvrtc.so.13, which puts cuda_nvrtc's
 // directory in reach (docs/gpu-proof.md). A library a sibling needs whose
 // name no code of the caller's forms is none of its business.
-func (c *config) siblingNeeds(ctx context.Context, fs []*File, files []found, adj [][]int, inherit map[int][]policy.Dep) error {
+func (c *job) siblingNeeds(ctx context.Context, fs []*File, files []found, adj [][]int, inherit map[int][]policy.Dep) error {
 	callers := map[string][]int{} // output root → its callers
 	for j, f := range fs {
 		if usable(f) && f.dlopen.Imports && !f.dlopen.Noted {
@@ -481,7 +481,7 @@ func (c *config) siblingNeeds(ctx context.Context, fs []*File, files []found, ad
 
 // codeHolds says which of words the executable code of the file at path
 // holds (elfedit.CodeHolds).
-func (c *config) codeHolds(path string, words []string) (map[string]bool, error) {
+func (c *job) codeHolds(path string, words []string) (map[string]bool, error) {
 	f, err := c.open(path, false)
 	if err != nil {
 		return nil, fileError(path, err)

@@ -33,7 +33,7 @@ type eagerIndex struct {
 	order    []candidate // every candidate, in precedence order
 }
 
-func buildEagerIndex(ctx context.Context, c *config, roots []string) (*eagerIndex, error) {
+func buildEagerIndex(ctx context.Context, c *job, roots []string) (*eagerIndex, error) {
 	ix := &eagerIndex{byName: map[string][]candidate{}, bySoname: map[string][]candidate{}, seen: map[string]bool{}}
 	var outputs []string
 	for _, r := range roots {
@@ -189,7 +189,7 @@ func (ix *eagerIndex) sonameHint(name string, class elf.Class, machine elf.Machi
 // index.
 func WithEagerIndex() Option {
 	return func(c *config) error {
-		c.newIndex = func(ctx context.Context, c *config, roots []string, _ map[string][]string) (resolver, error) {
+		c.newIndex = func(ctx context.Context, c *job, roots []string, _ map[string][]string) (resolver, error) {
 			return buildEagerIndex(ctx, c, roots)
 		}
 		return nil
@@ -207,10 +207,11 @@ type IndexStats struct {
 // name (for an x86-64 SYSV file) in order and returns the paths found
 // ("" for a miss) and how much of the index that took.
 func IndexLookups(ctx context.Context, paths, names []string, opts ...Option) ([]string, IndexStats, error) {
-	c, err := newConfig(opts)
+	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, IndexStats{}, err
 	}
+	c := newJob(cfg)
 	roots, err := absDirs("path", paths)
 	if err != nil {
 		return nil, IndexStats{}, err
@@ -242,10 +243,11 @@ func IndexLookups(ctx context.Context, paths, names []string, opts ...Option) ([
 // fresh < 0) each on a fresh index, as the first question of a run. It
 // returns one line per disagreement and the number of questions asked.
 func CompareIndexes(ctx context.Context, seed uint64, fresh int, paths, extra []string, opts ...Option) ([]string, int, error) {
-	c, err := newConfig(opts)
+	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, 0, err
 	}
+	c := newJob(cfg)
 	roots, err := absDirs("path", paths)
 	if err != nil {
 		return nil, 0, err
@@ -388,12 +390,13 @@ func walkDirsBelow(dir string) ([]string, error) {
 func WithOpenCounter(opens map[string]int) Option {
 	return func(c *config) error {
 		var mu sync.Mutex
-		open := c.open
-		c.open = func(path string, edit bool) (*elfedit.File, error) {
-			mu.Lock()
-			opens[path]++
-			mu.Unlock()
-			return open(path, edit)
+		c.wrapOpen = func(open openFunc) openFunc {
+			return func(path string, edit bool) (*elfedit.File, error) {
+				mu.Lock()
+				opens[path]++
+				mu.Unlock()
+				return open(path, edit)
+			}
 		}
 		return nil
 	}
@@ -445,8 +448,7 @@ func WithWriteHook(fn func(path, at string)) Option {
 // released after deciding and taken again, checked, when written.
 func WithHeldClaims(n int64) Option {
 	return func(c *config) error {
-		c.claims = &claimBudget{}
-		c.claims.left.Store(n)
+		c.heldClaims = &n
 		return nil
 	}
 }

@@ -42,7 +42,7 @@ func (l *linkClaims) first(id elfedit.Identity) bool {
 
 // unclaim closes f's claim, if any, so that f may be decided again (and
 // another name of it claim it).
-func (c *config) unclaim(f *File) {
+func (c *job) unclaim(f *File) {
 	if f.claim == nil {
 		return
 	}
@@ -61,7 +61,7 @@ func (c *config) unclaim(f *File) {
 // claim; the other names are SameFileAs it. Otherwise each name that
 // would be written (every name, when their edits differ) fails with
 // ErrorHardLinks, before anything is written.
-func (c *config) hardLinks(files []*File) {
+func (c *job) hardLinks(files []*File) {
 	type key struct{ dev, ino uint64 }
 	groups := map[key][]*File{}
 	var keys []key
@@ -144,7 +144,7 @@ func editDiff(a, b *File) string {
 
 // otherLinks are the names of f's file that EditFile checks besides the
 // one its claim was taken under.
-func (c *config) otherLinks(f *File) []elfedit.Link {
+func (c *job) otherLinks(f *File) []elfedit.Link {
 	if len(f.aliases) == 0 {
 		return nil
 	}

@@ -126,7 +126,7 @@ type probe struct {
 // directories; recursive ones are walked, names only) and returns the
 // index that searches them lazily. below holds the directories below
 // roots that collect walked already.
-func buildIndex(ctx context.Context, c *config, roots []string, below map[string][]string) (*index, error) {
+func buildIndex(ctx context.Context, c *job, roots []string, below map[string][]string) (*index, error) {
 	var outputs []string
 	for _, r := range roots {
 		st, err := os.Stat(r)

@@ -15,7 +15,7 @@ const (
 )
 
 // resolutionRules are the rules of this run's notes: its driver links.
-func (c *config) resolutionRules() ldcache.Rules {
+func (c *job) resolutionRules() ldcache.Rules {
 	return c.driverLibs.Rules([]string{c.DriverLink, c.DriverLink32})
 }
 
@@ -30,7 +30,7 @@ func (c *config) resolutionRules() ldcache.Rules {
 // A search path that fails the audit (an entry under the build directory,
 // a relative entry: only possible in a path cudapatch keeps, never in one
 // it writes) gets no note: its elements would inherit the fault.
-func (c *config) resolutionNote(f *elfedit.File, needed []string, final string, e *elfedit.Edit) (ldcache.Cache, string, error) {
+func (c *job) resolutionNote(f *elfedit.File, needed []string, final string, e *elfedit.Edit) (ldcache.Cache, string, error) {
 	e.Derived = append(e.Derived, ldcache.NoteID)
 	old, hasOld, err := f.Note(ldcache.NoteID)
 	if err != nil {

@@ -10,11 +10,9 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/cudapatch/cudapatch/rpath/policy"
 
-	"github.com/cudapatch/cudapatch/internal/confine"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 )
@@ -34,42 +32,43 @@ type config struct {
 	selector        selectorBuild // where and how to build the libcuda selector
 	symbols         SymbolsMode   // "": SymbolsError
 	ignoreSymbols   []*fnmatch.Pattern
-	shrinkKept      bool
 	dlopenNeeded    bool // WithDlopenNeeded
-	keepOld         bool
-	pageSize        uint64
-	dryRun          bool
-	sync            bool
-	jobs            int
-	log             *slog.Logger
-	progress        func(done, total int)
-	big             *bigGate
-	bigTable        int              // the string table size from which a file needs big
-	kept            *planBudget      // the bytes the plans kept for the write phase may take
-	bufs            *elfedit.Buffers // lent to every file read, by every job
-	share           *share           // one read of a library for its probe and its decide
-	libcHas         *sync.Map        // name → whether the libc directory has it
-	sym             *symbolCheck     // the symbol check; nil when off
-	// open opens a file Run reads, to be planned (edit) or only read:
-	// through bufs, or in tests through a counter of the opens.
-	open func(path string, edit bool) (*elfedit.File, error)
-	// dirs are the roots Run opened (collect): the files it decides
-	// and writes below them are opened from them (dirOf).
-	dirs []*confine.Dir
-	// claims bounds the files held open and locked from decide to write.
-	claims *claimBudget
-	// links are the files with several hard links one of whose names
-	// holds the claim (hardLinks).
-	links linkClaims
-	// beforeWrite, set by tests, runs before each file is written.
-	beforeWrite func(path string)
-	// writeHook, set by tests, runs at the moments of a file's write
-	// that elfedit.WithHook names, with the file's path.
-	writeHook func(path, at string)
-	// newIndex makes the library index: buildIndex, or in tests the
-	// eager oracle it is checked against.
-	newIndex func(ctx context.Context, c *config, roots []string, below map[string][]string) (resolver, error)
+	writeOptions
+	jobs     int
+	log      *slog.Logger
+	progress func(done, total int)
+	bigTable int // the string table size from which a file needs big
+	testHooks
 }
+
+// writeOptions are how the write phase writes.
+type writeOptions struct {
+	shrinkKept bool
+	keepOld    bool
+	pageSize   uint64
+	dryRun     bool
+	sync       bool
+}
+
+// testHooks are what tests inject (export_test.go); zero in normal use.
+type testHooks struct {
+	// beforeWrite runs before each file is written.
+	beforeWrite func(path string)
+	// writeHook runs at the moments of a file's write that
+	// elfedit.WithHook names, with the file's path.
+	writeHook func(path, at string)
+	// newIndex makes the library index: buildIndex, or the eager oracle
+	// it is checked against.
+	newIndex func(ctx context.Context, j *job, roots []string, below map[string][]string) (resolver, error)
+	// wrapOpen wraps the job's open (a counter of the opens).
+	wrapOpen func(open openFunc) openFunc
+	// heldClaims, when set, bounds the claims decide holds (else the
+	// descriptors left).
+	heldClaims *int64
+}
+
+// openFunc opens a file Run reads, to be planned (edit) or only read.
+type openFunc func(path string, edit bool) (*elfedit.File, error)
 
 // Option configures Run. Options that can be wrong return an error, so a
 // bad flag fails before any file is read.
@@ -89,23 +88,6 @@ func newConfig(opts []Option) (*config, error) {
 		jobs:       runtime.NumCPU(),
 		bigTable:   defaultBigTable,
 		log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
-		bufs:       &elfedit.Buffers{},
-		libcHas:    &sync.Map{},
-		newIndex: func(ctx context.Context, c *config, roots []string, below map[string][]string) (resolver, error) {
-			return buildIndex(ctx, c, roots, below)
-		},
-	}
-	c.open = func(path string, edit bool) (*elfedit.File, error) {
-		// A file to decide (edit) is opened below its root without
-		// following a link; the index's other reads follow the links
-		// libraries are found by.
-		if d := c.dirOf(path); edit && d != nil {
-			return c.bufs.OpenIn(d, path, true)
-		}
-		if edit {
-			return c.bufs.OpenForEdit(path)
-		}
-		return c.bufs.Open(path)
 	}
 	for _, o := range opts {
 		if err := o(c); err != nil {
@@ -394,7 +376,7 @@ func WithPageSize(size uint64) Option {
 
 // pageSizeProblem says why a file of machine m cannot meet the page size
 // asked for, or "".
-func (c *config) pageSizeProblem(m elf.Machine) string {
+func (c *job) pageSizeProblem(m elf.Machine) string {
 	if have := elfedit.MaxPageSize(m); c.pageSize > have {
 		return fmt.Sprintf("page size %d is larger than the %d that segments added to %v files are aligned to (the largest page size of that machine's kernels)", c.pageSize, have, m)
 	}

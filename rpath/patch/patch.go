@@ -64,6 +64,12 @@ type File struct {
 	// order); the file is patched once, in place, and this name with it.
 	SameFileAs string `json:"same_file_as,omitempty"`
 
+	fileWork // the run's work on the file; not reported
+}
+
+// fileWork is what the run keeps of a file between its phases, beside
+// what it reports (File).
+type fileWork struct {
 	dlopen policy.Discovered // what dlopen discovery found (names, imports)
 	// addNeeded are the DT_NEEDED names the edit adds (WithDlopenNeeded).
 	addNeeded []string
@@ -133,10 +139,11 @@ type Report struct {
 // ErrUnsatisfied, policy.ErrAudit, or the first I/O or format error.
 // Nothing is written unless every file was decided without error.
 func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
-	c, err := newConfig(opts)
+	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
+	c := newJob(cfg)
 	if err := c.prepareCompat(ctx); err != nil {
 		return nil, err
 	}
@@ -154,14 +161,11 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 		return nil, err
 	}
 	c.dirs = dirs
-	if c.claims == nil {
-		c.claims = newClaimBudget()
-	}
 	c.share = newShare(files, c.jobs)
 	defer c.share.close()
 	c.big = newBigGate(c.bigTable)
 	c.sym = c.newSymbolCheck()
-	ix, err := c.newIndex(ctx, c, roots, below)
+	ix, err := c.index(ctx, roots, below)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +261,7 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 // write is the write phase: every changed file of rep, the largest first,
 // through the plan and the claim decide kept for it, if any. A file that
 // fails is counted failed instead of changed; rep.Written says none did.
-func (c *config) write(ctx context.Context, rep *Report, step func()) error {
+func (c *job) write(ctx context.Context, rep *Report, step func()) error {
 	var werrs []error
 	var wmu sync.Mutex
 	order := writeOrder(rep.Files)
@@ -599,7 +603,7 @@ func resolved(p string) string {
 
 // dirOf is the opened root (collect) path lies below, the deepest if
 // several; nil if none.
-func (c *config) dirOf(path string) *confine.Dir {
+func (c *job) dirOf(path string) *confine.Dir {
 	var best *confine.Dir
 	for _, d := range c.dirs {
 		if _, err := d.Rel(path); err == nil && (best == nil || len(d.Path()) > len(best.Path())) {
@@ -635,7 +639,7 @@ func (b *claimBudget) take() bool {
 // interpreterTarget is the interpreter's architecture, nil when there is
 // no interpreter or it cannot be read (then no file is skipped for its
 // architecture).
-func (c *config) interpreterTarget() *policy.Target {
+func (c *job) interpreterTarget() *policy.Target {
 	if c.Interpreter == "" {
 		return nil
 	}
@@ -649,7 +653,7 @@ func (c *config) interpreterTarget() *policy.Target {
 
 // decideSafe is decide, with a bug in the reader reported against the file
 // instead of killing a whole build.
-func (c *config) decideSafe(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep) (out *File) {
+func (c *job) decideSafe(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep) (out *File) {
 	defer func() {
 		if r := recover(); r != nil {
 			out = &File{Path: fd.path, Root: fd.root}
@@ -665,7 +669,7 @@ func (c *config) decideSafe(fd found, ix resolver, t *policy.Target, held bool, 
 // says is taken for it: when it is not and the gate is taken, decide
 // closes the file and returns nil, and is called again with the gate
 // held.
-func (c *config) decide(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep) *File {
+func (c *job) decide(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep) *File {
 	path := fd.path
 	out := &File{Path: path, Root: fd.root}
 	f := c.share.take(path) // read by a probe already, or nil
@@ -745,7 +749,7 @@ func (c *config) decide(fd found, ix resolver, t *policy.Target, held bool, inhe
 // shrunk; the interpreter; the resolution note for noteNames), plans and
 // verifies it, and checks before anything is written what would stop the
 // write: the page size, hard links, the claim on the file.
-func (c *config) prepare(f *elfedit.File, info elfedit.Info, noteNames []string, out *File) {
+func (c *job) prepare(f *elfedit.File, info elfedit.Info, noteNames []string, out *File) {
 	var e elfedit.Edit
 	if out.RunPath != "" {
 		rp := out.RunPath
@@ -816,7 +820,7 @@ func (c *config) prepare(f *elfedit.File, info elfedit.Info, noteNames []string,
 // .note.dlopen entries, then (with --dlopen) the names its read-only data
 // spells, each with its Source. The error says a name could not be
 // resolved at all; the deps are then those resolved before it.
-func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, keepLibc bool, out *File) ([]policy.Dep, error) {
+func (c *job) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, keepLibc bool, out *File) ([]policy.Dep, error) {
 	class, machine, osabi := info.ELFClass(), info.ELFMachine(), info.ELFOSABI()
 	type want struct {
 		alts   []string
@@ -866,7 +870,7 @@ func (c *config) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, ke
 // file itself, the driver's libraries (found through the driver link,
 // never the store) and directories deps reach already. Each carries its
 // evidence.
-func (c *config) discovered(path string, d policy.Discovered, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI, keepLibc bool, deps []policy.Dep) ([]policy.Dep, error) {
+func (c *job) discovered(path string, d policy.Discovered, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI, keepLibc bool, deps []policy.Dep) ([]policy.Dep, error) {
 	for _, n := range d.Names {
 		dep, err := c.resolve([]string{n}, ix, class, machine, osabi, keepLibc, false)
 		if err != nil {
@@ -913,7 +917,7 @@ func sameFile(a, b string) bool {
 // user may not write, or that another run (or any writer that locks)
 // holds, fails before anything is written. A dry run only asks, and lets
 // go.
-func (c *config) claim(f *elfedit.File, out *File) {
+func (c *job) claim(f *elfedit.File, out *File) {
 	cl, err := f.Claim()
 	switch {
 	case err != nil:
@@ -945,7 +949,7 @@ func linkCount(path string) uint64 {
 // could not be searched far enough to decide.
 // A missing one gets a hint when hint says so: the hint reads the headers
 // of every library of the index.
-func (c *config) resolve(alts []string, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI, keepLibc, hint bool) (policy.Dep, error) {
+func (c *job) resolve(alts []string, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI, keepLibc, hint bool) (policy.Dep, error) {
 	for _, name := range alts {
 		switch {
 		case c.driverLibs.Match(name):
@@ -992,7 +996,7 @@ func (c *config) resolve(alts []string, ix resolver, class elf.Class, machine el
 // precedence, that has a version ("libX.so.9"): policy.HowVersioned under
 // policy.DlopenResolve, policy.HowFound under policy.DlopenReport. Any other dep is returned as
 // it is.
-func (c *config) resolveVersioned(dep policy.Dep, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI) (policy.Dep, error) {
+func (c *job) resolveVersioned(dep policy.Dep, ix resolver, class elf.Class, machine elf.Machine, osabi elf.OSABI) (policy.Dep, error) {
 	prefix := policy.Unversioned(dep.Name)
 	// An ignore pattern is for what is found nowhere: a versioned file
 	// found wins over it.
@@ -1015,7 +1019,7 @@ func (c *config) resolveVersioned(dep policy.Dep, ix resolver, class elf.Class, 
 
 // ignorePattern returns the first ignore-missing pattern that matches the
 // basename of name or of one of alts, or "".
-func (c *config) ignorePattern(name string, alts []string) string {
+func (c *job) ignorePattern(name string, alts []string) string {
 	for _, p := range c.ignoreMissing {
 		if p.Match(filepath.Base(name)) {
 			return p.String()
@@ -1031,7 +1035,7 @@ func (c *config) ignorePattern(name string, alts []string) string {
 
 // inLibc says whether the libc directory has name. Every file asks for
 // the same few names (libc.so.6, libm.so.6...): each is looked up once.
-func (c *config) inLibc(name string) bool {
+func (c *job) inLibc(name string) bool {
 	if v, ok := c.libcHas.Load(name); ok {
 		return v.(bool)
 	}

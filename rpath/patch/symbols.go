@@ -134,7 +134,7 @@ func WithIgnoreSymbols(patterns ...string) Option {
 	}
 }
 
-func (c *config) symbolsMode() SymbolsMode {
+func (c *job) symbolsMode() SymbolsMode {
 	if c.symbols == "" {
 		// A binary that cannot load is the failure a build can still
 		// prevent, so the check is on unless asked off; what it costs,
@@ -148,7 +148,7 @@ func (c *config) symbolsMode() SymbolsMode {
 // checkSymbols runs the symbol check over every file decided without
 // error (in a dry run too: the closure is the one decided, not the one on
 // disk) and returns the error for the load-fatal findings.
-func (c *config) checkSymbols(ctx context.Context, rep *Report) error {
+func (c *job) checkSymbols(ctx context.Context, rep *Report) error {
 	sc := c.sym
 	if sc == nil {
 		return nil
@@ -196,7 +196,7 @@ func (c *config) checkSymbols(ctx context.Context, rep *Report) error {
 // symbolCheck is one run's symbol check: a Checker shared by every file,
 // and the loader simulation's view of the files as decided.
 type symbolCheck struct {
-	c       *config
+	c       *job
 	chk     *symcheck.Checker
 	read    ldso.Reader
 	stubs   []string // stub directories among the search directories
@@ -212,7 +212,7 @@ type cfgResult struct {
 }
 
 // newSymbolCheck makes the run's symbol check, nil when it is off.
-func (c *config) newSymbolCheck() *symbolCheck {
+func (c *job) newSymbolCheck() *symbolCheck {
 	if c.symbolsMode() == SymbolsOff {
 		return nil
 	}
@@ -281,7 +281,7 @@ func (sc *symbolCheck) decide(rep *Report) {
 // loadedObject is what the symbol check's loader simulation reads of f,
 // kept from decide so that the check does not open the outputs again for
 // it; nil when the check is off.
-func (c *config) loadedObject(f *elfedit.File) *ldso.Object {
+func (c *job) loadedObject(f *elfedit.File) *ldso.Object {
 	if c.sym == nil {
 		return nil
 	}
@@ -348,7 +348,7 @@ func asDecided(o *ldso.Object, f *File) *ldso.Object {
 // stubDirs are the directories of the search path that hold link-time
 // stubs (policy.IsStubDir): a search directory, or lib/stubs, lib64/stubs or
 // stubs below a recursive search root.
-func (c *config) stubDirs() []string {
+func (c *job) stubDirs() []string {
 	var out []string
 	add := func(d string) {
 		if policy.IsStubDir(d) && !slices.Contains(out, d) {

@@ -121,12 +121,12 @@ func openDir(t *testing.T, dir string) *confine.Dir {
 func TestWriteOrder(t *testing.T) {
 	t.Parallel()
 	files := []*File{
-		{Changed: true, size: 10},
-		{Changed: false, size: 1000},
-		{Changed: true, size: 500},
-		{Changed: true, size: 10},
-		{Changed: true, size: 70},
+		{Changed: true, fileWork: fileWork{size: 10}},
+		{Changed: false, fileWork: fileWork{size: 1000}},
+		{Changed: true, fileWork: fileWork{size: 500}},
+		{Changed: true, fileWork: fileWork{size: 10}},
+		{Changed: true, fileWork: fileWork{size: 70}},
 	}
 	assert.Equal(t, []int{2, 4, 0, 3}, writeOrder(files))
-	assert.Empty(t, writeOrder([]*File{{size: 5}}))
+	assert.Empty(t, writeOrder([]*File{{fileWork: fileWork{size: 5}}}))
 }
