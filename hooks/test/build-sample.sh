@@ -8,9 +8,12 @@
 #   OUTDIR/prebuilt/out/lib/libgpu.so NEEDED libcuda.so.1 (driver only)
 #   OUTDIR/prebuilt/out/lib/libplain.so NEEDED libc.so.6 only: nothing to resolve
 #   OUTDIR/prebuilt/out/share/README  not an ELF file
-#   OUTDIR/prebuilt-dl/bin/dlcaller   calls dlopen, NEEDED libc only: with
-#                                     --dlopen resolve it gets the directories
-#                                     its output's other files need
+#   OUTDIR/prebuilt-dl/bin/dlcaller   calls dlopen, NEEDED libc only, spells
+#                                     no name: nothing to resolve
+#   OUTDIR/prebuilt-dl/bin/dlcode     calls dlopen on "libdep.so" built in
+#                                     code: with --dlopen resolve it gets
+#                                     the directory its output's other files
+#                                     find libdep.so in
 #   OUTDIR/prebuilt/debug/lib/libfoo.so  a copy in the debug output
 #   OUTDIR/deps/oldver/lib/libver.so  a buildInput's libver.so with VER_1 only
 #   OUTDIR/prebuilt-ver/bin/vapp      NEEDED libver.so, linked against one with
@@ -63,6 +66,8 @@ mkdir -p "$out/deps/oldver/lib" "$out/prebuilt-ver/bin" "$out/prebuilt-dl/bin"
 	-Wl,--dynamic-linker=/nonexistent/ld.so "$tmp/libver.so"
 
 "$cc" -o "$out/prebuilt-dl/bin/dlcaller" "$src/dlcaller.c" \
+	-Wl,--enable-new-dtags,-rpath,$old -Wl,--dynamic-linker=/nonexistent/ld.so
+"$cc" -o "$out/prebuilt-dl/bin/dlcode" "$src/dlcode.c" \
 	-Wl,--enable-new-dtags,-rpath,$old -Wl,--dynamic-linker=/nonexistent/ld.so
 
 echo "not an ELF file" >"$out/prebuilt/out/share/README"

@@ -643,24 +643,28 @@ expect_log "$dir/build.log" "is cuda_compat's own libcuda"
 # --- 18: the defaults that differ from autoPatchelfHook and
 # autoAddDriverRunpath, each with the variable that restores the old
 # behaviour (hooks/README.md, "Differences to expect").
-# dlopen discovery's output rule: dlcaller calls dlopen and spells no name;
-# in one output with app and libfoo.so it gets the directories outside its
-# output that they need (dep/lib, evidence kind sibling), never one of its
-# own output (nvlink and cuda-memcheck no longer get the toolkit's
-# libexec/compute-sanitizer). cudaPatchelfDlopen=off: DT_NEEDED only, as
+# dlopen discovery's sibling rule: dlcode calls dlopen on a name whose
+# first eight bytes its code forms ("libdep.s", as PyTorch builds
+# libnvrtc's); in one output with app and libfoo.so, which need
+# libdep.so, it gets dep/lib (evidence kind code). dlcaller calls dlopen
+# and forms no name: it gets nothing (before the code rule it got every
+# directory outside its output its siblings needed). Never a directory of
+# its own output. cudaPatchelfDlopen=off: DT_NEEDED only, as
 # autoPatchelfHook.
 dlInstall='mkdir -p "$out" "$debug"
 cp -r "$SAMPLE/prebuilt/out/." "$SAMPLE/prebuilt-dl/." "$out"'
 build dlopen-output-rule \
 	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" installPhase="$dlInstall"
 if expect_success; then
-	expect_runpath "$out/bin/dlcaller" "$driver:$dep/lib"
+	expect_runpath "$out/bin/dlcode" "$driver:$dep/lib"
+	expect_runpath "$out/bin/dlcaller" "$driver"
 	expect_runpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
 fi
 build dlopen-output-rule-off \
 	nativeBuildInputs="$hook_nocompat" buildInputs="$dep" installPhase="$dlInstall" \
 	cudaPatchelfDlopen=off
 if expect_success; then
+	expect_runpath "$out/bin/dlcode" "$driver"
 	expect_runpath "$out/bin/dlcaller" "$driver"
 	expect_runpath "$out/bin/app" "$driver:$out/lib:$dep/lib"
 fi
