@@ -300,21 +300,11 @@ func (o *overlay) view(off, n int64) ([]byte, bool) {
 }
 
 func (o *overlay) ReadAt(b []byte, off int64) (int, error) {
-	if off >= o.size {
-		return 0, io.EOF
+	b, err := readBase(o.base, o.baseSize, o.size, b, off)
+	if err != nil {
+		return 0, err
 	}
 	n := len(b)
-	if off+int64(n) > o.size {
-		n = int(o.size - off)
-	}
-	b = b[:n]
-	clear(b)
-	if off < o.baseSize {
-		m := min(int64(n), o.baseSize-off)
-		if _, err := o.base.ReadAt(b[:m], off); err != nil && !errors.Is(err, io.EOF) {
-			return 0, err
-		}
-	}
 	for _, st := range o.steps {
 		if st.Kind == StepTruncate {
 			continue
@@ -328,6 +318,25 @@ func (o *overlay) ReadAt(b []byte, off int64) (int, error) {
 		return n, io.EOF
 	}
 	return n, nil
+}
+
+// readBase reads, for a view of size bytes whose first baseSize bytes base
+// holds and whose others are zeros until written, the bytes at off into b:
+// b cut to what lies before size, io.EOF when off is past it. The view
+// then copies its own writes over them.
+func readBase(base io.ReaderAt, baseSize, size int64, b []byte, off int64) ([]byte, error) {
+	if off >= size {
+		return nil, io.EOF
+	}
+	b = b[:min(int64(len(b)), size-off)]
+	clear(b)
+	if off < baseSize {
+		m := min(int64(len(b)), baseSize-off)
+		if _, err := base.ReadAt(b[:m], off); err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+	}
+	return b, nil
 }
 
 // Options control EditFile.

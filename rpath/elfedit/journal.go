@@ -533,22 +533,11 @@ type recoveryView struct {
 }
 
 func (v *recoveryView) ReadAt(b []byte, off int64) (int, error) {
-	size := v.rc.size
-	if off >= size {
-		return 0, io.EOF
+	b, err := readBase(v.base, v.baseSize, v.rc.size, b, off)
+	if err != nil {
+		return 0, err
 	}
 	n := len(b)
-	if off+int64(n) > size {
-		n = int(size - off)
-	}
-	b = b[:n]
-	clear(b)
-	if off < v.baseSize {
-		m := min(int64(n), v.baseSize-off)
-		if _, err := v.base.ReadAt(b[:m], off); err != nil && !errors.Is(err, io.EOF) {
-			return 0, err
-		}
-	}
 	for _, w := range v.rc.writes {
 		if lo, hi := max(off, w.off), min(off+int64(n), w.off+w.n); lo < hi {
 			w.copyTo(b, off, lo, hi)
