@@ -148,18 +148,7 @@ func TestCrashConverges(t *testing.T) {
 				}
 				for k := 0; k < writes; k++ {
 					convergeApply(t, path, prepared, e, sync, k)
-					what := fmt.Sprintf("sync %v, killed after write %d of %d", sync, k, writes)
-					if err := works(t, fx, c.lib, path); err != nil {
-						t.Errorf("%s: %v", what, err)
-					}
-					rerun(t, path, e)
-					if got := readFile(t, path); !bytes.Equal(got, clean) {
-						t.Errorf("%s: the next run leaves %s", what, differs(got, clean, "a clean run"))
-					}
-					if t.Failed() {
-						keepOnFailure(t, fx)
-						t.FailNow()
-					}
+					convergedAfter(t, fx, c.lib, path, e, clean, fmt.Sprintf("sync %v, killed after write %d of %d", sync, k, writes))
 				}
 			}
 		})
@@ -304,6 +293,25 @@ func pageCuts(off, end int64) []int64 {
 	return cuts
 }
 
+// convergedAfter checks a killed file, what says how it was killed: it
+// must load as the original or the result, and the next run must leave
+// the bytes of a clean run. It stops the test at the first failure,
+// keeping the fixture.
+func convergedAfter(t *testing.T, fx fixtures.Fixture, lib bool, path string, e elfedit.Edit, clean []byte, what string) {
+	t.Helper()
+	if err := works(t, fx, lib, path); err != nil {
+		t.Errorf("%s: %v", what, err)
+	}
+	rerun(t, path, e)
+	if got := readFile(t, path); !bytes.Equal(got, clean) {
+		t.Errorf("%s: the next run leaves %s", what, differs(got, clean, "a clean run"))
+	}
+	if t.Failed() {
+		keepOnFailure(t, fx)
+		t.FailNow()
+	}
+}
+
 // TestTornWriteConverges kills the write of each case's edit in the middle
 // of each of its writes that spans a page boundary, the journal's own
 // among them, and runs the edit again: the killed file must load as the
@@ -332,18 +340,7 @@ func TestTornWriteConverges(t *testing.T) {
 					for _, cut := range pageCuts(sp[0], sp[1]) {
 						torn++
 						tornApply(t, path, prepared, e, sync, k+1, cut)
-						what := fmt.Sprintf("sync %v, killed in write %d of %d (0x%x-0x%x) at 0x%x", sync, k+1, len(probe.spans), sp[0], sp[1], cut)
-						if err := works(t, fx, c.lib, path); err != nil {
-							t.Errorf("%s: %v", what, err)
-						}
-						rerun(t, path, e)
-						if got := readFile(t, path); !bytes.Equal(got, clean) {
-							t.Errorf("%s: the next run leaves %s", what, differs(got, clean, "a clean run"))
-						}
-						if t.Failed() {
-							keepOnFailure(t, fx)
-							t.FailNow()
-						}
+						convergedAfter(t, fx, c.lib, path, e, clean, fmt.Sprintf("sync %v, killed in write %d of %d (0x%x-0x%x) at 0x%x", sync, k+1, len(probe.spans), sp[0], sp[1], cut))
 					}
 				}
 			}
