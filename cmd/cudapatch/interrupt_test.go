@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -135,4 +136,36 @@ func TestRandomKillsConverge(t *testing.T) {
 	}
 	t.Logf("%d of 24 kills landed between two files of the write phase (clean run %v)", midWrite, took)
 	require.NotZero(t, midWrite, "no kill landed in the write phase")
+}
+
+// TestInterruptBeforeWrite is a signal that lands before the job's first
+// write (the parent context already ended by it): the run exits
+// 128+signal and says no file was written, as after a later signal. On
+// c0ed80d it exited 2 with "context canceled", which
+// TestRandomKillsConverge met once in 24 random kills.
+func TestInterruptBeforeWrite(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "bfd-pie")
+			require.NoError(t, os.CopyFS(dir, os.DirFS(fixtures.ByName(t, "bfd-pie").Dir)))
+			before := map[string][]byte{}
+			require.NoError(t, filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && d.Type().IsRegular() {
+					before[p], err = os.ReadFile(p)
+				}
+				return err
+			}))
+			ctx, cancel := context.WithCancelCause(context.Background())
+			cancel(interrupted{sig})
+			var stdout, stderr bytes.Buffer
+			code := run(ctx, []string{"cudapatch", dir}, &stdout, &stderr, nil)
+			require.Equal(t, 128+int(sig), code, stderr.String())
+			require.Contains(t, stderr.String(), "interrupted by "+map[syscall.Signal]string{syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM"}[sig]+": no file was written")
+			for p, b := range before {
+				after, err := os.ReadFile(p)
+				require.NoError(t, err)
+				require.Equal(t, b, after, "%s changed", p)
+			}
+		})
+	}
 }

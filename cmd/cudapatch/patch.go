@@ -329,6 +329,9 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Opt
 	}
 	rep, err := patch.Run(ctx, paths, opts...)
 	if rep == nil {
+		if e := interruptedExit(ctx, err, "no file was written"); e != nil {
+			return e
+		}
 		return withCode(exitUsage, err)
 	}
 	if g.host != nil && usedHost(rep) {
@@ -387,9 +390,8 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Opt
 	case err == nil:
 		return nil
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		var sig interrupted
-		if errors.As(context.Cause(ctx), &sig) {
-			return withCode(128+int(sig.sig), fmt.Errorf("%w: every file being written was written to the end, the others are left as they are", sig))
+		if e := interruptedExit(ctx, err, "every file being written was written to the end, the others are left as they are"); e != nil {
+			return e
 		}
 		return withCode(exitUsage, err)
 	case onlyFindings(rep):
@@ -538,6 +540,17 @@ type interrupted struct{ sig syscall.Signal }
 func (e interrupted) Error() string {
 	name := map[syscall.Signal]string{syscall.SIGINT: "SIGINT", syscall.SIGTERM: "SIGTERM"}[e.sig]
 	return "interrupted by " + name
+}
+
+// interruptedExit is the exit of a job that err says was cancelled by
+// a signal onInterrupt caught, saying what it left; nil for any other
+// end, which the caller reports as it would.
+func interruptedExit(ctx context.Context, err error, left string) error {
+	var sig interrupted
+	if !errors.Is(err, context.Canceled) || !errors.As(context.Cause(ctx), &sig) {
+		return nil
+	}
+	return withCode(128+int(sig.sig), fmt.Errorf("%w: %s", sig, left))
 }
 
 // onInterrupt returns ctx, ended with an interrupted cause on the first
