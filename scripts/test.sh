@@ -41,6 +41,17 @@ go vet ./...
 step "go test ./... (about 5 minutes on 2 cores; a fresh clone first builds the fixture matrix from testdata/src, and ./hooks runs real nix-builds)"
 go test -count=1 -timeout 30m ./...
 
+# The benchmark smoke run: what the main job's two checks cost against
+# the same job with both off, on a 300-file tree of this machine's
+# libraries (bench/checks.sh). Its ratios are printed, never asserted:
+# timings on a shared machine are no test, and bench/RESULTS.md and
+# bench/HISTORY.md keep the measured ones.
+step "benchmark smoke run: the checks' cost (bench/checks.sh, 300 files, 3 rounds)"
+smoke=$(mktemp -d)
+go build -o "$smoke/cudapatch" ./cmd/cudapatch
+COUNT=300 CORPUS=0 bash bench/checks.sh "$smoke/cudapatch" 3 "$smoke/work"
+rm -rf "$smoke"
+
 # patchelf's own test suite against cudapatch installed as patchelf
 # (docs/patchelf-suite.md). It needs a patchelf source tree, which CI does
 # not fetch.
