@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -449,4 +451,36 @@ func TestHostileDependencyBounded(t *testing.T) {
 			assert.Contains(t, []int{0, 1, 2}, r.code, "%q", args)
 		}
 	}
+}
+
+// TestHostileGrowthAllocates: an edit whose new segment lies far past a
+// hostile file's end (60,000 PT_LOADs: the file grows from 6 MiB to
+// 241 MiB, most of it a hole) holds no buffer the size of the growth.
+// What the whole job allocates stays within the hostile bound. On 1cea6bd
+// the zeros written back over the journal's reservation were one
+// allocation of the growth (234 MiB).
+func TestHostileGrowthAllocates(t *testing.T) {
+	fx := fixtures.ByName(t, "bfd-pie")
+	orig, err := os.ReadFile(fx.Exe)
+	require.NoError(t, err)
+	h := newHostileELF(t, orig)
+	i := slices.IndexFunc(hostileInputs(), func(in hostileInput) bool { return in.name == "verneed-chain-times-60000-pt-load" })
+	require.GreaterOrEqual(t, i, 0)
+	hostileInputs()[i].build(t, h)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "main")
+	require.NoError(t, os.WriteFile(file, h.b, 0o755))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"cudapatch", "--ignore-missing", "*", "--append-rpath", "/opt/appended/lib", dir}, &stdout, &stderr, os.Environ())
+	runtime.ReadMemStats(&after)
+	require.Equal(t, 0, code, stderr.String())
+	st, err := os.Stat(file)
+	require.NoError(t, err)
+	require.Greater(t, st.Size(), int64(100<<20), "the premise: the file grows far past its bytes")
+	alloc := after.TotalAlloc - before.TotalAlloc
+	t.Logf("%d MiB file grew to %d MiB; the job allocated %d MiB", len(h.b)>>20, st.Size()>>20, alloc>>20)
+	require.LessOrEqual(t, alloc, uint64(hostileRSSBase+hostileRSSFactor*len(h.b)))
 }

@@ -98,7 +98,7 @@ func (p *Plan) apply(t Target, sync bool, n int) error {
 		// before there was a reservation: zeros again, once the journal
 		// vouches for the state.
 		if grow := min(p.NewSize, at) - p.OldSize; grow > 0 {
-			if _, err := t.WriteAt(make([]byte, grow), p.OldSize); err != nil {
+			if err := writeZeros(t, p.OldSize, grow); err != nil {
 				return rollback(fmt.Errorf("clearing 0x%x bytes at 0x%x: %w", grow, p.OldSize, err))
 			}
 		}
@@ -194,6 +194,22 @@ func reserve(t Target, s, tailAt int64, tail []byte) error {
 	copy(b[tailAt-s:], tail)
 	_, err := t.WriteAt(b, s)
 	return err
+}
+
+// writeZeros writes n zero bytes at off, at most oneWrite at a time: a
+// file may grow by far more than it holds (a new segment aligned past a
+// hostile file's highest address), and the zeros are not to be held in
+// memory at once.
+func writeZeros(t Target, off, n int64) error {
+	zeros := make([]byte, min(n, oneWrite))
+	for n > 0 {
+		m := min(n, int64(len(zeros)))
+		if _, err := t.WriteAt(zeros[:m], off); err != nil {
+			return err
+		}
+		off, n = off+m, n-m
+	}
+	return nil
 }
 
 // undoRecords reads the old bytes of every step up to the commit, to
