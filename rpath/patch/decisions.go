@@ -41,7 +41,7 @@ func (c *job) logDecisions(ctx context.Context, files []*File) {
 				attrs = append(attrs, slog.String("path", d.Path), slog.String("why", "DT_NEEDED is an absolute path"))
 			case policy.HowDriver:
 				link := c.DriverLink
-				if f.machine == elf.EM_386 {
+				if f.facts.machine == elf.EM_386 {
 					link = c.DriverLink32
 				}
 				attrs = append(attrs, slog.String("why", "an NVIDIA driver library: found at run time through "+link))

@@ -33,12 +33,11 @@ import (
 // Under DlopenResolve each caller is decided again with them after its
 // own (Dep.From, no note entry); a holder keeps its RUNPATH and reports
 // the names found.
-func (c *job) dlopenCallers(ctx context.Context, rep *Report, files []found, ix resolver, t *policy.Target) error {
+func (c *job) dlopenCallers(ctx context.Context, fs []*fileWork, files []found, ix resolver, t *policy.Target) error {
 	if c.Dlopen == policy.DlopenOff {
 		return nil
 	}
-	fs := rep.Files
-	if !slices.ContainsFunc(fs, func(f *File) bool { return usable(f) && (f.dlopen.Imports || f.dlopen.Loader != "") }) {
+	if !slices.ContainsFunc(fs, func(f *fileWork) bool { return usable(f) && (f.dlopen.Imports || f.dlopen.Loader != "") }) {
 		return nil
 	}
 	callersOf, adj, err := c.possibleCallers(ctx, fs, ix)
@@ -82,7 +81,7 @@ func (c *job) dlopenCallers(ctx context.Context, rep *Report, files []found, ix 
 // very name qualifies: a versioned one (libX.so for libX.so.9) or a
 // driver library would be a DT_NEEDED nothing on the search path
 // satisfies as named.
-func addNeeded(fs []*File, inherit map[int][]policy.Dep) {
+func addNeeded(fs []*fileWork, inherit map[int][]policy.Dep) {
 	for h, f := range fs {
 		if !usable(f) {
 			continue
@@ -110,7 +109,7 @@ func keepReported(now, was []policy.Dep) []policy.Dep {
 }
 
 // usable: decided, neither skipped nor failed.
-func usable(f *File) bool { return f != nil && f.Skipped == "" && len(f.Errors) == 0 }
+func usable(f *fileWork) bool { return f != nil && f.Skipped == "" && len(f.Errors) == 0 }
 
 // outside is where a holder's loader function lives when no output
 // defines it: the function, and the library found for it ("" if none of
@@ -121,7 +120,7 @@ type outside struct{ fn, lib string }
 // call for it, and reads and resolves the names of every holder that has
 // some, or whose loader lies outside the outputs (readHolder). It returns
 // the DT_NEEDED graph of the outputs too (neededGraph).
-func (c *job) possibleCallers(ctx context.Context, fs []*File, ix resolver) (map[int][]int, [][]int, error) {
+func (c *job) possibleCallers(ctx context.Context, fs []*fileWork, ix resolver) (map[int][]int, [][]int, error) {
 	adj, byID := neededGraph(fs)
 	caller := func(j int) bool { return fs[j].dlopen.Imports && !fs[j].dlopen.Noted }
 	out := map[int][]int{}
@@ -184,7 +183,7 @@ func (c *job) possibleCallers(ctx context.Context, fs []*File, ix resolver) (map
 // one outside the outputs) and its path when h's own DT_NEEDED resolved
 // it. An output of h's DT_NEEDED closure of that name counts too (h may
 // reach it through another library).
-func loaderLibrary(fs []*File, adj [][]int, byID map[fileID]int, h int, stem string) (int, string) {
+func loaderLibrary(fs []*fileWork, adj [][]int, byID map[fileID]int, h int, stem string) (int, string) {
 	named := func(name string) bool { return strings.HasPrefix(name, stem+".so") }
 	lib := ""
 	for _, d := range fs[h].Deps {
@@ -214,7 +213,7 @@ func ownName(d policy.Dep) bool {
 // neededGraph links each output to the outputs its DT_NEEDED entries
 // resolved to, by identity: a DT_NEEDED resolves to a file of the index,
 // which may be a link to an output. It returns the outputs by identity too.
-func neededGraph(fs []*File) ([][]int, map[fileID]int) {
+func neededGraph(fs []*fileWork) ([][]int, map[fileID]int) {
 	byID := map[fileID]int{}
 	for i, f := range fs {
 		if usable(f) {
@@ -253,7 +252,7 @@ func neededGraph(fs []*File) ([][]int, map[fileID]int) {
 
 // inheritedNames lists, per caller, the resolved names its holders pass
 // on, each once, marked with the holder it came from.
-func inheritedNames(fs []*File, callersOf map[int][]int) map[int][]policy.Dep {
+func inheritedNames(fs []*fileWork, callersOf map[int][]int) map[int][]policy.Dep {
 	holders := slices.Sorted(maps.Keys(callersOf))
 	inherit := map[int][]policy.Dep{}
 	for _, h := range holders {
@@ -288,7 +287,7 @@ func inheritedNames(fs []*File, callersOf map[int][]int) map[int][]policy.Dep {
 // note unchanged. When its loader lies outside the outputs (away.fn set)
 // a name resolved is reported policy.HowOutsideCaller instead, with the
 // fix in its hint.
-func (c *job) readHolder(out *File, ix resolver, away outside) error {
+func (c *job) readHolder(out *fileWork, ix resolver, away outside) error {
 	f, err := c.open(out.Path, false)
 	if err != nil {
 		out.DlopenError = errMsg(out.Path, err)
@@ -394,7 +393,7 @@ func statID(p string) (fileID, bool) {
 // libcaffe2_nvrtc.so needs libnvrtc.so.13, which puts cuda_nvrtc's
 // directory in reach (docs/gpu-proof.md). A library a sibling needs whose
 // name no code of the caller's forms is none of its business.
-func (c *job) siblingNeeds(ctx context.Context, fs []*File, files []found, adj [][]int, inherit map[int][]policy.Dep) error {
+func (c *job) siblingNeeds(ctx context.Context, fs []*fileWork, files []found, adj [][]int, inherit map[int][]policy.Dep) error {
 	callers := map[string][]int{} // output root → its callers
 	for j, f := range fs {
 		if usable(f) && f.dlopen.Imports && !f.dlopen.Noted {

@@ -49,7 +49,7 @@ func AutoPatchelfEvents(rep *Report, opts EventOptions) []Event {
 	var out, ignored []Event
 	for _, f := range rep.Files {
 		file := display(f.Path)
-		if f.skip != policy.SkipNone {
+		if f.facts.skip != policy.SkipNone {
 			if reason := skipReason(f); reason != "" {
 				out = append(out, Event{"SkipFile", []EventField{{"file", file}, {"reason", reason}}})
 			}
@@ -86,11 +86,11 @@ func AutoPatchelfEvents(rep *Report, opts EventOptions) []Event {
 // skipReason is auto-patchelf's SkipFile reason, or "" where it prints
 // nothing (a file that is not ELF).
 func skipReason(f *File) string {
-	switch f.skip {
+	switch f.facts.skip {
 	case policy.SkipArch:
-		return fmt.Sprintf("its architecture (%s) differs from target (%s)", pyArch(f.machine), pyArch(f.target.Machine))
+		return fmt.Sprintf("its architecture (%s) differs from target (%s)", pyArch(f.facts.machine), pyArch(f.facts.target.Machine))
 	case policy.SkipOSABI:
-		return fmt.Sprintf("its OS ABI (%s) is not compatible with target (%s)", pyOSABI(f.osabi), pyOSABI(f.target.OSABI))
+		return fmt.Sprintf("its OS ABI (%s) is not compatible with target (%s)", pyOSABI(f.facts.osabi), pyOSABI(f.facts.target.OSABI))
 	case policy.SkipKind:
 		switch f.Kind {
 		case "static":

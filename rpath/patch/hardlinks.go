@@ -42,7 +42,7 @@ func (l *linkClaims) first(id elfedit.Identity) bool {
 
 // unclaim closes f's claim, if any, so that f may be decided again (and
 // another name of it claim it).
-func (c *job) unclaim(f *File) {
+func (c *job) unclaim(f *fileWork) {
 	if f.claim == nil {
 		return
 	}
@@ -61,9 +61,9 @@ func (c *job) unclaim(f *File) {
 // claim; the other names are SameFileAs it. Otherwise each name that
 // would be written (every name, when their edits differ) fails with
 // ErrorHardLinks, before anything is written.
-func (c *job) hardLinks(files []*File) {
+func (c *job) hardLinks(files []*fileWork) {
 	type key struct{ dev, ino uint64 }
-	groups := map[key][]*File{}
+	groups := map[key][]*fileWork{}
 	var keys []key
 	for _, f := range files {
 		if f == nil || f.ident.Links < 2 {
@@ -77,7 +77,7 @@ func (c *job) hardLinks(files []*File) {
 	}
 	for _, k := range keys {
 		names := groups[k]
-		if !slices.ContainsFunc(names, func(f *File) bool { return f.Changed }) {
+		if !slices.ContainsFunc(names, func(f *fileWork) bool { return f.Changed }) {
 			continue // nothing to write
 		}
 		all, err := linksProblem(names)
@@ -108,7 +108,7 @@ func (c *job) hardLinks(files []*File) {
 
 // linksProblem says why the names of one file, found in the outputs,
 // cannot be written as one; all says the error is every name's.
-func linksProblem(names []*File) (all bool, err error) {
+func linksProblem(names []*fileWork) (all bool, err error) {
 	links := names[0].ident.Links
 	for _, f := range names[1:] {
 		if f.ident.Links != links {
@@ -130,7 +130,7 @@ func linksProblem(names []*File) (all bool, err error) {
 }
 
 // editDiff says how the edits of two names of one file differ.
-func editDiff(a, b *File) string {
+func editDiff(a, b *fileWork) string {
 	switch {
 	case a.RunPath != b.RunPath:
 		return fmt.Sprintf("RUNPATH %q for %s, %q for %s", a.RunPath, a.Path, b.RunPath, b.Path)
@@ -144,7 +144,7 @@ func editDiff(a, b *File) string {
 
 // otherLinks are the names of f's file that EditFile checks besides the
 // one its claim was taken under.
-func (c *job) otherLinks(f *File) []elfedit.Link {
+func (c *job) otherLinks(f *fileWork) []elfedit.Link {
 	if len(f.aliases) == 0 {
 		return nil
 	}
@@ -153,7 +153,7 @@ func (c *job) otherLinks(f *File) []elfedit.Link {
 		claimed = f.claimedAs
 	}
 	var out []elfedit.Link
-	for _, n := range append([]*File{f}, f.aliases...) {
+	for _, n := range append([]*fileWork{f}, f.aliases...) {
 		if n.Path != claimed {
 			out = append(out, elfedit.Link{Dir: c.dirOf(n.Path), Path: n.Path})
 		}

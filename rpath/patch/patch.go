@@ -31,7 +31,8 @@ var (
 	ErrUnsatisfied = errors.New("unsatisfied dependencies")
 )
 
-// File is the decision about one file.
+// File is the decision about one file: a row of the report. The run's
+// work on the file lives beside it (fileWork), and ends with the run.
 type File struct {
 	Path           string       `json:"path"`
 	Root           string       `json:"root,omitempty"` // the path to patch it was found under
@@ -64,12 +65,26 @@ type File struct {
 	// order); the file is patched once, in place, and this name with it.
 	SameFileAs string `json:"same_file_as,omitempty"`
 
-	fileWork // the run's work on the file; not reported
+	// facts are what the file is, as the reasons of a skip name it
+	// (AutoPatchelfEvents, SkippedForTarget); not reported as such.
+	facts fileFacts
 }
 
-// fileWork is what the run keeps of a file between its phases, beside
-// what it reports (File).
+// fileFacts are the ELF identity of a file and why it was skipped, if it
+// was: the words of auto-patchelf's skip reasons come from them.
+type fileFacts struct {
+	skip    policy.Skip
+	target  policy.Target // the interpreter's, for the reason of a skip
+	machine elf.Machine
+	osabi   elf.OSABI
+	class   elf.Class
+}
+
+// fileWork is what the run keeps of a file between its phases: its report
+// row (File), and beside it what only the run needs, dropped when the run
+// ends.
 type fileWork struct {
+	*File
 	dlopen policy.Discovered // what dlopen discovery found (names, imports)
 	// addNeeded are the DT_NEEDED names the edit adds (WithDlopenNeeded).
 	addNeeded []string
@@ -78,17 +93,12 @@ type fileWork struct {
 	claim     *elfedit.Claim // the file opened for writing and locked while decided
 	strSize   int            // dynamic string table size when decided, for the write phase's gate
 	size      int64          // file size when decided, for the write phase's order
-	skip      policy.Skip
-	target    policy.Target // the interpreter's, for the reason of a skip
-	machine   elf.Machine
-	osabi     elf.OSABI
-	class     elf.Class
-	loaded    *ldso.Object // what the symbol check's loader reads of it, as decided
+	loaded    *ldso.Object   // what the symbol check's loader reads of it, as decided
 	// ident is the file's identity when it has several hard links
 	// (Links > 1), by which hardLinks finds its other names.
 	ident elfedit.Identity
 	// aliases are the file's other names, written with it (hardLinks).
-	aliases []*File
+	aliases []*fileWork
 	// claimedAs is the name claim was taken under, when it is not Path
 	// (another name of the file got there first: hardLinks).
 	claimedAs string
@@ -185,11 +195,12 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 	if !c.dryRun && !c.keepOld && c.sym == nil {
 		c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
 	}
-	rep := &Report{Files: make([]*File, len(files))}
+	work := make([]*fileWork, len(files))
+	rep := &Report{}
 	defer func() {
-		for _, f := range rep.Files {
-			if f != nil && f.claim != nil {
-				f.claim.Close() // not written: released
+		for _, w := range work {
+			if w != nil && w.claim != nil {
+				w.claim.Close() // not written: released
 			}
 		}
 	}()
@@ -209,18 +220,20 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 		if f == nil {
 			return false // a big file, while another is decided
 		}
-		rep.Files[i] = f
+		work[i] = f
 		step()
 		return true
 	}); err != nil {
 		// Canceled: the report holds the files decided so far.
-		rep.Files = slices.DeleteFunc(rep.Files, func(f *File) bool { return f == nil })
+		rep.Files = rows(slices.DeleteFunc(work, func(w *fileWork) bool { return w == nil }))
 		return rep, err
 	}
-	if err := c.dlopenCallers(ctx, rep, files, ix, target); err != nil {
+	err = c.dlopenCallers(ctx, work, files, ix, target)
+	rep.Files = rows(work)
+	if err != nil {
 		return rep, err
 	}
-	c.hardLinks(rep.Files)
+	c.hardLinks(work)
 	c.logDecisions(ctx, rep.Files)
 	var errs []error
 	for _, f := range rep.Files {
@@ -248,29 +261,38 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 	if len(rep.Missing) > 0 {
 		errs = append(errs, fmt.Errorf("%w: %d missing", ErrUnsatisfied, len(rep.Missing)))
 	}
-	if err := c.checkSymbols(ctx, rep); err != nil {
+	if err := c.checkSymbols(ctx, rep, work); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 || c.dryRun {
 		return rep, errors.Join(errs...)
 	}
 	rep.WritePhase = true
-	return rep, c.write(ctx, rep, step)
+	return rep, c.write(ctx, rep, work, step)
 }
 
-// write is the write phase: every changed file of rep, the largest first,
+// rows are the report rows of work, in its order.
+func rows(work []*fileWork) []*File {
+	out := make([]*File, len(work))
+	for i, w := range work {
+		out[i] = w.File
+	}
+	return out
+}
+
+// write is the write phase: every changed file of work, the largest first,
 // through the plan and the claim decide kept for it, if any. A file that
 // fails is counted failed instead of changed; rep.Written says none did.
-func (c *job) write(ctx context.Context, rep *Report, step func()) error {
+func (c *job) write(ctx context.Context, rep *Report, work []*fileWork, step func()) error {
 	var werrs []error
 	var wmu sync.Mutex
-	order := writeOrder(rep.Files)
-	for range len(rep.Files) - len(order) {
+	order := writeOrder(work)
+	for range len(work) - len(order) {
 		step() // nothing to write
 	}
 	written := make([]bool, len(order)) // each index by the one job that takes it
 	if err := c.big.gatedParallel(ctx, c.jobs, len(order), func(i int, held bool) bool {
-		f := rep.Files[order[i]]
+		f := work[order[i]]
 		leave, ok := c.big.enter(f.strSize, held)
 		if !ok {
 			return false // written when the gate is free
@@ -319,7 +341,7 @@ func (c *job) write(ctx context.Context, rep *Report, step func()) error {
 		// Stopped (ctx): each file taken was written to the end; the
 		// others are left as they are, and counted failed.
 		for i, k := range order {
-			if f := rep.Files[k]; !written[i] {
+			if f := work[k]; !written[i] {
 				f.addError(ErrorWrite, fmt.Errorf("not written (%w); left as it is", context.Cause(ctx)))
 				rep.Changed--
 				rep.Failed++
@@ -345,7 +367,7 @@ func planned(reused bool) string {
 // writeOrder lists the files to write, the largest first: the jobs take
 // them in turn, and a large file taken last keeps one job busy while the
 // others have nothing left to do. Ties keep the order of the tree.
-func writeOrder(files []*File) []int {
+func writeOrder(files []*fileWork) []int {
 	var order []int
 	for i, f := range files {
 		if f.Changed && f.SameFileAs == "" {
@@ -653,10 +675,10 @@ func (c *job) interpreterTarget() *policy.Target {
 
 // decideSafe is decide, with a bug in the reader reported against the file
 // instead of killing a whole build.
-func (c *job) decideSafe(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep) (out *File) {
+func (c *job) decideSafe(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep) (out *fileWork) {
 	defer func() {
 		if r := recover(); r != nil {
-			out = &File{Path: fd.path, Root: fd.root}
+			out = &fileWork{File: &File{Path: fd.path, Root: fd.root}}
 			out.addError(ErrorInternal, fmt.Errorf("internal error (please report): %v", r))
 		}
 	}()
@@ -669,9 +691,9 @@ func (c *job) decideSafe(fd found, ix resolver, t *policy.Target, held bool, inh
 // says is taken for it: when it is not and the gate is taken, decide
 // closes the file and returns nil, and is called again with the gate
 // held.
-func (c *job) decide(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep) *File {
+func (c *job) decide(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep) *fileWork {
 	path := fd.path
-	out := &File{Path: path, Root: fd.root}
+	out := &fileWork{File: &File{Path: path, Root: fd.root}}
 	f := c.share.take(path) // read by a probe already, or nil
 	var err error
 	if f == nil {
@@ -681,11 +703,11 @@ func (c *job) decide(fd found, ix resolver, t *policy.Target, held bool, inherit
 		switch {
 		case errors.Is(err, elfedit.ErrNotELF):
 			out.Skipped = policy.SkippedNotELF
-			out.skip = policy.SkipNotELF
+			out.facts.skip = policy.SkipNotELF
 		case errors.Is(err, elfedit.ErrNotRegular):
 			// A FIFO, socket or device (refused before it is opened).
 			out.Skipped = elfedit.ErrNotRegular.Error()
-			out.skip = policy.SkipNotRegular
+			out.facts.skip = policy.SkipNotRegular
 		default:
 			out.addError(ErrorRead, withoutPath(path, err))
 		}
@@ -708,11 +730,11 @@ func (c *job) decide(fd found, ix resolver, t *policy.Target, held bool, inherit
 	out.Kind = info.Kind
 	out.OldInterpreter, out.OldRunPath, out.OldRPath = info.Interpreter, info.RunPath, info.RPath
 	machine, osabi := info.ELFMachine(), info.ELFOSABI()
-	out.machine, out.osabi, out.class = machine, osabi, info.ELFClass()
+	out.facts.machine, out.facts.osabi, out.facts.class = machine, osabi, info.ELFClass()
 	if why, reason := policy.SkipOf(info, t); why != policy.SkipNone {
-		out.Skipped, out.skip = reason, why
+		out.Skipped, out.facts.skip = reason, why
 		if t != nil {
-			out.target = *t
+			out.facts.target = *t
 		}
 		return out
 	}
@@ -749,7 +771,7 @@ func (c *job) decide(fd found, ix resolver, t *policy.Target, held bool, inherit
 // shrunk; the interpreter; the resolution note for noteNames), plans and
 // verifies it, and checks before anything is written what would stop the
 // write: the page size, hard links, the claim on the file.
-func (c *job) prepare(f *elfedit.File, info elfedit.Info, noteNames []string, out *File) {
+func (c *job) prepare(f *elfedit.File, info elfedit.Info, noteNames []string, out *fileWork) {
 	var e elfedit.Edit
 	if out.RunPath != "" {
 		rp := out.RunPath
@@ -820,7 +842,7 @@ func (c *job) prepare(f *elfedit.File, info elfedit.Info, noteNames []string, ou
 // .note.dlopen entries, then (with --dlopen) the names its read-only data
 // spells, each with its Source. The error says a name could not be
 // resolved at all; the deps are then those resolved before it.
-func (c *job) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, keepLibc bool, out *File) ([]policy.Dep, error) {
+func (c *job) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, keepLibc bool, out *fileWork) ([]policy.Dep, error) {
 	class, machine, osabi := info.ELFClass(), info.ELFMachine(), info.ELFOSABI()
 	type want struct {
 		alts   []string
@@ -917,7 +939,7 @@ func sameFile(a, b string) bool {
 // user may not write, or that another run (or any writer that locks)
 // holds, fails before anything is written. A dry run only asks, and lets
 // go.
-func (c *job) claim(f *elfedit.File, out *File) {
+func (c *job) claim(f *elfedit.File, out *fileWork) {
 	cl, err := f.Claim()
 	switch {
 	case err != nil:
@@ -1052,5 +1074,5 @@ func exists(p string) bool {
 // SkippedForTarget says the file was skipped for its architecture or OS
 // ABI, not for its kind.
 func (f *File) SkippedForTarget() bool {
-	return f.skip == policy.SkipArch || f.skip == policy.SkipOSABI
+	return f.facts.skip == policy.SkipArch || f.facts.skip == policy.SkipOSABI
 }

@@ -148,14 +148,14 @@ func (c *job) symbolsMode() SymbolsMode {
 // checkSymbols runs the symbol check over every file decided without
 // error (in a dry run too: the closure is the one decided, not the one on
 // disk) and returns the error for the load-fatal findings.
-func (c *job) checkSymbols(ctx context.Context, rep *Report) error {
+func (c *job) checkSymbols(ctx context.Context, rep *Report, work []*fileWork) error {
 	sc := c.sym
 	if sc == nil {
 		return nil
 	}
-	sc.decide(rep)
-	var todo []*File
-	for _, f := range rep.Files {
+	sc.decide(work)
+	var todo []*fileWork
+	for _, f := range work {
 		if f.Skipped == "" && len(f.Errors) == 0 && (f.Kind == elfedit.KindExecutable || f.Kind == elfedit.KindLibrary) {
 			todo = append(todo, f)
 		}
@@ -168,7 +168,7 @@ func (c *job) checkSymbols(ctx context.Context, rep *Report) error {
 	if err == nil {
 		err = parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i]) })
 	}
-	for _, f := range rep.Files {
+	for _, f := range work {
 		f.loaded = nil // not needed past the check
 	}
 	c.sym = nil // nor is what the check read, during the write
@@ -203,7 +203,7 @@ type symbolCheck struct {
 	cfgMu   sync.Mutex
 	cfgs    map[[2]int]cfgResult
 	ids     *ldso.IdentityCache
-	decided map[string]*File // by path, and by path with links resolved
+	decided map[string]*fileWork // by path, and by path with links resolved
 }
 
 type cfgResult struct {
@@ -216,7 +216,7 @@ func (c *job) newSymbolCheck() *symbolCheck {
 	if c.symbolsMode() == SymbolsOff {
 		return nil
 	}
-	sc := &symbolCheck{c: c, cfgs: map[[2]int]cfgResult{}, decided: map[string]*File{}, ids: &ldso.IdentityCache{}}
+	sc := &symbolCheck{c: c, cfgs: map[[2]int]cfgResult{}, decided: map[string]*fileWork{}, ids: &ldso.IdentityCache{}}
 	sc.stubs = c.stubDirs()
 	sc.chk = symcheck.New(symcheck.Options{
 		Opaque:       c.driverLibs.Match,
@@ -233,12 +233,12 @@ func (c *job) newSymbolCheck() *symbolCheck {
 }
 
 // decide makes the loader simulation's view of the files as decided.
-func (sc *symbolCheck) decide(rep *Report) {
+func (sc *symbolCheck) decide(work []*fileWork) {
 	// A file is found by the loader simulation under the path the search
 	// names, which may resolve links the walk did not: the decided files
 	// are also keyed below their roots with links resolved.
 	real := map[string]string{}
-	for _, f := range rep.Files {
+	for _, f := range work {
 		if f.Skipped != "" || len(f.Errors) > 0 {
 			continue
 		}
@@ -256,12 +256,12 @@ func (sc *symbolCheck) decide(rep *Report) {
 		}
 	}
 	base := sc.chk.Reader()
-	var resolved sync.Map // path → *File or nil
+	var resolved sync.Map // path → *fileWork or nil
 	sc.read = func(path string) (*ldso.Object, error) {
 		f := sc.decided[path]
 		if f == nil {
 			if v, ok := resolved.Load(path); ok {
-				f, _ = v.(*File)
+				f, _ = v.(*fileWork)
 			} else {
 				f = sc.decided[followLinks(path)]
 				resolved.Store(path, f)
@@ -314,7 +314,7 @@ func followLinks(path string) string {
 
 // asDecided is o as the loader will see it once f's edit is written: its
 // search path, interpreter and resolution note.
-func asDecided(o *ldso.Object, f *File) *ldso.Object {
+func asDecided(o *ldso.Object, f *fileWork) *ldso.Object {
 	e := &f.edit
 	d := *o
 	changed := false
@@ -424,14 +424,14 @@ func (sc *symbolCheck) loaderConfig(class elf.Class, m elf.Machine) (ldso.Config
 
 // checkSafe is check, with a bug in the check reported against the file
 // instead of killing a whole build.
-func (sc *symbolCheck) checkSafe(f *File) {
+func (sc *symbolCheck) checkSafe(f *fileWork) {
 	defer func() {
 		if r := recover(); r != nil {
 			f.Symbols = append(f.Symbols, SymbolFinding{File: f.Path, Class: ClassNotChecked, Severity: SeverityWarning,
 				Message: fmt.Sprintf("symbols not checked: internal error (please report): %v", r)})
 		}
 	}()
-	cfg, err := sc.loaderConfig(f.class, f.machine)
+	cfg, err := sc.loaderConfig(f.facts.class, f.facts.machine)
 	var tree *ldso.Tree
 	if err == nil {
 		tree, err = ldso.Resolve(cfg, sc.read, f.Path)
@@ -454,7 +454,7 @@ func (sc *symbolCheck) checkSafe(f *File) {
 // check binds f's closure and records its findings in f.Symbols. A
 // library's references no library of its closure defines are left to the
 // program that loads it; an executable's fail as the loader fails.
-func (sc *symbolCheck) check(f *File, cfg ldso.Config, tree *ldso.Tree) error {
+func (sc *symbolCheck) check(f *fileWork, cfg ldso.Config, tree *ldso.Tree) error {
 	res, err := sc.chk.Check(cfg, tree)
 	if err != nil {
 		return err
@@ -501,7 +501,7 @@ func (sc *symbolCheck) check(f *File, cfg ldso.Config, tree *ldso.Tree) error {
 
 // finding sets s's severity: by its class and the mode, then the ignore
 // patterns.
-func (sc *symbolCheck) finding(f *File, s SymbolFinding) SymbolFinding {
+func (sc *symbolCheck) finding(f *fileWork, s SymbolFinding) SymbolFinding {
 	switch s.Class {
 	case ClassFailsAtLoad:
 		s.Severity = SeverityError

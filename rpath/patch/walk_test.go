@@ -120,13 +120,13 @@ func openDir(t *testing.T, dir string) *confine.Dir {
 // files of one size in the tree's order, and leaves the others out.
 func TestWriteOrder(t *testing.T) {
 	t.Parallel()
-	files := []*File{
-		{Changed: true, fileWork: fileWork{size: 10}},
-		{Changed: false, fileWork: fileWork{size: 1000}},
-		{Changed: true, fileWork: fileWork{size: 500}},
-		{Changed: true, fileWork: fileWork{size: 10}},
-		{Changed: true, fileWork: fileWork{size: 70}},
+	files := []*fileWork{
+		{File: &File{Changed: true}, size: 10},
+		{File: &File{Changed: false}, size: 1000},
+		{File: &File{Changed: true}, size: 500},
+		{File: &File{Changed: true}, size: 10},
+		{File: &File{Changed: true}, size: 70},
 	}
 	assert.Equal(t, []int{2, 4, 0, 3}, writeOrder(files))
-	assert.Empty(t, writeOrder([]*File{{fileWork: fileWork{size: 5}}}))
+	assert.Empty(t, writeOrder([]*fileWork{{File: &File{}, size: 5}}))
 }
