@@ -148,6 +148,10 @@ type Report struct {
 // how). It returns the report even on error; the error wraps
 // ErrUnsatisfied, policy.ErrAudit, or the first I/O or format error.
 // Nothing is written unless every file was decided without error.
+//
+// Its phases: collect the files and index the libraries; decide each
+// file; link the dlopen callers to the names other files hold; tally the
+// report; check the symbols of the closures as decided; write.
 func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -170,33 +174,12 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.dirs = dirs
-	c.share = newShare(files, c.jobs)
-	defer c.share.close()
-	c.big = newBigGate(c.bigTable)
-	c.sym = c.newSymbolCheck()
-	ix, err := c.index(ctx, roots, below)
+	ix, target, err := c.start(ctx, files, dirs, roots, below)
 	if err != nil {
 		return nil, err
 	}
-	target := c.interpreterTarget()
-	if target != nil && c.pageSize > 0 {
-		// Every file Run writes has the interpreter's machine: one
-		// refusal for the run, not one a file.
-		if msg := c.pageSizeProblem(target.Machine); msg != "" {
-			return nil, errors.New(msg)
-		}
-	}
-	// A dry run writes nothing, and a write that keeps old sections plans
-	// afresh: no plan is kept for either. Nor with the symbol check, which
-	// runs between decide and the write: kept through it, the plans make
-	// each collection of the check's allocations mark them, which costs
-	// more than planning again.
-	if !c.dryRun && !c.keepOld && c.sym == nil {
-		c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
-	}
+	defer c.share.close()
 	work := make([]*fileWork, len(files))
-	rep := &Report{}
 	defer func() {
 		for _, w := range work {
 			if w != nil && w.claim != nil {
@@ -204,26 +187,9 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 			}
 		}
 	}()
-	total := len(files)
-	done := 0
-	var mu sync.Mutex
-	step := func() {
-		if c.progress != nil {
-			mu.Lock()
-			done++
-			c.progress(done, total*2)
-			mu.Unlock()
-		}
-	}
-	if err := c.big.gatedParallel(ctx, c.jobs, len(files), func(i int, held bool) bool {
-		f := c.decideSafe(files[i], ix, target, held, nil)
-		if f == nil {
-			return false // a big file, while another is decided
-		}
-		work[i] = f
-		step()
-		return true
-	}); err != nil {
+	step := c.stepper(len(files))
+	rep := &Report{}
+	if err := c.decideAll(ctx, files, ix, target, work, step); err != nil {
 		// Canceled: the report holds the files decided so far.
 		rep.Files = rows(slices.DeleteFunc(work, func(w *fileWork) bool { return w == nil }))
 		return rep, err
@@ -235,6 +201,84 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 	}
 	c.hardLinks(work)
 	c.logDecisions(ctx, rep.Files)
+	errs := tally(rep)
+	if err := c.checkSymbols(ctx, rep, work); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 || c.dryRun {
+		return rep, errors.Join(errs...)
+	}
+	rep.WritePhase = true
+	return rep, c.write(ctx, rep, work, step)
+}
+
+// start readies the run's shared state for the files collect found: the
+// directories they are opened below, the probes' share of open files, the
+// gate of big string tables, the symbol check, the library index, the
+// interpreter's target, and the budget of kept plans.
+func (c *job) start(ctx context.Context, files []found, dirs []*confine.Dir, roots []string, below map[string][]string) (resolver, *policy.Target, error) {
+	c.dirs = dirs
+	c.share = newShare(files, c.jobs)
+	c.big = newBigGate(c.bigTable)
+	c.sym = c.newSymbolCheck()
+	ix, err := c.index(ctx, roots, below)
+	if err != nil {
+		c.share.close()
+		return nil, nil, err
+	}
+	target := c.interpreterTarget()
+	if target != nil && c.pageSize > 0 {
+		// Every file Run writes has the interpreter's machine: one
+		// refusal for the run, not one a file.
+		if msg := c.pageSizeProblem(target.Machine); msg != "" {
+			c.share.close()
+			return nil, nil, errors.New(msg)
+		}
+	}
+	// A dry run writes nothing, and a write that keeps old sections plans
+	// afresh: no plan is kept for either. Nor with the symbol check, which
+	// runs between decide and the write: kept through it, the plans make
+	// each collection of the check's allocations mark them, which costs
+	// more than planning again.
+	if !c.dryRun && !c.keepOld && c.sym == nil {
+		c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
+	}
+	return ix, target, nil
+}
+
+// stepper returns the progress callback's step: one for each file
+// decided and one for each written (or with nothing to write).
+func (c *job) stepper(total int) func() {
+	var mu sync.Mutex
+	done := 0
+	return func() {
+		if c.progress != nil {
+			mu.Lock()
+			done++
+			c.progress(done, total*2)
+			mu.Unlock()
+		}
+	}
+}
+
+// decideAll decides every file into work, in parallel; a big file waits
+// for the gate (bigGate). It stops early only when ctx ends.
+func (c *job) decideAll(ctx context.Context, files []found, ix resolver, target *policy.Target, work []*fileWork, step func()) error {
+	return c.big.gatedParallel(ctx, c.jobs, len(files), func(i int, held bool) bool {
+		f := c.decideSafe(files[i], ix, target, held, nil)
+		if f == nil {
+			return false // a big file, while another is decided
+		}
+		work[i] = f
+		step()
+		return true
+	})
+}
+
+// tally counts the report's files by outcome and lists its missing
+// dependencies; it returns the errors they make (each file's, and
+// ErrUnsatisfied).
+func tally(rep *Report) []error {
 	var errs []error
 	for _, f := range rep.Files {
 		for _, d := range f.Deps {
@@ -261,14 +305,7 @@ func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
 	if len(rep.Missing) > 0 {
 		errs = append(errs, fmt.Errorf("%w: %d missing", ErrUnsatisfied, len(rep.Missing)))
 	}
-	if err := c.checkSymbols(ctx, rep, work); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 || c.dryRun {
-		return rep, errors.Join(errs...)
-	}
-	rep.WritePhase = true
-	return rep, c.write(ctx, rep, work, step)
+	return errs
 }
 
 // rows are the report rows of work, in its order.
