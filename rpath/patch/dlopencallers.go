@@ -62,7 +62,7 @@ func (c *job) dlopenCallers(ctx context.Context, fs []*fileWork, files []found, 
 	}
 	return c.big.gatedParallel(ctx, c.jobs, len(redo), func(k int, held bool) bool {
 		i := redo[k]
-		f := c.decideSafe(files[i], ix, t, held, inherit[i])
+		f := c.decideSafe(files[i], ix, t, held, inherit[i], fs[i])
 		if f == nil {
 			return false
 		}

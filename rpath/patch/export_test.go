@@ -402,6 +402,20 @@ func WithOpenCounter(opens map[string]int) Option {
 	}
 }
 
+// WithDiscoverCounter counts, by path, how often decide reads a file's
+// read-only data for dlopen discovery.
+func WithDiscoverCounter(reads map[string]int) Option {
+	return func(c *config) error {
+		var mu sync.Mutex
+		c.discovering = func(path string) {
+			mu.Lock()
+			reads[path]++
+			mu.Unlock()
+		}
+		return nil
+	}
+}
+
 // WithBigTable sets the string table size from which a file is decided
 // and written alone (defaultBigTable otherwise): at 1, every file is big.
 func WithBigTable(n int) Option {

@@ -62,6 +62,9 @@ type testHooks struct {
 	newIndex func(ctx context.Context, j *job, roots []string, below map[string][]string) (resolver, error)
 	// wrapOpen wraps the job's open (a counter of the opens).
 	wrapOpen func(open openFunc) openFunc
+	// discovering runs when decide reads a file's read-only data for
+	// dlopen discovery.
+	discovering func(path string)
 	// heldClaims, when set, bounds the claims decide holds (else the
 	// descriptors left).
 	heldClaims *int64

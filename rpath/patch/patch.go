@@ -265,7 +265,7 @@ func (c *job) stepper(total int) func() {
 // for the gate (bigGate). It stops early only when ctx ends.
 func (c *job) decideAll(ctx context.Context, files []found, ix resolver, target *policy.Target, work []*fileWork, step func()) error {
 	return c.big.gatedParallel(ctx, c.jobs, len(files), func(i int, held bool) bool {
-		f := c.decideSafe(files[i], ix, target, held, nil)
+		f := c.decideSafe(files[i], ix, target, held, nil, nil)
 		if f == nil {
 			return false // a big file, while another is decided
 		}
@@ -712,23 +712,25 @@ func (c *job) interpreterTarget() *policy.Target {
 
 // decideSafe is decide, with a bug in the reader reported against the file
 // instead of killing a whole build.
-func (c *job) decideSafe(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep) (out *fileWork) {
+func (c *job) decideSafe(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep, prior *fileWork) (out *fileWork) {
 	defer func() {
 		if r := recover(); r != nil {
 			out = &fileWork{File: &File{Path: fd.path, Root: fd.root}}
 			out.addError(ErrorInternal, fmt.Errorf("internal error (please report): %v", r))
 		}
 	}()
-	return c.decide(fd, ix, t, held, inherit)
+	return c.decide(fd, ix, t, held, inherit, prior)
 }
 
 // decide reads one file and works out its new interpreter and RUNPATH.
 // inherit are the dlopen-string names of other files this one may be the
-// dlopen caller of (dlopenCallers), resolved there. A file with a big string table needs the gate (bigGate), which held
-// says is taken for it: when it is not and the gate is taken, decide
-// closes the file and returns nil, and is called again with the gate
-// held.
-func (c *job) decide(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep) *fileWork {
+// dlopen caller of (dlopenCallers), resolved there; prior is then the
+// file's first decision, whose dlopen discovery is taken as it was
+// instead of reading the file's read-only data again. A file with a big
+// string table needs the gate (bigGate), which held says is taken for
+// it: when it is not and the gate is taken, decide closes the file and
+// returns nil, and is called again with the gate held.
+func (c *job) decide(fd found, ix resolver, t *policy.Target, held bool, inherit []policy.Dep, prior *fileWork) *fileWork {
 	path := fd.path
 	out := &fileWork{File: &File{Path: path, Root: fd.root}}
 	f := c.share.take(path) // read by a probe already, or nil
@@ -780,7 +782,7 @@ func (c *job) decide(fd found, ix resolver, t *policy.Target, held bool, inherit
 	// get its RUNPATH entry there (auto-patchelf forces keep-libc too).
 	keepLibc := c.keepLibc || osabi == elf.ELFOSABI_FREEBSD || osabi == elf.ELFOSABI_OPENBSD
 
-	deps, err := c.resolveDeps(f, info, ix, keepLibc, out)
+	deps, err := c.resolveDeps(f, info, ix, keepLibc, out, prior)
 	if err != nil {
 		// Reported as far as they were resolved.
 		out.Deps = policy.Classify(deps, c.Dlopen)
@@ -879,7 +881,7 @@ func (c *job) prepare(f *elfedit.File, info elfedit.Info, noteNames []string, ou
 // .note.dlopen entries, then (with --dlopen) the names its read-only data
 // spells, each with its Source. The error says a name could not be
 // resolved at all; the deps are then those resolved before it.
-func (c *job) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, keepLibc bool, out *fileWork) ([]policy.Dep, error) {
+func (c *job) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, keepLibc bool, out, prior *fileWork) ([]policy.Dep, error) {
 	class, machine, osabi := info.ELFClass(), info.ELFMachine(), info.ELFOSABI()
 	type want struct {
 		alts   []string
@@ -914,9 +916,16 @@ func (c *job) resolveDeps(f *elfedit.File, info elfedit.Info, ix resolver, keepL
 	// The names are a hint: a file whose read-only data cannot be read
 	// (a section header past its end) is patched without them, and says
 	// why.
-	d, err := policy.Discover(f, false)
-	if err != nil {
-		out.DlopenError = err.Error()
+	d, derr := policy.Discovered{}, error(nil)
+	if prior != nil {
+		d, out.DlopenError = prior.dlopen, prior.DlopenError
+	} else {
+		if c.discovering != nil {
+			c.discovering(out.Path)
+		}
+		if d, derr = policy.Discover(f, false); derr != nil {
+			out.DlopenError = derr.Error()
+		}
 	}
 	out.dlopen = d
 	return c.discovered(out.Path, d, ix, class, machine, osabi, keepLibc, deps)
