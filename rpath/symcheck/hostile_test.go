@@ -341,3 +341,47 @@ func TestOverlappingVersionChains(t *testing.T) {
 	// Through a Checker's public read, too.
 	require.ErrorContains(t, New(Options{}).Read(path), "overlapping chains")
 }
+
+// TestSparseStringsSummarizeTheSame: a summary made with the string table
+// read a string at a time (a big table: read in the order of the names'
+// offsets, then put back in table order) is the summary made with the
+// table in memory, the candidates of one name in table order included
+// (libc defines memcpy at two versions).
+func TestSparseStringsSummarizeTheSame(t *testing.T) {
+	for _, path := range []string{"/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libstdc++.so.6", tableFiles[1]} {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			_, f := readHost(t, path)
+			var ns names
+			var sp scratchPool
+			o, err := newObject(f, readRefs, &ns, sp.get())
+			require.NoError(t, err)
+			tb, err := o.readTables(f, sp.get(), 0, 0, nil)
+			require.NoError(t, err)
+			require.NotNil(t, tb.gnu, "the premise: a .gnu.hash")
+			for i := range tb.nsyms() {
+				ns.intern(tb.strBytes(tb.sym(i).name))
+			}
+			whole := tb.summarize(&ns)
+			addr, _ := f.DynValue(elf.DT_STRTAB)
+			size, _ := f.DynValue(elf.DT_STRSZ)
+			st := &strTable{f: f, addr: addr, size: size}
+			tz, err := o.readTables(f, &scratch{}, 0, 1, st)
+			require.NoError(t, err)
+			require.NotNil(t, tz.lazy, "the premise: read an entry at a time")
+			sparse := tz.summarize(&ns)
+			require.NoError(t, tz.err())
+			require.NoError(t, st.err)
+			require.NotEmpty(t, whole.cands)
+			require.Equal(t, whole.cands, sparse.cands)
+			if filepath.Base(path) == "libc.so.6" {
+				n := 0
+				for _, c := range whole.cands {
+					if c.id == ns.lookup([]byte("memcpy")).id {
+						n++
+					}
+				}
+				require.GreaterOrEqual(t, n, 2, "the premise: memcpy at two versions")
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package symcheck
 
 import (
+	"cmp"
 	"debug/elf"
 	"slices"
 )
@@ -155,28 +156,70 @@ func (t *tables) summarize(ns *names) *summary {
 // big table is read a window at a time): symbol i is a candidate of name n
 // exactly when candidates' walk for n meets it: n passes the Bloom filter,
 // n's bucket starts within i's chain at or before i, and i's chain value
-// has n's hash.
+// has n's hash. The hash order of the table is not the order of the
+// string table, so a string table read a string at a time is read in a
+// second pass, in the order of the names' offsets: each of its windows
+// is read once, not once a symbol.
 func (t *tables) summarizeGNU(ns *names) *summary {
 	g := t.gnu
 	covered := ns.covered()
 	sum := &summary{covered: covered}
 	lo, num := int(g.symoffset), t.nsyms()
 	nb := uint32(g.buckets.len())
+	// match says whether the name of symbol i, whose chain starts at
+	// chainStart, is a name the summary answers for, and which.
+	match := func(name []byte, h uint32, i, chainStart int) *symName {
+		n := ns.lookup(name)
+		if n == nil || n.id >= covered || (h^n.gnu)>>1 != 0 || nb == 0 || !t.bloomPasses(n) {
+			return nil
+		}
+		b := int(g.buckets.at(int(n.gnu % nb)))
+		if b == 0 || b < lo || chainStart > b || b > i {
+			return nil
+		}
+		return n
+	}
+	// With a string table read a string at a time, the symbols that may
+	// define an interned name, in table order.
+	type pending struct {
+		name, h       uint32
+		i, chainStart int
+	}
+	var later []pending
+	sparse := t.strs.f != nil
 	chainStart := lo // the first index of i's chain
 	for i := lo; i < num && i-lo < g.chain.len(); i++ {
 		h := g.chain.at(i - lo)
 		if ns.mayHave(h) {
 			if s := t.sym(i); defines(s) {
-				if n := ns.lookup(t.strBytes(s.name)); n != nil && n.id < covered && (h^n.gnu)>>1 == 0 && nb > 0 && t.bloomPasses(n) {
-					b := int(g.buckets.at(int(n.gnu % nb)))
-					if b != 0 && b >= lo && chainStart <= b && b <= i {
-						sum.cands = append(sum.cands, cand{id: n.id, vi: t.verIndex(i), info: s.info, other: s.other, undef: s.shndx == uint16(elf.SHN_UNDEF)})
-					}
+				if sparse {
+					later = append(later, pending{s.name, h, i, chainStart})
+				} else if n := match(t.strBytes(s.name), h, i, chainStart); n != nil {
+					sum.cands = append(sum.cands, cand{id: n.id, vi: t.verIndex(i), info: s.info, other: s.other, undef: s.shndx == uint16(elf.SHN_UNDEF)})
 				}
 			}
 		}
 		if h&1 != 0 {
 			chainStart = i + 1
+		}
+	}
+	if sparse {
+		slices.SortFunc(later, func(a, b pending) int { return cmp.Compare(a.name, b.name) })
+		type hit struct {
+			i  int
+			id uint32
+		}
+		var hits []hit
+		for _, p := range later {
+			if n := match(t.strBytes(p.name), p.h, p.i, p.chainStart); n != nil {
+				hits = append(hits, hit{p.i, n.id})
+			}
+		}
+		// In table order again, as the walk meets them.
+		slices.SortFunc(hits, func(a, b hit) int { return cmp.Compare(a.i, b.i) })
+		for _, x := range hits {
+			s := t.sym(x.i)
+			sum.cands = append(sum.cands, cand{id: x.id, vi: t.verIndex(x.i), info: s.info, other: s.other, undef: s.shndx == uint16(elf.SHN_UNDEF)})
 		}
 	}
 	sum.cands = byName(sum.cands)
