@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/binary"
+	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -346,7 +347,8 @@ func TestOverlappingVersionChains(t *testing.T) {
 // read a string at a time (a big table: read in the order of the names'
 // offsets, then put back in table order) is the summary made with the
 // table in memory, the candidates of one name in table order included
-// (libc defines memcpy at two versions).
+// (libc defines memcpy at two versions); and the references a file's
+// relocations make, their names read the same way, are the same.
 func TestSparseStringsSummarizeTheSame(t *testing.T) {
 	for _, path := range []string{"/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libstdc++.so.6", tableFiles[1]} {
 		t.Run(filepath.Base(path), func(t *testing.T) {
@@ -373,6 +375,25 @@ func TestSparseStringsSummarizeTheSame(t *testing.T) {
 			require.NoError(t, st.err)
 			require.NotEmpty(t, whole.cands)
 			require.Equal(t, whole.cands, sparse.cands)
+			// The references, their names read the same way.
+			refNames := func() []string {
+				var out []string
+				for _, r := range o.refs {
+					out = append(out, fmt.Sprintf("%s %d %d", ns.byID(r.id).s, r.kind, r.vi))
+				}
+				return out
+			}
+			want := refNames()
+			require.NotEmpty(t, want)
+			rs, err := o.readRelocs(f, sp.get())
+			require.NoError(t, err)
+			st2 := &strTable{f: f, addr: addr, size: size}
+			tr, err := o.readTables(f, &scratch{}, uint64(rs[len(rs)-1].idx)+1, 1, st2)
+			require.NoError(t, err)
+			o.refs = nil
+			o.buildRefs(tr, rs, &ns, &scratch{})
+			require.NoError(t, st2.err)
+			require.Equal(t, want, refNames())
 			if filepath.Base(path) == "libc.so.6" {
 				n := 0
 				for _, c := range whole.cands {

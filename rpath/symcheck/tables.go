@@ -2,6 +2,7 @@ package symcheck
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
@@ -576,6 +577,11 @@ func (o *object) query(r ref, ns *names) query {
 func (o *object) buildRefs(t *tables, rs []symRef, ns *names, sc *scratch) {
 	refs := sc.built[:0]
 	defer func() { sc.built = refs[:0] }()
+	type use struct {
+		s sym
+		r symRef
+	}
+	var uses []use
 	for _, r := range rs {
 		if int(r.idx) >= t.nsyms() {
 			break
@@ -587,11 +593,28 @@ func (o *object) buildRefs(t *tables, rs []symRef, ns *names, sc *scratch) {
 		if v := s.vis(); v == elf.STV_HIDDEN || v == elf.STV_INTERNAL {
 			continue
 		}
-		rf := ref{id: ns.intern(t.strBytes(s.name)).id, kind: r.kind}
-		if vi := t.verIndex(int(r.idx)) & 0x7fff; vi >= 2 && int(vi) < len(o.versions) && o.versions[vi] != nil && o.versions[vi].hash != 0 {
+		uses = append(uses, use{s, r})
+	}
+	// The names, interned in the order of their offsets when the string
+	// table is read a string at a time (each of its windows read once;
+	// the symbols' order is the hash table's, not the string table's).
+	ids := make([]uint32, len(uses))
+	order := make([]int, len(uses))
+	for k := range order {
+		order[k] = k
+	}
+	if t.strs.f != nil {
+		slices.SortFunc(order, func(a, b int) int { return cmp.Compare(uses[a].s.name, uses[b].s.name) })
+	}
+	for _, k := range order {
+		ids[k] = ns.intern(t.strBytes(uses[k].s.name)).id
+	}
+	for k, u := range uses {
+		rf := ref{id: ids[k], kind: u.r.kind}
+		if vi := t.verIndex(int(u.r.idx)) & 0x7fff; vi >= 2 && int(vi) < len(o.versions) && o.versions[vi] != nil && o.versions[vi].hash != 0 {
 			rf.vi = vi
 		}
-		if s.bind() == elf.STB_WEAK {
+		if u.s.bind() == elf.STB_WEAK {
 			rf.kind |= refWeak
 		}
 		refs = append(refs, rf)
