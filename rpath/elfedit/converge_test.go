@@ -2,6 +2,8 @@ package elfedit_test
 
 import (
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"strings"
@@ -102,6 +104,7 @@ func convergeCases() []convergeCase {
 		{crashCase: crashCase{name: "note-again", prep: editWith(note("llll", 100)), edit: note("mmmm", 2000)}, layouts: region},
 		{crashCase: crashCase{name: "re-edit", prep: editWith(lib(4096)), edit: lib(5000)}, layouts: region},
 		{crashCase: crashCase{name: "re-edit-truncate", prep: editWith(lib(9000), soname(4096, 1)), edit: soname(100, 2)}, layouts: region, truncates: true},
+		{crashCase: crashCase{name: "near-page", prep: endNearPage(9), edit: lib(4096)}, layouts: region},
 	}
 	for _, v := range []string{"bfd-pie", "bfd-nopie", "gold-pie", "lld-pie", "mold-pie", "i686-bfd-pie", "s390x-bfd-pie"} {
 		for _, c := range classes {
@@ -110,6 +113,41 @@ func convergeCases() []convergeCase {
 		}
 	}
 	return out
+}
+
+// endNearPage returns a prep step that copies the section header table to
+// the file's end, after as many zeros as make the file end k bytes before
+// a page boundary (0 < k < 16): its contents end there too, and a
+// reservation's write cut at that boundary leaves fewer bytes than one
+// unit of its pattern.
+func endNearPage(k int64) func(*testing.T, fixtures.Fixture, string) {
+	return func(t *testing.T, _ fixtures.Fixture, path string) {
+		b := readFile(t, path)
+		ef, err := elf.NewFile(bytes.NewReader(b))
+		require.NoError(t, err)
+		var o binary.ByteOrder = binary.LittleEndian
+		if ef.Data == elf.ELFDATA2MSB {
+			o = binary.BigEndian
+		}
+		shoff, at := o.Uint64(b[40:]), 40
+		shsize := int64(o.Uint16(b[58:])) * int64(o.Uint16(b[60:]))
+		if ef.Class == elf.ELFCLASS32 {
+			shoff, at = uint64(o.Uint32(b[32:])), 32
+			shsize = int64(o.Uint16(b[46:])) * int64(o.Uint16(b[48:]))
+		}
+		require.NotZero(t, shsize, "the premise: a section header table")
+		table := bytes.Clone(b[shoff : int64(shoff)+shsize])
+		end := (int64(len(b)) + shsize + k + 4095) / 4096 * 4096 // the page boundary
+		at2 := end - k - shsize
+		out := append(append(b, make([]byte, at2-int64(len(b)))...), table...)
+		if ef.Class == elf.ELFCLASS32 {
+			o.PutUint32(out[at:], uint32(at2))
+		} else {
+			o.PutUint64(out[at:], uint64(at2))
+		}
+		require.Equal(t, 4096-k, int64(len(out))%4096)
+		require.NoError(t, os.WriteFile(path, out, 0o755))
+	}
 }
 
 // countTarget counts the writes a plan makes.
@@ -324,11 +362,12 @@ func TestTornWriteConverges(t *testing.T) {
 	for _, c := range convergeCases() {
 		switch c.name {
 		case "bfd-pie/slack", "bfd-pie/region", "bfd-pie/note-again", "bfd-pie/re-edit-truncate", "lld-pie/region",
-			"s390x-bfd-pie/re-edit", "i686-bfd-pie/phdr-in-region", "mold-pie/note":
+			"s390x-bfd-pie/re-edit", "i686-bfd-pie/phdr-in-region", "mold-pie/note",
+			"bfd-pie/near-page", "i686-bfd-pie/near-page", "s390x-bfd-pie/near-page":
 			cases = append(cases, c)
 		}
 	}
-	require.Len(t, cases, 8)
+	require.Len(t, cases, 11)
 	torn := 0
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -2,8 +2,12 @@ package elfedit
 
 import (
 	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"fmt"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestFillTail: a file whose reservation's write was cut at a page
@@ -43,6 +47,112 @@ func TestFillTail(t *testing.T) {
 					if j, err := readJournal(bytes.NewReader(c), int64(len(c))); err != nil || j != nil {
 						t.Fatalf("byte %d changed: %+v, %v; want no journal", at, j, err)
 					}
+				}
+			})
+		}
+	}
+}
+
+// shortTailELF is a small ELF file (64-bit little-endian, else 32-bit
+// big-endian) whose contents end at end: the ELF header, one PROGBITS
+// section of filler bytes, and the section header table last.
+func shortTailELF(is64 bool, end int64) []byte {
+	var o binary.ByteOrder = binary.BigEndian
+	ehsize, shent := int64(52), int64(40)
+	if is64 {
+		o, ehsize, shent = binary.LittleEndian, 64, 64
+	}
+	shoff := end - 2*shent
+	b := bytes.Repeat([]byte{'A'}, int(end))
+	copy(b, elf.ELFMAG)
+	b[elf.EI_CLASS], b[elf.EI_DATA], b[elf.EI_VERSION] = byte(elf.ELFCLASS32), byte(elf.ELFDATA2MSB), 1
+	clear(b[7:ehsize])
+	sh := b[shoff+shent:]
+	clear(b[shoff:end])
+	if is64 {
+		b[elf.EI_CLASS], b[elf.EI_DATA] = byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB)
+		o.PutUint64(b[40:], uint64(shoff))
+		o.PutUint16(b[52:], uint16(ehsize))
+		o.PutUint16(b[58:], uint16(shent))
+		o.PutUint16(b[60:], 2)
+		o.PutUint32(sh[4:], uint32(elf.SHT_PROGBITS))
+		o.PutUint64(sh[24:], uint64(ehsize))
+		o.PutUint64(sh[32:], uint64(shoff-ehsize))
+	} else {
+		o.PutUint32(b[32:], uint32(shoff))
+		o.PutUint16(b[40:], uint16(ehsize))
+		o.PutUint16(b[46:], uint16(shent))
+		o.PutUint16(b[48:], 2)
+		o.PutUint32(sh[4:], uint32(elf.SHT_PROGBITS))
+		o.PutUint32(sh[16:], uint32(ehsize))
+		o.PutUint32(sh[20:], uint32(shoff-ehsize))
+	}
+	return b
+}
+
+// TestShortTail: a reservation whose old end lay k bytes (0 < k < 16)
+// before a page boundary, its write cut there, leaves the first k bytes
+// of a pattern unit, too few to name the old end; the ELF file's contents
+// ending exactly at the old end name it, and the next edit cuts the file
+// back there, for every k, 64-bit and 32-bit, either byte order. Bytes
+// past the contents (trailing data of the file's own), a size that is no
+// page multiple, one byte not the pattern's, or headers that do not hold
+// are no journal: nothing is cut. On 158eaf7 no such tail was recognised.
+func TestShortTail(t *testing.T) {
+	for _, is64 := range []bool{true, false} {
+		for k := int64(1); k < fillUnit; k++ {
+			t.Run(fmt.Sprintf("64=%v/k=%d", is64, k), func(t *testing.T) {
+				old := 3*cutPage - k
+				b := append(shortTailELF(is64, old), make([]byte, k)...)
+				fill(b[old:], old, old)
+				require.Equal(t, old, elfContentEnd(bytes.NewReader(b), old), "the premise")
+				j, err := readJournal(bytes.NewReader(b), int64(len(b)))
+				require.NoError(t, err)
+				require.NotNil(t, j)
+				require.True(t, j.pending)
+				require.Equal(t, old, j.oldSize)
+				rc, err := j.recover(bytes.NewReader(b))
+				require.NoError(t, err)
+				require.Equal(t, old, rc.size)
+				require.Empty(t, rc.writes)
+
+				none := func(c []byte, what string) {
+					t.Helper()
+					j, err := readJournal(bytes.NewReader(c), int64(len(c)))
+					require.NoError(t, err, what)
+					require.Nil(t, j, what)
+				}
+				for at := old; at < int64(len(b)); at++ {
+					c := bytes.Clone(b)
+					c[at] ^= 0x55
+					none(c, fmt.Sprintf("byte %d changed", at))
+				}
+				// The contents end one byte before: that byte is the
+				// file's own, and so may the pattern's start be.
+				c := append(shortTailELF(is64, old-1), 0)
+				c = append(c, make([]byte, k)...)
+				fill(c[old:], old, old)
+				none(c, "contents end before the old end")
+				// A size that is no page multiple.
+				c = append(shortTailELF(is64, old+1), make([]byte, k)...)
+				fill(c[old+1:], old+1, old+1)
+				none(c, "no page multiple")
+				// Headers that do not hold: a section past the end, a
+				// table count past the file, no ELF magic.
+				for _, mangle := range []func(c []byte){
+					func(c []byte) { c[0] = 0 },
+					func(c []byte) { c[elf.EI_CLASS] = 9 },
+					func(c []byte) {
+						if is64 {
+							binary.LittleEndian.PutUint16(c[60:], 0xfff0)
+						} else {
+							binary.BigEndian.PutUint16(c[48:], 0xfff0)
+						}
+					},
+				} {
+					c := bytes.Clone(b)
+					mangle(c)
+					none(c, "mangled headers")
 				}
 			})
 		}
