@@ -176,7 +176,7 @@ func TestREADMEFlagTable(t *testing.T) {
 
 // truncatedELF is an ELF header whose program header table lies past the
 // end of the file.
-func truncatedELF(t *testing.T, path string) {
+func truncatedELF(t testing.TB, path string) {
 	t.Helper()
 	h := elf.Header64{
 		Type: uint16(elf.ET_DYN), Machine: uint16(elf.EM_X86_64), Version: uint32(elf.EV_CURRENT),
