@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -99,13 +100,22 @@ var (
 	builtErr  error
 )
 
-// TestMain removes the binary cudapatchBinary built, if any.
+// TestMain is testscript.Main: run as "cudapatch" or "patchelf" (a
+// script's exec, script_test.go) this binary is the command; otherwise it
+// runs the tests, then removes the binary cudapatchBinary built, if any.
 func TestMain(m *testing.M) {
-	code := m.Run()
+	testscript.Main(removeBuilt{hidePATH{m, os.Getenv("PATH")}}, scriptCommands)
+}
+
+// removeBuilt runs the tests, then removes cudapatchBinary's binary.
+type removeBuilt struct{ m testscript.TestingM }
+
+func (r removeBuilt) Run() int {
+	code := r.m.Run()
 	if built != "" {
 		os.RemoveAll(filepath.Dir(built))
 	}
-	os.Exit(code)
+	return code
 }
 
 // bounded is how one run of the binary ended.
