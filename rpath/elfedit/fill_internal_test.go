@@ -22,7 +22,7 @@ func TestFillTail(t *testing.T) {
 				b := bytes.Repeat([]byte{0x7f}, int(old)) // not zeros, not the pattern
 				b = append(b, make([]byte, n)...)
 				fill(b[old:], old, old)
-				j, err := readJournal(bytes.NewReader(b), int64(len(b)))
+				j, err := readJournal(bytes.NewReader(b), int64(len(b)), -1)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -44,7 +44,7 @@ func TestFillTail(t *testing.T) {
 				for _, at := range []int64{old, old + n/2, old + n - 1} {
 					c := bytes.Clone(b)
 					c[at] ^= 0x55
-					if j, err := readJournal(bytes.NewReader(c), int64(len(c))); err != nil || j != nil {
+					if j, err := readJournal(bytes.NewReader(c), int64(len(c)), -1); err != nil || j != nil {
 						t.Fatalf("byte %d changed: %+v, %v; want no journal", at, j, err)
 					}
 				}
@@ -90,6 +90,16 @@ func shortTailELF(is64 bool, end int64) []byte {
 	return b
 }
 
+// contentEndOf is where the contents of the ELF file b ends, as NewFile
+// reads it (-1 if it reads no ELF file), for readJournal.
+func contentEndOf(b []byte) int64 {
+	f, err := newFile(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		return -1
+	}
+	return f.contentEnd()
+}
+
 // TestShortTail: a reservation whose old end lay k bytes (0 < k < 16)
 // before a page boundary, its write cut there, leaves the first k bytes
 // of a pattern unit, too few to name the old end; the ELF file's contents
@@ -105,8 +115,8 @@ func TestShortTail(t *testing.T) {
 				old := 3*cutPage - k
 				b := append(shortTailELF(is64, old), make([]byte, k)...)
 				fill(b[old:], old, old)
-				require.Equal(t, old, elfContentEnd(bytes.NewReader(b), old), "the premise")
-				j, err := readJournal(bytes.NewReader(b), int64(len(b)))
+				require.Equal(t, old, contentEndOf(b), "the premise")
+				j, err := readJournal(bytes.NewReader(b), int64(len(b)), contentEndOf(b))
 				require.NoError(t, err)
 				require.NotNil(t, j)
 				require.True(t, j.pending)
@@ -118,7 +128,7 @@ func TestShortTail(t *testing.T) {
 
 				none := func(c []byte, what string) {
 					t.Helper()
-					j, err := readJournal(bytes.NewReader(c), int64(len(c)))
+					j, err := readJournal(bytes.NewReader(c), int64(len(c)), contentEndOf(c))
 					require.NoError(t, err, what)
 					require.Nil(t, j, what)
 				}

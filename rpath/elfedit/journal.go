@@ -3,7 +3,6 @@ package elfedit
 import (
 	"bytes"
 	"crypto/sha256"
-	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -251,10 +250,11 @@ func uniform(b []byte) (byte, bool) {
 // readTrailer returns the trailer the file of the given size ends in, nil
 // if it ends in none this package writes: the magic, the trailer's own
 // checksum, and sizes that place the body and the trailer where the
-// encoder does, inside the file and the bounds; or, if the file ends in a
-// reservation's fill pattern instead (fillTail), a cut trailer. It reads
-// the file's last bytes only.
-func readTrailer(r io.ReaderAt, size int64) (*trailer, error) {
+// encoder does, inside the file and the bounds; or, if the file ends in
+// what a reservation's write cut leaves instead (cutReservation), a cut
+// trailer. contentEnd is where the file's ELF contents end
+// (File.contentEnd), -1 when unknown. It reads the file's last bytes only.
+func readTrailer(r io.ReaderAt, size, contentEnd int64) (*trailer, error) {
 	if size < fillUnit {
 		return nil, nil
 	}
@@ -263,10 +263,10 @@ func readTrailer(r io.ReaderAt, size int64) (*trailer, error) {
 		return nil, err
 	}
 	if len(t) < journalTrailer || !bytes.Equal(t[24+2*sha256.Size:], journalMagic[:]) {
-		return cutReservation(r, t, size), nil
+		return cutReservation(t, size, contentEnd), nil
 	}
 	if sha256.Sum256(t[:24+sha256.Size]) != [sha256.Size]byte(t[24+sha256.Size:24+2*sha256.Size]) {
-		return cutReservation(r, t, size), nil
+		return cutReservation(t, size, contentEnd), nil
 	}
 	old, nw, n := binary.LittleEndian.Uint64(t), binary.LittleEndian.Uint64(t[8:]), binary.LittleEndian.Uint64(t[16:])
 	tailAt := uint64(size - journalTrailer)
@@ -315,11 +315,11 @@ func fillTail(tail []byte, size int64) *trailer {
 // cutReservation is the cut trailer of a file of the given size whose
 // last bytes, tail, are what a reservation's write cut at a page boundary
 // leaves (fillTail, shortTail); nil if they are not.
-func cutReservation(r io.ReaderAt, tail []byte, size int64) *trailer {
+func cutReservation(tail []byte, size, contentEnd int64) *trailer {
 	if tr := fillTail(tail, size); tr != nil {
 		return tr
 	}
-	return shortTail(r, tail, size)
+	return shortTail(tail, size, contentEnd)
 }
 
 // cutPage is the granularity of a cut write: the kernel copies a write a
@@ -331,11 +331,12 @@ const cutPage = 4096
 // bytes left are the start of one unit, too few to name the old end. The
 // file's ELF contents name it instead: a file whose size is a page
 // multiple, whose last k bytes are the start of the unit of a reservation
-// at size-k, and whose contents end exactly there (elfContentEnd) is that
-// cut write. A file with bytes past its contents (a signature, a payload)
-// is not recognised: nothing tells its own last bytes from the pattern's.
-func shortTail(r io.ReaderAt, tail []byte, size int64) *trailer {
-	if size%cutPage != 0 {
+// at size-k, and whose contents end exactly there (contentEnd, -1 when
+// unknown: File.contentEnd) is that cut write. A file with bytes past its
+// contents (a signature, a payload) is not recognised: nothing tells its
+// own last bytes from the pattern's.
+func shortTail(tail []byte, size, contentEnd int64) *trailer {
+	if size%cutPage != 0 || contentEnd < 0 || size-contentEnd >= fillUnit {
 		return nil
 	}
 	for k := int64(1); k < fillUnit && k <= int64(len(tail)); k++ {
@@ -344,116 +345,19 @@ func shortTail(r io.ReaderAt, tail []byte, size int64) *trailer {
 		for i := range k {
 			ok = ok && b[i] == fillByte(s, s+i)
 		}
-		if ok && elfContentEnd(r, s) == s {
+		if ok && contentEnd == s {
 			return &trailer{oldSize: s, newSize: s, at: s, tailAt: size, cut: true}
 		}
 	}
 	return nil
 }
 
-// elfContentEnd is where the contents of the ELF file r holds in its first
-// limit bytes end: the furthest end of its ELF header, its program and
-// section header tables, its segments' file bytes and its sections' bytes
-// (SHT_NOBITS aside); -1 when r holds no ELF file whose headers and tables
-// lie within limit. It reads the headers only.
-func elfContentEnd(r io.ReaderAt, limit int64) int64 {
-	var eh [64]byte
-	if limit < 52 {
-		return -1
-	}
-	n := min(limit, int64(len(eh)))
-	if _, err := r.ReadAt(eh[:n], 0); err != nil || !bytes.Equal(eh[:4], []byte(elf.ELFMAG)) {
-		return -1
-	}
-	var o binary.ByteOrder
-	switch elf.Data(eh[elf.EI_DATA]) {
-	case elf.ELFDATA2LSB:
-		o = binary.LittleEndian
-	case elf.ELFDATA2MSB:
-		o = binary.BigEndian
-	default:
-		return -1
-	}
-	// Field offsets of the ELF header, then of the program and section
-	// headers: 64-bit, else 32-bit.
-	is64 := elf.Class(eh[elf.EI_CLASS]) == elf.ELFCLASS64
-	if !is64 && elf.Class(eh[elf.EI_CLASS]) != elf.ELFCLASS32 || is64 && n < 64 {
-		return -1
-	}
-	word := func(b []byte, off32, off64 int) uint64 {
-		if is64 {
-			return o.Uint64(b[off64:])
-		}
-		return uint64(o.Uint32(b[off32:]))
-	}
-	half := func(off32, off64 int) uint64 {
-		if is64 {
-			return uint64(o.Uint16(eh[off64:]))
-		}
-		return uint64(o.Uint16(eh[off32:]))
-	}
-	end := half(40, 52) // e_ehsize
-	phoff, shoff := word(eh[:], 28, 32), word(eh[:], 32, 40)
-	phent, phnum, shent, shnum := half(42, 54), half(44, 56), half(46, 58), half(48, 60)
-	table := func(off, ent, num, least uint64) []byte {
-		if num == 0 {
-			return nil
-		}
-		if ent < least || off > uint64(limit) || num > (uint64(limit)-off)/ent {
-			end = ^uint64(0)
-			return nil
-		}
-		end = max(end, off+num*ent)
-		b := make([]byte, num*ent)
-		if _, err := r.ReadAt(b, int64(off)); err != nil {
-			end = ^uint64(0)
-			return nil
-		}
-		return b
-	}
-	phMin, shMin := uint64(32), uint64(40)
-	if is64 {
-		phMin, shMin = 56, 64
-	}
-	if phnum == 0xffff || shnum == 0 && shoff != 0 {
-		return -1 // extended numbering: not a layout this package writes over
-	}
-	ph := table(phoff, phent, phnum, phMin)
-	sh := table(shoff, shent, shnum, shMin)
-	grow := func(off, size uint64) {
-		if off > uint64(limit) || size > uint64(limit)-off {
-			end = ^uint64(0)
-		} else {
-			end = max(end, off+size)
-		}
-	}
-	for i := uint64(0); ph != nil && i < phnum; i++ {
-		p := ph[i*phent:]
-		if is64 {
-			grow(o.Uint64(p[8:]), o.Uint64(p[32:])) // p_offset, p_filesz
-		} else {
-			grow(uint64(o.Uint32(p[4:])), uint64(o.Uint32(p[16:])))
-		}
-	}
-	for i := uint64(0); sh != nil && i < shnum; i++ {
-		h := sh[i*shent:]
-		if elf.SectionType(o.Uint32(h[4:])) == elf.SHT_NOBITS {
-			continue
-		}
-		grow(word(h, 16, 24), word(h, 20, 32)) // sh_offset, sh_size
-	}
-	if end > uint64(limit) {
-		return -1
-	}
-	return int64(end)
-}
-
 // readJournal returns the journal the file of the given size ends in, nil
-// if it ends in none (readTrailer). A trailer whose body does not match
+// if it ends in none (readTrailer; contentEnd as there). A trailer whose body does not match
 // its checksum is a pending journal (its write was interrupted), provided
 // the file past its old end holds nothing its write had not put there.
-func readJournal(r io.ReaderAt, size int64) (*journal, error) {
-	tr, err := readTrailer(r, size)
+func readJournal(r io.ReaderAt, size, contentEnd int64) (*journal, error) {
+	tr, err := readTrailer(r, size, contentEnd)
 	if tr == nil || err != nil {
 		return nil, err
 	}

@@ -280,11 +280,44 @@ func NewFile(r io.ReaderAt, size int64) (*File, error) {
 		return nil, err
 	}
 	if _, planned := r.(*overlay); !planned {
-		if f.journal, err = readTrailer(r, size); err != nil {
+		if f.journal, err = readTrailer(r, size, f.contentEnd()); err != nil {
 			return nil, err
 		}
 	}
 	return f, nil
+}
+
+// contentEnd is where the file's ELF contents end: the furthest end of its
+// ELF header, its program and section header tables, its segments' file
+// bytes and its sections' bytes (SHT_NOBITS aside). The loader maps
+// nothing past it.
+func (f *File) contentEnd() int64 {
+	end := uint64(64)
+	if f.Header.Class == elf.ELFCLASS32 {
+		end = 52
+	}
+	grow := func(off, n uint64) {
+		if off+n < off {
+			end = ^uint64(0) >> 1
+			return
+		}
+		end = max(end, off+n)
+	}
+	if f.Header.Phnum > 0 {
+		grow(f.Header.Phoff, uint64(f.Header.Phnum)*uint64(f.Header.Phentsize))
+	}
+	if f.Header.Shnum > 0 {
+		grow(f.Header.Shoff, uint64(f.Header.Shnum)*uint64(f.Header.Shentsize))
+	}
+	for _, p := range f.Progs {
+		grow(p.Off, p.Filesz)
+	}
+	for _, s := range f.Sections {
+		if s.Type != elf.SHT_NOBITS {
+			grow(s.Offset, s.Size)
+		}
+	}
+	return int64(min(end, ^uint64(0)>>1))
 }
 
 // NewFileToEdit is NewFile for a file about to be planned: a file that
@@ -297,7 +330,11 @@ func NewFileToEdit(r io.ReaderAt, size int64) (*File, error) {
 	if errors.Is(err, ErrNotELF) {
 		return nil, err
 	}
-	j, jerr := readJournal(r, size)
+	end := int64(-1)
+	if err == nil {
+		end = f.contentEnd()
+	}
+	j, jerr := readJournal(r, size, end)
 	if jerr != nil {
 		return nil, jerr
 	}
