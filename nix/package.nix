@@ -24,7 +24,7 @@ buildGoModule {
   # TestNixBuild) builds this package through the overlay, its vendor
   # directory as a fixed-output derivation with this hash, so a stale hash
   # fails CI; paste the "got:" hash of the failure.
-  vendorHash = "sha256-4r9ghcI7Rt1VtcuWL0Y+8PmR37KPYKmTUEBInwnj5kU=";
+  vendorHash = "sha256-vM7oCJbVrGQyWwoHf+jrb/D73xbBI421cSvPEZOIFWs=";
 
   subPackages = [ "cmd/cudapatch" ];
   env.CGO_ENABLED = 0;
