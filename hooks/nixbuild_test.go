@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
 	"github.com/cudapatch/cudapatch/rpath/selector"
@@ -1005,14 +1006,7 @@ func TestNoteProblems(t *testing.T) {
 		fmt.Fprintf(&asm, ".byte %d\n", c)
 	}
 	asm.WriteString(".balign 4\n.text\n.globl x\nx:\n\tret\n")
-	dir := t.TempDir()
-	src, lib := filepath.Join(dir, "x.s"), filepath.Join(dir, "libx.so")
-	if err := os.WriteFile(src, []byte(asm.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("gcc", "-shared", "-nostdlib", "-o", lib, src).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
+	lib := fixtures.Compile(t, fixtures.C{Files: map[string]string{"x.s": asm.String()}, Args: []string{"-shared", "-nostdlib", "x.s"}})
 	f, err := elf.Open(lib)
 	if err != nil {
 		t.Fatal(err)

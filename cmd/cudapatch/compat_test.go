@@ -12,17 +12,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-)
 
-// ccBuild compiles src with gcc into out with args.
-func ccBuild(t *testing.T, out, src string, args ...string) {
-	t.Helper()
-	c := filepath.Join(t.TempDir(), "x.c")
-	require.NoError(t, os.WriteFile(c, []byte(src), 0o644))
-	require.NoError(t, os.MkdirAll(filepath.Dir(out), 0o755))
-	b, err := exec.Command("gcc", append([]string{"-o", out, c}, args...)...).CombinedOutput()
-	require.NoError(t, err, "%s", b)
-}
+	"github.com/cudapatch/cudapatch/internal/fixtures"
+)
 
 // compatNote is cuda_compat's forward-compatibility note, in assembler:
 // the branches 535 and 580.
@@ -42,14 +34,16 @@ func TestCompatChoiceAgrees(t *testing.T) {
 	drv := filepath.Join(root, "run/opengl-driver/lib")
 	sel := filepath.Join(root, "store/s-cuda-compat-selector/lib")
 	out := filepath.Join(root, "store/p-app")
-	ccBuild(t, filepath.Join(compat, "libcuda.so.580.95.05"), "int cuInit(unsigned f) { return 0; }\nint which(void) { return 1; }\n"+compatNote,
-		"-shared", "-fPIC", "-Wl,-soname,libcuda.so.1")
+	fixtures.Place(t, fixtures.C{Source: "int cuInit(unsigned f) { return 0; }\nint which(void) { return 1; }\n" + compatNote,
+		Args: []string{"-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"}}, filepath.Join(compat, "libcuda.so.580.95.05"))
 	require.NoError(t, os.Symlink("libcuda.so.580.95.05", filepath.Join(compat, "libcuda.so.1")))
-	ccBuild(t, filepath.Join(drv, "libcuda.so.1"), "int cuInit(unsigned f) { return 0; }\nint which(void) { return 2; }\n",
-		"-shared", "-fPIC", "-Wl,-soname,libcuda.so.1")
+	driver := fixtures.Compile(t, fixtures.C{Source: "int cuInit(unsigned f) { return 0; }\nint which(void) { return 2; }\n",
+		Args: []string{"-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"}})
+	fixtures.CopyFile(t, driver, filepath.Join(drv, "libcuda.so.1"))
 	app := filepath.Join(out, "bin/app")
-	ccBuild(t, app, "#include <stdio.h>\nint which(void);\nint main(void) { printf(\"which=%d\\n\", which()); return 0; }\n",
-		"-L"+drv, "-l:libcuda.so.1")
+	// Linked against the driver's libcuda: DT_NEEDED is its soname.
+	fixtures.Place(t, fixtures.C{Source: "#include <stdio.h>\nint which(void);\nint main(void) { printf(\"which=%d\\n\", which()); return 0; }\n",
+		Args: []string{driver}}, app)
 
 	_, stderr, code := runCLI(t, []string{"CC=gcc"}, "--cuda-compat", compat, "--cuda-compat-selector", sel, "--driver-link", drv, out)
 	require.Equal(t, 0, code, stderr)

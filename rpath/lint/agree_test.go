@@ -3,7 +3,6 @@ package lint_test
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -29,9 +28,9 @@ func TestSkipsWhatTheMainJobSkips(t *testing.T) {
 	host, err := ldso.FindHost("")
 	require.NoError(t, err)
 	tree := t.TempDir()
-	x86 := copyInto(t, fixtures.ByName(t, "bfd-pie"), tree)
-	copyInto(t, fixtures.ByName(t, "aarch64-bfd-pie"), tree)
-	copyInto(t, fixtures.ByName(t, "static"), tree)
+	x86 := fixtures.ByName(t, "bfd-pie").CopyTo(t, filepath.Join(tree, "bfd-pie"))
+	fixtures.ByName(t, "aarch64-bfd-pie").CopyTo(t, filepath.Join(tree, "aarch64-bfd-pie"))
+	fixtures.ByName(t, "static").CopyTo(t, filepath.Join(tree, "static"))
 
 	ctx := context.Background()
 	rep, err := patch.Run(ctx, []string{tree}, patch.WithInterpreter(host.Interpreter), patch.WithLibc(host.LibcDir),
@@ -75,27 +74,6 @@ func TestSkipsWhatTheMainJobSkips(t *testing.T) {
 
 	_, err = lint.Lint(ctx, []string{tree}, lint.WithInterpreter(filepath.Join(tree, "nonexistent")))
 	assert.ErrorContains(t, err, "interpreter "+filepath.Join(tree, "nonexistent"))
-}
-
-func copyInto(t *testing.T, f fixtures.Fixture, dir string) fixtures.Fixture {
-	t.Helper()
-	c := f.Copy(t)
-	dst := filepath.Join(dir, f.Name)
-	require.NoError(t, os.Rename(c.Dir, dst))
-	move := func(p string) string {
-		if p == "" {
-			return ""
-		}
-		rel, err := filepath.Rel(c.Dir, p)
-		require.NoError(t, err)
-		return filepath.Join(dst, rel)
-	}
-	c.Exe, c.LibDir, c.LoadLib = move(c.Exe), move(c.LibDir), move(c.LoadLib)
-	for i := range c.Libs {
-		c.Libs[i] = move(c.Libs[i])
-	}
-	c.Dir = dst
-	return c
 }
 
 // keptTree places, under a fresh directory, an executable and a library

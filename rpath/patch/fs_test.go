@@ -55,24 +55,7 @@ func fsFixture(t *testing.T) (fixtures.Fixture, string) {
 			t.Fatal(err)
 		}
 	}
-	fx := fixtures.ByName(t, "bfd-pie")
-	dst := filepath.Join(dir, "out")
-	if err := os.CopyFS(dst, os.DirFS(fx.Dir)); err != nil {
-		t.Fatal(err)
-	}
-	return rebase(fx, dst), dir
-}
-
-// rebase re-roots a fixture at dst, which holds a copy of its directory.
-func rebase(fx fixtures.Fixture, dst string) fixtures.Fixture {
-	move := func(p string) string { return filepath.Join(dst, strings.TrimPrefix(p, fx.Dir)) }
-	c := fx
-	c.Dir, c.Exe, c.LibDir, c.LoadLib = dst, move(fx.Exe), move(fx.LibDir), move(fx.LoadLib)
-	c.Libs = nil
-	for _, l := range fx.Libs {
-		c.Libs = append(c.Libs, move(l))
-	}
-	return c
+	return fixtures.ByName(t, "bfd-pie").CopyTo(t, filepath.Join(dir, "out")), dir
 }
 
 // elfFiles are the four ELF files of a variant.
@@ -492,10 +475,7 @@ func TestTreeChangesDuringTheJob(t *testing.T) {
 	// was not decided (nor checked writable), and is left as it is.
 	t.Run("replaced by another file", func(t *testing.T) {
 		fx, dir := fsFixture(t)
-		other := rebase(fixtures.ByName(t, "mold-pie"), filepath.Join(dir, "mold"))
-		if err := os.CopyFS(other.Dir, os.DirFS(fixtures.ByName(t, "mold-pie").Dir)); err != nil {
-			t.Fatal(err)
-		}
+		other := fixtures.ByName(t, "mold-pie").CopyTo(t, filepath.Join(dir, "mold"))
 		before := hashes(t, other.Exe)[other.Exe]
 		_, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts(afterDecisions(func() {
 			if err := os.Rename(other.Exe, fx.Exe); err != nil {
@@ -545,11 +525,7 @@ func fullDisk(t *testing.T, settled bool) {
 			t.Errorf("umount %s: %v", mnt, err)
 		}
 	})
-	src := fixtures.ByName(t, "bfd-pie")
-	fx := rebase(src, filepath.Join(mnt, "out"))
-	if err := os.CopyFS(fx.Dir, os.DirFS(src.Dir)); err != nil {
-		t.Fatal(err)
-	}
+	fx := fixtures.ByName(t, "bfd-pie").CopyTo(t, filepath.Join(mnt, "out"))
 	// An interpreter with a longer name than PT_INTERP has room for: every
 	// executable needs a region appended at its end.
 	interp := filepath.Join(dir, strings.Repeat("i", 100), "ld-linux-x86-64.so.2")

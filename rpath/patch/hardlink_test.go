@@ -49,10 +49,7 @@ func TestHardLinksAllInTheOutputs(t *testing.T) {
 		t.Run(fmt.Sprintf("held=%d", held), func(t *testing.T) {
 			fx, dir := fsFixture(t)
 			// As long as "out": the result names its tree (RUNPATH, note).
-			clean := rebase(fx, filepath.Join(dir, "cln"))
-			if err := os.CopyFS(clean.Dir, os.DirFS(fx.Dir)); err != nil {
-				t.Fatal(err)
-			}
+			clean := fx.CopyTo(t, filepath.Join(dir, "cln"))
 			want, err := patch.Run(context.Background(), []string{clean.Dir}, fsOpts()...)
 			if err != nil {
 				t.Fatal(err)

@@ -136,10 +136,7 @@ func appender(t *testing.T, held patch.Option) {
 func TestTwoRunsAtOnce(t *testing.T) {
 	fx, dir := fsFixture(t)
 	// As long as "out": the result names its tree (RUNPATH, note).
-	clean := rebase(fx, filepath.Join(dir, "cln"))
-	if err := os.CopyFS(clean.Dir, os.DirFS(fx.Dir)); err != nil {
-		t.Fatal(err)
-	}
+	clean := fx.CopyTo(t, filepath.Join(dir, "cln"))
 	if _, err := patch.Run(context.Background(), []string{clean.Dir}, fsOpts()...); err != nil {
 		t.Fatal(err)
 	}
@@ -184,10 +181,7 @@ func TestTwoRunsAtOnce(t *testing.T) {
 func TestTwoCLIRunsAtOnce(t *testing.T) {
 	fx, dir := fsFixture(t)
 	bin := cli(t, dir)
-	cleanTree := rebase(fx, filepath.Join(dir, "clean"))
-	if err := os.CopyFS(cleanTree.Dir, os.DirFS(fx.Dir)); err != nil {
-		t.Fatal(err)
-	}
+	cleanTree := fx.CopyTo(t, filepath.Join(dir, "clean"))
 	if code, _, stderr := runCLI(t, bin, -1, cliArgs(cleanTree.Dir)...); code != 0 {
 		t.Fatalf("clean run: exit %d\n%s", code, stderr)
 	}

@@ -1,8 +1,8 @@
 // Package doctortest builds fake machines for the tests of doctor: a root
 // directory, procfs and sysfs, with NVIDIA drivers, cuda_compat and stubs
-// whose libraries are real ELF files (built with gcc) carrying the strings
-// real ones carry, an ld.so.cache written by ldconfig, and programs with a
-// chosen RUNPATH.
+// whose libraries are real ELF files (built and cached by
+// internal/fixtures.Compile) carrying the strings real ones carry, an
+// ld.so.cache written by ldconfig, and programs with a chosen RUNPATH.
 package doctortest
 
 import (
@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/doctor"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 )
@@ -23,15 +24,13 @@ const HostDir = "/usr/lib/x86_64-linux-gnu"
 type Machine struct {
 	tb  testing.TB
 	Sys doctor.System
-	tmp string
-	n   int
 }
 
 // New makes an empty machine in a temporary directory.
 func New(tb testing.TB) *Machine {
 	tb.Helper()
 	tmp := tb.TempDir()
-	m := &Machine{tb: tb, tmp: tmp, Sys: doctor.System{
+	m := &Machine{tb: tb, Sys: doctor.System{
 		Root: filepath.Join(tmp, "root"), Proc: filepath.Join(tmp, "proc"), Sys: filepath.Join(tmp, "sys"),
 		DriverLink: "/run/opengl-driver/lib",
 	}}
@@ -65,15 +64,11 @@ func (m *Machine) Symlink(target, p string) {
 	m.must(os.Symlink(target, m.Host(p)))
 }
 
-// cc compiles C source into out with the given compiler and flags.
-func (m *Machine) cc(compiler, out, src string, args ...string) {
+// cc compiles C source with the given compiler and flags, without a libc,
+// and returns the built file.
+func (m *Machine) cc(compiler, src string, args ...string) string {
 	m.tb.Helper()
-	m.n++
-	c := filepath.Join(m.tmp, "src", strings.Repeat("x", m.n)+".c")
-	m.Write(c, src)
-	m.must(os.MkdirAll(filepath.Dir(out), 0o755))
-	b, err := exec.Command(compiler, append([]string{"-fPIC", "-nostdlib", "-o", out, c}, args...)...).CombinedOutput()
-	m.must(err, string(b))
+	return fixtures.Compile(m.tb, fixtures.C{Compiler: compiler, Source: src, Args: append([]string{"-fPIC", "-nostdlib"}, args...)})
 }
 
 // Lib builds, at logical path p, a library with the given soname whose
@@ -88,7 +83,7 @@ func (m *Machine) LibWith(compiler, p, soname string, strs ...string) {
 		src += "\"" + s + "\", "
 	}
 	src += "0};\nint x(int i) { return strs[i] != 0; }\n"
-	m.cc(compiler, m.Host(p), src, "-shared", "-Wl,-soname,"+soname)
+	fixtures.CopyFile(m.tb, m.cc(compiler, src, "-shared", "-Wl,-soname,"+soname), m.Host(p))
 }
 
 // DriverStrings are what a real libcuda of the version carries (Debian's
@@ -144,12 +139,10 @@ func (m *Machine) Module(version string) {
 func (m *Machine) Program(exe, runpath string, needed ...string) string {
 	m.tb.Helper()
 	var libs []string
-	for i, n := range needed {
-		p := filepath.Join(m.tmp, "proto", exe, string(rune('a'+i)), n)
-		m.cc("gcc", p, "int x(void) { return 0; }\n", "-shared", "-Wl,-soname,"+n)
-		libs = append(libs, p)
+	for _, n := range needed {
+		libs = append(libs, m.cc("gcc", "int x(void) { return 0; }\n", "-shared", "-Wl,-soname,"+n))
 	}
-	m.cc("gcc", m.Host(exe), "int main(void) { return 0; }\n", append([]string{"-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed"}, libs...)...)
+	fixtures.CopyFile(m.tb, m.cc("gcc", "int main(void) { return 0; }\n", append([]string{"-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed"}, libs...)...), m.Host(exe))
 	m.SetRunPath(exe, runpath)
 	return exe
 }

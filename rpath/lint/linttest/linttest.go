@@ -2,7 +2,8 @@
 // holding a Nix store, a driver link, cuda_compat and toolkit stubs, and
 // one file per planted fault next to clean files. The files are small ELF
 // objects that gcc links without a libc (-nostdlib), so the tree needs no
-// libc to resolve; their RUNPATHs and interpreters are set with
+// libc to resolve; internal/fixtures.Compile builds and caches them, and
+// this package places copies and sets their RUNPATHs and interpreters with
 // rpath/elfedit. Paths inside the tree are logical: lint and explain see it
 // through --root.
 package linttest
@@ -13,11 +14,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/selector"
 )
@@ -79,67 +80,63 @@ func (t *Tree) Host(p string) string { return filepath.Join(t.Root, filepath.Fro
 type builder struct {
 	tb   testing.TB
 	tr   *Tree
-	tmp  string
-	src  map[string]string
-	lib  map[string]string // soname → built prototype
-	exes map[string]string
+	exes map[string]string // prototype programs, built
 }
 
-func (b *builder) gcc(out string, args ...string) {
+// The sources of the tree's files, under the names their symbol tables
+// record.
+var (
+	libC  = map[string]string{"lib.c": "int lib(void) { return 1; }\n"}
+	mainC = map[string]string{"main.c": "int main(void) { return 0; }\n"}
+	noteC = map[string]string{"note.c": `#define DESC "[{\"soname\":[\"libcuda.so.1\"],\"feature\":\"cuda\",\"priority\":\"required\"}]"
+struct note { unsigned n, d, t; char name[4]; char desc[(sizeof(DESC) + 3) & ~3]; };
+__attribute__((section(".note.dlopen"), used, aligned(4)))
+static const struct note dl = {4, sizeof(DESC), 0x407c0c0a, "FDO", DESC};
+int plugin(void) { return 0; }
+`}
+)
+
+// compile builds c with gcc -fPIC -nostdlib, so that nothing in the tree
+// needs a libc, and returns the built file; place puts a copy in the tree.
+func (b *builder) compile(c fixtures.C) string {
 	b.tb.Helper()
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		b.tb.Fatal(err)
-	}
-	cmd := exec.Command("gcc", append([]string{"-fPIC", "-nostdlib", "-o", out}, args...)...)
-	if o, err := cmd.CombinedOutput(); err != nil {
-		b.tb.Fatalf("gcc %v: %v\n%s", args, err, o)
-	}
+	c.Args = append([]string{"-fPIC", "-nostdlib"}, c.Args...)
+	return fixtures.Compile(b.tb, c)
 }
 
-func (b *builder) source(name, text string) string {
-	p := filepath.Join(b.tmp, name)
-	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-		b.tb.Fatal(err)
-	}
-	return p
+// link compiles files with args.
+func (b *builder) link(files map[string]string, args ...string) string {
+	b.tb.Helper()
+	return b.compile(fixtures.C{Files: files, Args: args})
 }
 
-// library builds a library with the given soname at logical path p.
-func (b *builder) library(p, soname string, extra ...string) string {
-	h := b.tr.Host(p)
-	b.gcc(h, append([]string{"-shared", "-Wl,-soname," + soname, b.src["lib"]}, extra...)...)
-	return h
+// lib builds a library with the given soname.
+func (b *builder) lib(soname string) string {
+	b.tb.Helper()
+	return b.link(libC, "-shared", "-Wl,-soname,"+soname, "lib.c")
 }
 
-// libcuda builds a libcuda.so.1 at logical path p that carries the strings
-// a real driver of the version has: the bare version, a device node, a
-// library named after the version; with version "", the device node only.
-func (b *builder) libcuda(p, version string) string {
+// libcuda builds a libcuda.so.1 that carries the strings a real driver of
+// the version has: the bare version, a device node, a library named after
+// the version; with version "", the device node only.
+func (b *builder) libcuda(version string) string {
+	b.tb.Helper()
 	strs := `"/dev/nvidia%d"`
 	if version != "" {
 		strs += `, "` + version + `", "libnvidia-pkcs11.so.` + version + `"`
 	}
-	src := b.source("libcuda-"+version+".c", `const char *const strs[] = {`+strs+`, 0};
+	name := "libcuda-" + version + ".c"
+	return b.link(map[string]string{name: `const char *const strs[] = {` + strs + `, 0};
 int lib(int i) { return strs[i] != 0; }
-`)
-	h := b.tr.Host(p)
-	b.gcc(h, "-shared", "-Wl,-soname,libcuda.so.1", src)
-	return h
+`}, "-shared", "-Wl,-soname,libcuda.so.1", name)
 }
 
-func (b *builder) copy(from, p string) string {
+// place copies the built file from to logical path p and returns p on
+// this machine.
+func (b *builder) place(from, p string) string {
 	b.tb.Helper()
 	h := b.tr.Host(p)
-	data, err := os.ReadFile(from)
-	if err != nil {
-		b.tb.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(h), 0o755); err != nil {
-		b.tb.Fatal(err)
-	}
-	if err := os.WriteFile(h, data, 0o755); err != nil {
-		b.tb.Fatal(err)
-	}
+	fixtures.CopyFile(b.tb, from, h)
 	return h
 }
 
@@ -154,7 +151,7 @@ func (b *builder) edit(h string, e elfedit.Edit) {
 // search path (nil: none) and interpreter ("": as linked).
 func (b *builder) exe(name, rule, proto string, runpath *string, tag elfedit.PathTag, interp string) {
 	p := casePrefx + name + "/bin/" + name
-	h := b.copy(b.exes[proto], p)
+	h := b.place(b.exes[proto], p)
 	e := elfedit.Edit{SetPath: runpath, Tag: tag}
 	if interp != "" {
 		e.Interpreter = &interp
@@ -209,27 +206,24 @@ func NoteDesc(pairs ...string) []byte {
 func (b *builder) linked(name, rule string, libs []string, runpath string, desc []byte, place int) {
 	b.tb.Helper()
 	p := casePrefx + name + "/bin/" + name
-	h := b.tr.Host(p)
-	args := []string{"-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,--enable-new-dtags", "-Wl,-rpath," + runpath, "-Wl,--dynamic-linker," + Interp, b.src["main"]}
-	if place == loadedNote {
+	c := fixtures.C{Files: map[string]string{"main.c": mainC["main.c"]},
+		Args: []string{"-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,--enable-new-dtags", "-Wl,-rpath," + runpath, "-Wl,--dynamic-linker," + Interp, "main.c"}}
+	switch place {
+	case loadedNote:
 		var asm strings.Builder
 		asm.WriteString(".section .note.nixos.ldcache,\"a\",%note\n.balign 4\n")
 		for _, c := range noteRecord(desc) {
 			fmt.Fprintf(&asm, ".byte %d\n", c)
 		}
 		asm.WriteString(".section .note.GNU-stack,\"\",%progbits\n")
-		args = append(args, b.source(name+"-note.s", asm.String()))
+		c.Files[name+"-note.s"] = asm.String()
+		c.Args = append(c.Args, name+"-note.s")
+	case unloadedNote:
+		c.Files[name+".note"] = string(noteRecord(desc))
+		c.Then = [][]string{{"objcopy", "--add-section", ".note.nixos.ldcache=" + name + ".note", "out"}}
 	}
-	b.gcc(h, append(args, libs...)...)
-	if place == unloadedNote {
-		rec := filepath.Join(b.tmp, name+".note")
-		if err := os.WriteFile(rec, noteRecord(desc), 0o644); err != nil {
-			b.tb.Fatal(err)
-		}
-		if o, err := exec.Command("objcopy", "--add-section", ".note.nixos.ldcache="+rec, h).CombinedOutput(); err != nil {
-			b.tb.Fatalf("objcopy: %v\n%s", err, o)
-		}
-	}
+	c.Args = append(c.Args, libs...)
+	h := b.place(b.compile(c), p)
 	b.tr.Cases = append(b.tr.Cases, Case{name, rule, p, h, place == noNote})
 }
 
@@ -238,17 +232,8 @@ func str(s string) *string { return &s }
 // Build makes the tree in a temporary directory.
 func Build(tb testing.TB) *Tree {
 	tb.Helper()
-	dir := tb.TempDir()
-	b := &builder{tb: tb, tr: &Tree{Root: filepath.Join(dir, "root")}, tmp: dir, src: map[string]string{}, lib: map[string]string{}, exes: map[string]string{}}
+	b := &builder{tb: tb, tr: &Tree{Root: filepath.Join(tb.TempDir(), "root")}, exes: map[string]string{}}
 	b.tr.Store = b.tr.Host("/nix/store")
-	b.src["lib"] = b.source("lib.c", "int lib(void) { return 1; }\n")
-	b.src["main"] = b.source("main.c", "int main(void) { return 0; }\n")
-	b.src["note"] = b.source("note.c", `#define DESC "[{\"soname\":[\"libcuda.so.1\"],\"feature\":\"cuda\",\"priority\":\"required\"}]"
-struct note { unsigned n, d, t; char name[4]; char desc[(sizeof(DESC) + 3) & ~3]; };
-__attribute__((section(".note.dlopen"), used, aligned(4)))
-static const struct note dl = {4, sizeof(DESC), 0x407c0c0a, "FDO", DESC};
-int plugin(void) { return 0; }
-`)
 	l := b.environment()
 	b.programs(l)
 	b.cleanCases(l)
@@ -259,7 +244,8 @@ int plugin(void) { return 0; }
 	return b.tr
 }
 
-// libs are the libraries of the environment the programs link against.
+// libs are the libraries of the environment the programs link against, as
+// built (the tree holds copies).
 type libs struct{ cuda, foo, sys, missing string }
 
 // environment: a driver link with libcuda, a store copy of the driver,
@@ -268,14 +254,15 @@ func (b *builder) environment() (l libs) {
 	b.tb.Helper()
 	// The driver libraries carry their version as real ones do (see
 	// rpath/nvdriver); the stub carries none.
-	l.cuda = b.libcuda(Driver+"/libcuda.so.1", DriverVersion)
-	b.libcuda(DriverCp+"/libcuda.so.1", DriverVersion)
-	b.libcuda(Compat+"/libcuda.so.1", CompatVersion)
-	b.libcuda(OldCompat+"/libcuda.so."+OldCompatVersion, "") // known by its name only
+	l.cuda = b.libcuda(DriverVersion)
+	b.place(l.cuda, Driver+"/libcuda.so.1")
+	b.place(l.cuda, DriverCp+"/libcuda.so.1")
+	b.place(b.libcuda(CompatVersion), Compat+"/libcuda.so.1")
+	b.place(b.libcuda(""), OldCompat+"/libcuda.so."+OldCompatVersion) // known by its name only
 	if err := os.Symlink("libcuda.so."+OldCompatVersion, b.tr.Host(OldCompat+"/libcuda.so.1")); err != nil {
 		b.tb.Fatal(err)
 	}
-	b.library(Stubs+"/libcuda.so", "libcuda.so.1")
+	b.place(b.lib("libcuda.so.1"), Stubs+"/libcuda.so")
 	spec, err := selector.ForCompat(b.tr.Host(Compat), []string{Driver + "/libcuda.so.1"})
 	if err == nil {
 		err = os.MkdirAll(b.tr.Host(Selector), 0o755)
@@ -286,14 +273,15 @@ func (b *builder) environment() (l libs) {
 	if err != nil {
 		b.tb.Fatal(err)
 	}
-	l.foo = b.library(LibFoo+"/libfoo.so", "libfoo.so")
-	b.library(LibFoo2+"/libfoo.so", "libfoo.so")
-	l.sys = b.library("/usr/lib/libsys.so", "libsys.so")
+	l.foo = b.lib("libfoo.so")
+	b.place(l.foo, LibFoo+"/libfoo.so")
+	b.place(l.foo, LibFoo2+"/libfoo.so")
+	l.sys = b.lib("libsys.so")
+	b.place(l.sys, "/usr/lib/libsys.so")
 	if err := os.MkdirAll(b.tr.Host(Glibc+"/lib"), 0o755); err != nil {
 		b.tb.Fatal(err)
 	}
-	l.missing = filepath.Join(b.tmp, "proto", "libmissing.so")
-	b.gcc(l.missing, "-shared", "-Wl,-soname,libmissing.so", b.src["lib"])
+	l.missing = b.lib("libmissing.so")
 
 	return l
 }
@@ -304,15 +292,11 @@ func (b *builder) programs(l libs) {
 	for name, libs := range map[string][]string{
 		"foo": {l.foo}, "cuda": {l.cuda, l.foo}, "missing": {l.missing, l.foo}, "sys": {l.sys},
 	} {
-		out := filepath.Join(b.tmp, "proto", "exe-"+name)
-		b.gcc(out, append([]string{"-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,--disable-new-dtags", b.src["main"]}, libs...)...)
-		b.exes[name] = out
+		b.exes[name] = b.link(mainC, append([]string{"-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,--disable-new-dtags", "main.c"}, libs...)...)
 	}
 	// A program whose RUNPATH has an empty entry: elfedit refuses to write
 	// one, so the linker does.
-	emptyEntry := filepath.Join(b.tmp, "proto", "exe-empty")
-	b.gcc(emptyEntry, "-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,--enable-new-dtags", "-Wl,-rpath,"+LibFoo+":", "-Wl,--dynamic-linker,"+Interp, b.src["main"], l.foo)
-	b.exes["empty"] = emptyEntry
+	b.exes["empty"] = b.link(mainC, "-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,--enable-new-dtags", "-Wl,-rpath,"+LibFoo+":", "-Wl,--dynamic-linker,"+Interp, "main.c", l.foo)
 }
 
 // cleanCases are files no rule finds a fault in.
@@ -332,9 +316,9 @@ func (b *builder) cleanCases(l libs) {
 		b.tb.Fatal(err)
 	}
 	cudart := casePrefx + "cudart/lib/libcudart.so.12"
-	b.edit(b.library(cudart, "libcudart.so.12"), elfedit.Edit{SetPath: str(Driver + ":$ORIGIN")})
+	b.edit(b.place(b.lib("libcudart.so.12"), cudart), elfedit.Edit{SetPath: str(Driver + ":$ORIGIN")})
 	b.tr.Cases = append(b.tr.Cases, Case{"cudart", "", cudart, b.tr.Host(cudart), false})
-	b.tr.Cases = append(b.tr.Cases, Case{"libfoo", "", LibFoo + "/libfoo.so", l.foo, false})
+	b.tr.Cases = append(b.tr.Cases, Case{"libfoo", "", LibFoo + "/libfoo.so", b.tr.Host(LibFoo + "/libfoo.so"), false})
 }
 
 // faultCases have one fault each.
@@ -344,11 +328,10 @@ func (b *builder) faultCases() {
 	// One fault each.
 	b.exe("driver-link-missing", "CP001", "cuda", str(LibFoo), rp, Interp)
 	cudartBad := casePrefx + "cudart-nodriver/lib/libcudart.so.12"
-	b.edit(b.library(cudartBad, "libcudart.so.12"), elfedit.Edit{SetPath: str("$ORIGIN")})
+	b.edit(b.place(b.lib("libcudart.so.12"), cudartBad), elfedit.Edit{SetPath: str("$ORIGIN")})
 	b.tr.Cases = append(b.tr.Cases, Case{"dlopener-driver-link-missing", "CP001", cudartBad, b.tr.Host(cudartBad), false})
 	plugin := casePrefx + "plugin/lib/libplugin.so"
-	h := b.tr.Host(plugin)
-	b.gcc(h, "-shared", "-Wl,-soname,libplugin.so", b.src["note"])
+	h := b.place(b.link(noteC, "-shared", "-Wl,-soname,libplugin.so", "note.c"), plugin)
 	b.edit(h, elfedit.Edit{SetPath: str("$ORIGIN")})
 	b.tr.Cases = append(b.tr.Cases, Case{"dlopen-note-driver-link-missing", "CP001", plugin, h, false})
 	b.exe("driver-shadowed", "CP002", "cuda", str(DriverCp+":"+Driver+":"+LibFoo), rp, Interp)
@@ -362,7 +345,7 @@ func (b *builder) faultCases() {
 	b.exe("build-dir-leak", "CP005", "foo", str("/build/source/lib:"+LibFoo), rp, Interp)
 	b.exe("relative-entry", "CP006", "foo", str("lib:"+LibFoo), rp, Interp)
 	p := casePrefx + "empty-entry/bin/empty-entry"
-	b.tr.Cases = append(b.tr.Cases, Case{"empty-entry", "CP006", p, b.copy(b.exes["empty"], p), true})
+	b.tr.Cases = append(b.tr.Cases, Case{"empty-entry", "CP006", p, b.place(b.exes["empty"], p), true})
 	b.exe("duplicate-entry", "CP007", "foo", str(LibFoo+":"+LibFoo), rp, Interp)
 	b.exe("rpath-not-runpath", "CP008", "foo", str(LibFoo), elfedit.TagRPath, Interp)
 	b.exe("unresolvable-needed", "CP009", "missing", str(LibFoo), rp, Interp)
@@ -428,9 +411,10 @@ func (b *builder) symbolCases() {
 	// Symbols: each program is linked against a prototype libsym.so that
 	// has what it uses, and runs against one that lacks it (a version, a
 	// data object, a function bound lazily).
-	b.gcc(b.tr.Host(LibSym+"/libsym.so"), "-shared", "-Wl,-soname,libsym.so",
-		b.source("libsym.c", "int verfn(void) { return 1; } int present(void) { return 1; }\n"),
-		"-Wl,--version-script="+b.source("libsym.map", "V1 { global: present; };\n"))
+	b.place(b.link(map[string]string{
+		"libsym.c":   "int verfn(void) { return 1; } int present(void) { return 1; }\n",
+		"libsym.map": "V1 { global: present; };\n",
+	}, "-shared", "-Wl,-soname,libsym.so", "libsym.c", "-Wl,--version-script=libsym.map"), LibSym+"/libsym.so")
 	for _, sc := range []struct{ name, rule, lib, vmap, main string }{
 		{"symbol-version-missing", "CP022", "int verfn(void) { return 1; }", "V2 { global: verfn; };",
 			"int verfn(void); int main(void) { return verfn(); }"},
@@ -439,13 +423,11 @@ func (b *builder) symbolCases() {
 		{"symbol-undefined-function", "CP024", "int gone(void) { return 1; } int present(void) { return 1; }", "V1 { global: present; gone; };",
 			"int gone(void); int main(void) { return gone(); }"},
 	} {
-		proto := filepath.Join(b.tmp, "proto", sc.name, "libsym.so")
-		b.gcc(proto, "-shared", "-Wl,-soname,libsym.so", b.source(sc.name+"-lib.c", sc.lib+"\n"),
-			"-Wl,--version-script="+b.source(sc.name+".map", sc.vmap+"\n"))
+		proto := b.link(map[string]string{sc.name + "-lib.c": sc.lib + "\n", sc.name + ".map": sc.vmap + "\n"},
+			"-shared", "-Wl,-soname,libsym.so", sc.name+"-lib.c", "-Wl,--version-script="+sc.name+".map")
 		p := casePrefx + sc.name + "/bin/" + sc.name
-		h := b.tr.Host(p)
-		b.gcc(h, "-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,-z,lazy", "-Wl,--dynamic-linker,"+Interp,
-			b.source(sc.name+"-main.c", sc.main+"\n"), proto)
+		h := b.place(b.link(map[string]string{sc.name + "-main.c": sc.main + "\n"},
+			"-nostartfiles", "-Wl,-e,main", "-Wl,--no-as-needed", "-Wl,-z,lazy", "-Wl,--dynamic-linker,"+Interp, sc.name+"-main.c", proto), p)
 		b.edit(h, elfedit.Edit{SetPath: str(LibSym), SetNote: ldcacheNote(NoteDesc("libsym.so", "="+LibSym+"/libsym.so"))})
 		b.tr.Cases = append(b.tr.Cases, Case{sc.name, sc.rule, p, h, false})
 	}

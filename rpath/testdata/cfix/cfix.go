@@ -4,31 +4,25 @@
 // x86_64, i686 and aarch64.
 //
 // The policy tests need many files that differ in one dynamic entry, so a
-// fixture is described by a [Spec] instead of a committed binary. Each Spec
-// is compiled once per test process (gcc takes ~30 ms) into a cache
-// directory shared by the test processes of one machine (keyed by the Spec
-// and this file, written by rename, so concurrent go test binaries agree);
-// [Place] copies the result into a test's own tree. Non-runnable
-// fixtures are linked with -nostdlib, so their DT_NEEDED list is exactly
-// Spec.Needed and no libc entry gets in the way of a RUNPATH assertion.
+// fixture is described by a [Spec] instead of a committed binary. A Spec
+// is the vocabulary of these tests only: it turns into compiler flags,
+// and internal/fixtures.Compile builds and caches the file, as it does for
+// every C fixture; [Place] copies the result into a test's own tree.
+// Non-runnable fixtures are linked with -nostdlib, so their DT_NEEDED list
+// is exactly Spec.Needed and no libc entry gets in the way of a RUNPATH
+// assertion.
 //
 // It lives under testdata so that go build ./... never sees it; only tests
 // import it.
 package cfix
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 )
 
 // Spec describes one ELF file to build.
@@ -71,45 +65,16 @@ type Spec struct {
 	VersionScript string `json:",omitempty"`
 }
 
-type entry struct {
-	once sync.Once
-	path string
-	err  error
-}
-
-var (
-	mu    sync.Mutex
-	built = map[string]*entry{}
-	self  = sync.OnceValue(func() string {
-		_, file, _, _ := runtime.Caller(0)
-		b, _ := os.ReadFile(file)
-		sum := sha256.Sum256(b)
-		return hex.EncodeToString(sum[:])
-	})
-)
-
-// cacheDir is where built fixtures are kept between runs.
-func cacheDir() string { return filepath.Join(os.TempDir(), "cudapatch-cfix") }
-
-// Build compiles s (once per process) and returns the path of the result,
-// which the caller must not modify: copy it with Place.
+// Build compiles s, or finds it compiled, and returns the path of the
+// result, which the caller must not modify: copy it with Place.
 func Build(tb testing.TB, s Spec) string {
 	tb.Helper()
-	key, _ := json.Marshal(s)
-	sum := sha256.Sum256(append([]byte(self()), key...))
-	id := hex.EncodeToString(sum[:8])
-	mu.Lock()
-	e := built[id]
-	if e == nil {
-		e = &entry{}
-		built[id] = e
+	c, err := s.c(tb)
+	if err != nil {
+		key, _ := json.Marshal(s)
+		tb.Fatalf("cfix: building %s: %v", key, err)
 	}
-	mu.Unlock()
-	e.once.Do(func() { e.path, e.err = build(s, id) })
-	if e.err != nil {
-		tb.Fatalf("cfix: building %s: %v", key, e.err)
-	}
-	return e.path
+	return fixtures.Compile(tb, c)
 }
 
 // Place builds s and copies it to dst (creating directories), executable.
@@ -121,16 +86,7 @@ func Place(tb testing.TB, s Spec, dst string) {
 // Copy copies a file to dst, creating directories, mode 0755.
 func Copy(tb testing.TB, src, dst string) {
 	tb.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.WriteFile(dst, b, 0o755); err != nil {
-		tb.Fatal(err)
-	}
+	fixtures.CopyFile(tb, src, dst)
 }
 
 func compiler(arch string) (string, error) {
@@ -145,17 +101,6 @@ func compiler(arch string) (string, error) {
 	return "", fmt.Errorf("unknown arch %q", arch)
 }
 
-func run(dir string, name string, args ...string) error {
-	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out.String())
-	}
-	return nil
-}
-
 // dlopenNote is assembler for an FDO .note.dlopen note (owner "FDO", type
 // 0x407c0c0a, NUL-terminated JSON, 4-byte aligned), as systemd's
 // ELF_NOTE_DLOPEN macro emits it.
@@ -166,42 +111,18 @@ func dlopenNote(payload string) string {
 		"1: .asciz \"" + q + "\"\n2: .balign 4\n.popsection\n"
 }
 
-// build compiles s unless an earlier run did, into cacheDir()/id/out: it
-// builds in a temporary directory and renames it into place, so a
-// half-built fixture is never seen.
-func build(s Spec, id string) (string, error) {
-	name := "out"
-	if s.DebugOnly {
-		name = "out.debug"
-	}
-	final := filepath.Join(cacheDir(), id)
-	if _, err := os.Stat(filepath.Join(final, name)); err == nil {
-		return filepath.Join(final, name), nil
-	}
-	if err := os.MkdirAll(cacheDir(), 0o755); err != nil {
-		return "", err
-	}
-	dir, err := os.MkdirTemp(cacheDir(), id+".tmp-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir) // a no-op once renamed
-	if err := compile(s, dir); err != nil {
-		return "", err
-	}
-	if err := os.Rename(dir, final); err != nil {
-		if _, serr := os.Stat(filepath.Join(final, name)); serr != nil {
-			return "", err
-		}
-		// another process got there first with the same result
-	}
-	return filepath.Join(final, name), nil
+// osabiNames are binutils elfedit's names of EI_OSABI values.
+var osabiNames = map[byte]string{
+	1: "HPUX", 2: "NetBSD", 3: "GNU", 6: "Solaris", 7: "AIX", 8: "Irix", 9: "FreeBSD",
+	10: "TRU64", 11: "Modesto", 12: "OpenBSD", 13: "OpenVMS", 14: "NSK", 15: "AROS", 16: "FenixOS",
 }
 
-func compile(s Spec, dir string) error {
+// c is the compiler run that builds s. A stub library for each of
+// s.Needed is compiled first.
+func (s Spec) c(tb testing.TB) (fixtures.C, error) {
 	cc, err := compiler(s.Arch)
 	if err != nil {
-		return err
+		return fixtures.C{}, err
 	}
 	src := s.Source
 	if (s.Exe || s.Static) && !s.Libc && src == "" {
@@ -210,17 +131,10 @@ func compile(s Spec, dir string) error {
 	if src == "" {
 		src = "int cfix_placeholder;\n"
 	}
+	c := fixtures.C{Compiler: cc, Source: src, Files: map[string]string{}}
+	args := []string{"-fPIC"}
 	if s.Dlopen != "" {
-		if err := os.WriteFile(filepath.Join(dir, "note.s"), []byte(dlopenNote(s.Dlopen)), 0o644); err != nil {
-			return err
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "src.c"), []byte(src), 0o644); err != nil {
-		return err
-	}
-	out := filepath.Join(dir, "out")
-	args := []string{"-o", out, "-fPIC", "src.c"}
-	if s.Dlopen != "" {
+		c.Files["note.s"] = dlopenNote(s.Dlopen)
 		args = append(args, "note.s")
 	}
 	switch {
@@ -247,20 +161,15 @@ func compile(s Spec, dir string) error {
 	}
 	args = append(args, "-Wl,--no-as-needed")
 	if s.VersionScript != "" {
-		if err := os.WriteFile(filepath.Join(dir, "version.map"), []byte(s.VersionScript), 0o644); err != nil {
-			return err
-		}
+		c.Files["version.map"] = s.VersionScript
 		args = append(args, "-Wl,--version-script=version.map")
 	}
 	if s.Strip {
 		args = append(args, "-s")
 	}
-	for i, n := range s.Needed {
-		stub := filepath.Join(dir, fmt.Sprintf("needed%d.so", i))
-		if err := run(dir, cc, "-shared", "-nostdlib", "-o", stub, "-Xlinker", "-soname", "-Xlinker", n, "-x", "c", "/dev/null"); err != nil {
-			return err
-		}
-		args = append(args, stub)
+	for _, n := range s.Needed {
+		args = append(args, fixtures.Compile(tb, fixtures.C{Compiler: cc,
+			Args: []string{"-shared", "-nostdlib", "-Xlinker", "-soname", "-Xlinker", n, "-x", "c", "/dev/null"}}))
 	}
 	args = append(args, s.Link...)
 	if len(s.Link) > 0 && (s.Exe || s.Static) {
@@ -271,29 +180,18 @@ func compile(s Spec, dir string) error {
 	if s.Libc {
 		args = append(args, "-ldl")
 	}
-	if err := run(dir, cc, args...); err != nil {
-		return err
-	}
+	c.Args = args
 	if s.DebugOnly {
-		if err := run(dir, objcopy(s.Arch), "--only-keep-debug", out, out+".debug"); err != nil {
-			return err
-		}
-		out += ".debug"
+		c.Then = append(c.Then, []string{objcopy(s.Arch), "--only-keep-debug", "out"})
 	}
 	if s.OSABI != 0 {
-		f, err := os.OpenFile(out, os.O_RDWR, 0)
-		if err != nil {
-			return err
+		name, ok := osabiNames[s.OSABI]
+		if !ok {
+			return fixtures.C{}, fmt.Errorf("no name for EI_OSABI %d", s.OSABI)
 		}
-		_, err = f.WriteAt([]byte{s.OSABI}, 7) // EI_OSABI
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
+		c.Then = append(c.Then, []string{"elfedit", "--output-osabi=" + name, "out"})
 	}
-	return nil
+	return c, nil
 }
 
 func objcopy(arch string) string {
