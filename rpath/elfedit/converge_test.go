@@ -370,22 +370,61 @@ func TestTornWriteConverges(t *testing.T) {
 	require.Len(t, cases, 11)
 	torn := 0
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			fx, path, prepared, e := convergeSetup(t, c)
-			for _, sync := range []bool{false, true} {
-				clean, _, _ := convergeApply(t, path, prepared, e, sync, -1)
-				probe := tornApply(t, path, prepared, e, sync, 0, 0)
-				for k, sp := range probe.spans {
-					for _, cut := range pageCuts(sp[0], sp[1]) {
-						torn++
-						tornApply(t, path, prepared, e, sync, k+1, cut)
-						convergedAfter(t, fx, c.lib, path, e, clean, fmt.Sprintf("sync %v, killed in write %d of %d (0x%x-0x%x) at 0x%x", sync, k+1, len(probe.spans), sp[0], sp[1], cut))
-					}
-				}
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { torn += tornConverges(t, c) })
 	}
 	require.NotZero(t, torn, "no write spans a page boundary")
+}
+
+// tornConverges cuts each write of c's edit that spans a page boundary at
+// each of pageCuts, and checks the next run converges (convergedAfter),
+// with and without sync; it returns how many cuts it made.
+func tornConverges(t *testing.T, c convergeCase) int {
+	t.Helper()
+	torn := 0
+	fx, path, prepared, e := convergeSetup(t, c)
+	for _, sync := range []bool{false, true} {
+		clean, _, _ := convergeApply(t, path, prepared, e, sync, -1)
+		probe := tornApply(t, path, prepared, e, sync, 0, 0)
+		for k, sp := range probe.spans {
+			for _, cut := range pageCuts(sp[0], sp[1]) {
+				torn++
+				tornApply(t, path, prepared, e, sync, k+1, cut)
+				convergedAfter(t, fx, c.lib, path, e, clean, fmt.Sprintf("sync %v, killed in write %d of %d (0x%x-0x%x) at 0x%x", sync, k+1, len(probe.spans), sp[0], sp[1], cut))
+			}
+		}
+	}
+	return torn
+}
+
+// TestTornWriteConvergesNearPage is TestTornWriteConverges's near-page
+// case for every distance k (0 < k < 16) of the old end before a page
+// boundary, the reservation's write cut at that boundary among the cuts:
+// k bytes of the pattern are left, fewer than one unit (1 to 8: only the
+// magic's first bytes; 9 to 15: some of the old end's too), and the next
+// run must cut them, leaving the bytes of one clean run. x86_64 for every
+// k; the 32-bit and the big-endian variant at both ends of the range.
+func TestTornWriteConvergesNearPage(t *testing.T) {
+	t.Parallel()
+	base := map[string]convergeCase{}
+	for _, c := range convergeCases() {
+		if v, ok := strings.CutSuffix(c.name, "/near-page"); ok {
+			base[v] = c
+		}
+	}
+	for _, v := range []string{"bfd-pie", "i686-bfd-pie", "s390x-bfd-pie"} {
+		require.Contains(t, base, v)
+		for k := int64(1); k < 16; k++ {
+			if v != "bfd-pie" && k != 1 && k != 15 {
+				continue
+			}
+			c := base[v]
+			c.name, c.prep = fmt.Sprintf("%s/near-page-%d", v, k), endNearPage(k)
+			t.Run(c.name, func(t *testing.T) {
+				cuts := tornConverges(t, c)
+				require.NotZero(t, cuts, "no write spans a page boundary")
+			})
+		}
+	}
 }
 
 // tornApply writes the prepared bytes to path, plans e from them and

@@ -22,7 +22,7 @@ func TestFillTail(t *testing.T) {
 				b := bytes.Repeat([]byte{0x7f}, int(old)) // not zeros, not the pattern
 				b = append(b, make([]byte, n)...)
 				fill(b[old:], old, old)
-				j, err := readJournal(bytes.NewReader(b), int64(len(b)), -1)
+				j, err := readJournal(bytes.NewReader(b), int64(len(b)), nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -44,7 +44,7 @@ func TestFillTail(t *testing.T) {
 				for _, at := range []int64{old, old + n/2, old + n - 1} {
 					c := bytes.Clone(b)
 					c[at] ^= 0x55
-					if j, err := readJournal(bytes.NewReader(c), int64(len(c)), -1); err != nil || j != nil {
+					if j, err := readJournal(bytes.NewReader(c), int64(len(c)), nil); err != nil || j != nil {
 						t.Fatalf("byte %d changed: %+v, %v; want no journal", at, j, err)
 					}
 				}
@@ -100,6 +100,9 @@ func contentEndOf(b []byte) int64 {
 	return f.contentEnd()
 }
 
+// endOf is contentEndOf(b) as readJournal takes it.
+func endOf(b []byte) func() int64 { return func() int64 { return contentEndOf(b) } }
+
 // TestShortTail: a reservation whose old end lay k bytes (0 < k < 16)
 // before a page boundary, its write cut there, leaves the first k bytes
 // of a pattern unit, too few to name the old end; the ELF file's contents
@@ -116,7 +119,7 @@ func TestShortTail(t *testing.T) {
 				b := append(shortTailELF(is64, old), make([]byte, k)...)
 				fill(b[old:], old, old)
 				require.Equal(t, old, contentEndOf(b), "the premise")
-				j, err := readJournal(bytes.NewReader(b), int64(len(b)), contentEndOf(b))
+				j, err := readJournal(bytes.NewReader(b), int64(len(b)), endOf(b))
 				require.NoError(t, err)
 				require.NotNil(t, j)
 				require.True(t, j.pending)
@@ -128,7 +131,7 @@ func TestShortTail(t *testing.T) {
 
 				none := func(c []byte, what string) {
 					t.Helper()
-					j, err := readJournal(bytes.NewReader(c), int64(len(c)), contentEndOf(c))
+					j, err := readJournal(bytes.NewReader(c), int64(len(c)), endOf(c))
 					require.NoError(t, err, what)
 					require.Nil(t, j, what)
 				}
@@ -148,10 +151,18 @@ func TestShortTail(t *testing.T) {
 				fill(c[old+1:], old+1, old+1)
 				none(c, "no page multiple")
 				// Headers that do not hold: a section past the end, a
-				// table count past the file, no ELF magic.
+				// table count past the file, no ELF magic; or an ELF
+				// header that says it runs past the old end (e_ehsize).
 				for _, mangle := range []func(c []byte){
 					func(c []byte) { c[0] = 0 },
 					func(c []byte) { c[elf.EI_CLASS] = 9 },
+					func(c []byte) {
+						if is64 {
+							binary.LittleEndian.PutUint16(c[52:], uint16(old+1))
+						} else {
+							binary.BigEndian.PutUint16(c[40:], uint16(old+1))
+						}
+					},
 					func(c []byte) {
 						if is64 {
 							binary.LittleEndian.PutUint16(c[60:], 0xfff0)
@@ -167,4 +178,37 @@ func TestShortTail(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestShortTailReadsHeadersLast: where the ELF contents end is asked only
+// of a file whose size is a page multiple and whose last bytes are the
+// start of a pattern unit, so a file that ends in no journal pays nothing
+// for it; unknown (nil), a short tail is no journal.
+func TestShortTailReadsHeadersLast(t *testing.T) {
+	const k = 5
+	old := int64(2*cutPage - k)
+	cut := append(shortTailELF(true, old), make([]byte, k)...)
+	fill(cut[old:], old, old)
+	other := bytes.Clone(cut)
+	other[len(other)-1] ^= 0x55
+	for _, c := range []struct {
+		name  string
+		b     []byte
+		asked bool
+	}{
+		{"a page multiple, ending in the section header table", shortTailELF(true, 2*cutPage), false},
+		{"no page multiple", shortTailELF(true, old), false},
+		{"not the pattern's last byte", other, false},
+		{"a cut reservation", cut, true},
+	} {
+		asked := 0
+		end := func() int64 { asked++; return contentEndOf(c.b) }
+		j, err := readJournal(bytes.NewReader(c.b), int64(len(c.b)), end)
+		require.NoError(t, err, c.name)
+		require.Equal(t, c.asked, j != nil, c.name)
+		require.Equal(t, c.asked, asked > 0, c.name)
+	}
+	j, err := readJournal(bytes.NewReader(cut), int64(len(cut)), nil)
+	require.NoError(t, err)
+	require.Nil(t, j, "the contents' end unknown")
 }

@@ -252,9 +252,11 @@ func uniform(b []byte) (byte, bool) {
 // checksum, and sizes that place the body and the trailer where the
 // encoder does, inside the file and the bounds; or, if the file ends in
 // what a reservation's write cut leaves instead (cutReservation), a cut
-// trailer. contentEnd is where the file's ELF contents end
-// (File.contentEnd), -1 when unknown. It reads the file's last bytes only.
-func readTrailer(r io.ReaderAt, size, contentEnd int64) (*trailer, error) {
+// trailer. contentEnd says where the file's ELF contents end
+// (File.contentEnd), nil when unknown; it is called only for a tail that
+// the cheap checks take for a short cut (shortTail). It reads the file's
+// last bytes only.
+func readTrailer(r io.ReaderAt, size int64, contentEnd func() int64) (*trailer, error) {
 	if size < fillUnit {
 		return nil, nil
 	}
@@ -315,7 +317,7 @@ func fillTail(tail []byte, size int64) *trailer {
 // cutReservation is the cut trailer of a file of the given size whose
 // last bytes, tail, are what a reservation's write cut at a page boundary
 // leaves (fillTail, shortTail); nil if they are not.
-func cutReservation(tail []byte, size, contentEnd int64) *trailer {
+func cutReservation(tail []byte, size int64, contentEnd func() int64) *trailer {
 	if tr := fillTail(tail, size); tr != nil {
 		return tr
 	}
@@ -331,12 +333,12 @@ const cutPage = 4096
 // bytes left are the start of one unit, too few to name the old end. The
 // file's ELF contents name it instead: a file whose size is a page
 // multiple, whose last k bytes are the start of the unit of a reservation
-// at size-k, and whose contents end exactly there (contentEnd, -1 when
+// at size-k, and whose contents end exactly there (contentEnd, nil when
 // unknown: File.contentEnd) is that cut write. A file with bytes past its
 // contents (a signature, a payload) is not recognised: nothing tells its
 // own last bytes from the pattern's.
-func shortTail(tail []byte, size, contentEnd int64) *trailer {
-	if size%cutPage != 0 || contentEnd < 0 || size-contentEnd >= fillUnit {
+func shortTail(tail []byte, size int64, contentEnd func() int64) *trailer {
+	if size%cutPage != 0 || contentEnd == nil {
 		return nil
 	}
 	for k := int64(1); k < fillUnit && k <= int64(len(tail)); k++ {
@@ -345,7 +347,9 @@ func shortTail(tail []byte, size, contentEnd int64) *trailer {
 		for i := range k {
 			ok = ok && b[i] == fillByte(s, s+i)
 		}
-		if ok && contentEnd == s {
+		// The headers only now: a file that ends in no journal almost
+		// never gets past the size and the pattern's first bytes.
+		if ok && contentEnd() == s {
 			return &trailer{oldSize: s, newSize: s, at: s, tailAt: size, cut: true}
 		}
 	}
@@ -353,10 +357,11 @@ func shortTail(tail []byte, size, contentEnd int64) *trailer {
 }
 
 // readJournal returns the journal the file of the given size ends in, nil
-// if it ends in none (readTrailer; contentEnd as there). A trailer whose body does not match
-// its checksum is a pending journal (its write was interrupted), provided
-// the file past its old end holds nothing its write had not put there.
-func readJournal(r io.ReaderAt, size, contentEnd int64) (*journal, error) {
+// if it ends in none (readTrailer; contentEnd as there). A trailer whose
+// body does not match its checksum is a pending journal (its write was
+// interrupted), provided the file past its old end holds nothing its
+// write had not put there.
+func readJournal(r io.ReaderAt, size int64, contentEnd func() int64) (*journal, error) {
 	tr, err := readTrailer(r, size, contentEnd)
 	if tr == nil || err != nil {
 		return nil, err

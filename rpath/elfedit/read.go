@@ -280,7 +280,7 @@ func NewFile(r io.ReaderAt, size int64) (*File, error) {
 		return nil, err
 	}
 	if _, planned := r.(*overlay); !planned {
-		if f.journal, err = readTrailer(r, size, f.contentEnd()); err != nil {
+		if f.journal, err = readTrailer(r, size, f.contentEnd); err != nil {
 			return nil, err
 		}
 	}
@@ -288,13 +288,14 @@ func NewFile(r io.ReaderAt, size int64) (*File, error) {
 }
 
 // contentEnd is where the file's ELF contents end: the furthest end of its
-// ELF header, its program and section header tables, its segments' file
-// bytes and its sections' bytes (SHT_NOBITS aside). The loader maps
-// nothing past it.
+// ELF header (e_ehsize, when it says more than the class's), its program
+// and section header tables, its segments' file bytes and its sections'
+// bytes (SHT_NOBITS aside). The loader maps nothing past it.
 func (f *File) contentEnd() int64 {
-	end := uint64(64)
-	if f.Header.Class == elf.ELFCLASS32 {
-		end = 52
+	end := uint64(f.ehdrSize())
+	if len(f.rawEhdr) == int(end) {
+		// e_ehsize lies 12 bytes before the header's end in both classes.
+		end = max(end, uint64(f.order.Uint16(f.rawEhdr[end-12:])))
 	}
 	grow := func(off, n uint64) {
 		if off+n < off {
@@ -330,9 +331,9 @@ func NewFileToEdit(r io.ReaderAt, size int64) (*File, error) {
 	if errors.Is(err, ErrNotELF) {
 		return nil, err
 	}
-	end := int64(-1)
+	var end func() int64 // unknown when the headers did not read
 	if err == nil {
-		end = f.contentEnd()
+		end = f.contentEnd
 	}
 	j, jerr := readJournal(r, size, end)
 	if jerr != nil {
