@@ -303,11 +303,7 @@ func fillTail(tail []byte, size int64) *trailer {
 		if s < 0 || s > at || (at-s)%fillUnit != 0 {
 			continue
 		}
-		ok := true
-		for i := u + fillUnit; i < int64(len(tail)) && ok; i++ {
-			ok = tail[i] == fillByte(s, size-int64(len(tail))+i)
-		}
-		if ok {
+		if rest := tail[u+fillUnit:]; notFillIn(rest, s, size-int64(len(rest))) < 0 {
 			return &trailer{oldSize: s, newSize: s, at: s, tailAt: size, cut: true}
 		}
 	}
@@ -342,14 +338,10 @@ func shortTail(tail []byte, size int64, contentEnd func() int64) *trailer {
 		return nil
 	}
 	for k := int64(1); k < fillUnit && k <= int64(len(tail)); k++ {
-		s, b := size-k, tail[int64(len(tail))-k:]
-		ok := true
-		for i := range k {
-			ok = ok && b[i] == fillByte(s, s+i)
-		}
+		s := size - k
 		// The headers only now: a file that ends in no journal almost
 		// never gets past the size and the pattern's first bytes.
-		if ok && contentEnd() == s {
+		if notFillIn(tail[int64(len(tail))-k:], s, s) < 0 && contentEnd() == s {
 			return &trailer{oldSize: s, newSize: s, at: s, tailAt: size, cut: true}
 		}
 	}
@@ -419,14 +411,23 @@ func notFill(r io.ReaderAt, s, lo, hi int64) (int64, error) {
 		if _, err := r.ReadAt(b, off); err != nil {
 			return 0, err
 		}
-		for i, c := range b {
-			if c != fillByte(s, off+int64(i)) {
-				return off + int64(i), nil
-			}
+		if i := notFillIn(b, s, off); i >= 0 {
+			return off + int64(i), nil
 		}
 		off += int64(len(b))
 	}
 	return -1, nil
+}
+
+// notFillIn is notFill over b, the file's bytes from off: the index in b
+// of the first byte that is not the pattern, -1 if none.
+func notFillIn(b []byte, s, off int64) int {
+	for i, c := range b {
+		if c != fillByte(s, off+int64(i)) {
+			return i
+		}
+	}
+	return -1
 }
 
 // readTail reads the trailer: from the read cache when it holds it (the
