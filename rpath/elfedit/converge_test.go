@@ -3,7 +3,6 @@ package elfedit_test
 import (
 	"bytes"
 	"debug/elf"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"strings"
@@ -123,15 +122,10 @@ func convergeCases() []convergeCase {
 func endNearPage(k int64) func(*testing.T, fixtures.Fixture, string) {
 	return func(t *testing.T, _ fixtures.Fixture, path string) {
 		b := readFile(t, path)
-		ef, err := elf.NewFile(bytes.NewReader(b))
-		require.NoError(t, err)
-		var o binary.ByteOrder = binary.LittleEndian
-		if ef.Data == elf.ELFDATA2MSB {
-			o = binary.BigEndian
-		}
+		o, class := headerCoding(t, b)
 		shoff, at := o.Uint64(b[40:]), 40
 		shsize := int64(o.Uint16(b[58:])) * int64(o.Uint16(b[60:]))
-		if ef.Class == elf.ELFCLASS32 {
+		if class == elf.ELFCLASS32 {
 			shoff, at = uint64(o.Uint32(b[32:])), 32
 			shsize = int64(o.Uint16(b[46:])) * int64(o.Uint16(b[48:]))
 		}
@@ -140,7 +134,7 @@ func endNearPage(k int64) func(*testing.T, fixtures.Fixture, string) {
 		end := (int64(len(b)) + shsize + k + 4095) / 4096 * 4096 // the page boundary
 		at2 := end - k - shsize
 		out := append(append(b, make([]byte, at2-int64(len(b)))...), table...)
-		if ef.Class == elf.ELFCLASS32 {
+		if class == elf.ELFCLASS32 {
 			o.PutUint32(out[at:], uint32(at2))
 		} else {
 			o.PutUint64(out[at:], uint64(at2))

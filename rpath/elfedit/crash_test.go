@@ -58,13 +58,8 @@ func setPathEdit(n int) func(*testing.T, fixtures.Fixture) elfedit.Edit {
 // the program header table (so that table moves into the region).
 func dropSections(t *testing.T, _ fixtures.Fixture, path string) {
 	b := readFile(t, path)
-	ef, err := elf.NewFile(bytes.NewReader(b))
-	require.NoError(t, err)
-	var o binary.ByteOrder = binary.LittleEndian
-	if ef.Data == elf.ELFDATA2MSB {
-		o = binary.BigEndian
-	}
-	if ef.Class == elf.ELFCLASS64 {
+	o, class := headerCoding(t, b)
+	if class == elf.ELFCLASS64 {
 		o.PutUint64(b[40:], 0)
 		o.PutUint16(b[60:], 0)
 		o.PutUint16(b[62:], 0)
@@ -74,6 +69,18 @@ func dropSections(t *testing.T, _ fixtures.Fixture, path string) {
 		o.PutUint16(b[50:], 0)
 	}
 	require.NoError(t, os.WriteFile(path, b, 0o755))
+}
+
+// headerCoding is the byte order and class of the ELF file b, whose header
+// fields a prep step rewrites in place.
+func headerCoding(t *testing.T, b []byte) (binary.ByteOrder, elf.Class) {
+	t.Helper()
+	ef, err := elf.NewFile(bytes.NewReader(b))
+	require.NoError(t, err)
+	if ef.Data == elf.ELFDATA2MSB {
+		return binary.BigEndian, ef.Class
+	}
+	return binary.LittleEndian, ef.Class
 }
 
 func crashCases() []crashCase { return append(layoutCrashCases(), noteCrashCases()...) }
