@@ -2,42 +2,28 @@ package main
 
 import (
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	fx "github.com/cudapatch/cudapatch/internal/fixtures"
 )
 
 // TestExplainSymbols: explain --symbols names the provider of each symbol
 // and version, and says when a missing one fails: when called under lazy
 // binding, at load with --bind-now; exit 1 then, 0 on a clean file.
 func TestExplainSymbols(t *testing.T) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Fatal("the test needs gcc (scripts/deps.sh installs it)")
-	}
 	dir := t.TempDir()
-	src := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
-		return p
+	libfn := func(out, src, script string) {
+		fx.Place(t, fx.C{Source: src, Files: map[string]string{"fn.map": script},
+			Args: []string{"-shared", "-fPIC", "-Wl,-soname,libfn.so", "-Wl,--version-script=fn.map"}}, filepath.Join(dir, out))
 	}
-	gcc := func(args ...string) {
-		out, err := exec.Command("gcc", args...).CombinedOutput()
-		require.NoError(t, err, "%s", out)
-	}
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "build"), 0o755))
-	require.NoError(t, os.MkdirAll(filepath.Join(dir, "run"), 0o755))
-	gcc("-shared", "-fPIC", "-o", filepath.Join(dir, "build/libfn.so"), "-Wl,-soname,libfn.so",
-		src("b.c", "int present(void) { return 1; } int gone(void) { return 2; }\n"),
-		"-Wl,--version-script="+src("b.map", "FN_1 { global: present; gone; local: *; };\n"))
-	gcc("-shared", "-fPIC", "-o", filepath.Join(dir, "run/libfn.so"), "-Wl,-soname,libfn.so",
-		src("r.c", "int present(void) { return 1; }\n"),
-		"-Wl,--version-script="+src("r.map", "FN_1 { global: present; local: *; };\n"))
+	libfn("build/libfn.so", "int present(void) { return 1; } int gone(void) { return 2; }\n", "FN_1 { global: present; gone; local: *; };\n")
+	libfn("run/libfn.so", "int present(void) { return 1; }\n", "FN_1 { global: present; local: *; };\n")
 	exe := filepath.Join(dir, "prog")
-	gcc("-o", exe, src("m.c", "int present(void); int gone(void); int main(int c, char **v) { return c > 1 ? gone() : present(); }\n"),
-		"-L"+filepath.Join(dir, "build"), "-lfn", "-Wl,-rpath,$ORIGIN/run")
+	fx.Place(t, fx.C{Source: "int present(void); int gone(void); int main(int c, char **v) { return c > 1 ? gone() : present(); }\n",
+		Args: []string{"-L" + filepath.Join(dir, "build"), "-lfn", "-Wl,-rpath,$ORIGIN/run"}}, exe)
 	lib := filepath.Join(dir, "run/libfn.so")
 
 	out, errOut, code := runFixed(t, nil, "explain", "--symbols", exe)
@@ -79,25 +65,17 @@ func TestExplainSymbols(t *testing.T) {
 // so, unless --stubs names the toolkit's stubs, which stand in for them.
 func TestExplainSymbolsStubs(t *testing.T) {
 	dir := t.TempDir()
-	gcc := func(args ...string) {
-		out, err := exec.Command("gcc", args...).CombinedOutput()
-		require.NoError(t, err, "%s", out)
-	}
-	write := func(name, text string) string {
-		p := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(p, []byte(text), 0o644))
-		return p
+	cuda := func(out, src string) {
+		fx.Place(t, fx.C{Source: src, Args: []string{"-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"}}, out)
 	}
 	stubs := filepath.Join(dir, "stubs")
-	require.NoError(t, os.MkdirAll(stubs, 0o755))
 	// The toolkit's stub is libcuda.so, with the driver's soname.
-	gcc("-shared", "-fPIC", "-o", filepath.Join(stubs, "libcuda.so"), "-Wl,-soname,libcuda.so.1", write("cuda.c", "int cuInit(unsigned f) { return f; }\n"))
+	cuda(filepath.Join(stubs, "libcuda.so"), "int cuInit(unsigned f) { return f; }\n")
 	// The program was linked against a driver that has cuGone too.
 	full := filepath.Join(dir, "full", "libcuda.so")
-	require.NoError(t, os.MkdirAll(filepath.Dir(full), 0o755))
-	gcc("-shared", "-fPIC", "-o", full, "-Wl,-soname,libcuda.so.1", write("full.c", "int cuInit(unsigned f) { return f; } int cuGone(void) { return 1; }\n"))
+	cuda(full, "int cuInit(unsigned f) { return f; } int cuGone(void) { return 1; }\n")
 	exe := filepath.Join(dir, "prog")
-	gcc("-o", exe, write("m.c", "int cuInit(unsigned); int cuGone(void); int main(int c, char **v) { return c > 1 ? cuGone() : cuInit(0); }\n"), full)
+	fx.Place(t, fx.C{Source: "int cuInit(unsigned); int cuGone(void); int main(int c, char **v) { return c > 1 ? cuGone() : cuInit(0); }\n", Args: []string{full}}, exe)
 
 	out, _, code := runFixed(t, nil, "explain", "--symbols", exe)
 	require.Equal(t, 1, code, "libcuda.so.1 is not found at build time")

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -128,11 +127,8 @@ func TestFileOfTwoWindowsIsReadOnce(t *testing.T) {
 		{pad: 200_000, min: 131073, max: 1 << 20},
 	} {
 		name := fmt.Sprintf("pad%d", tc.pad)
-		c := filepath.Join(dir, name+".c")
 		lib := filepath.Join(dir, "lib"+name+".so")
-		require.NoError(t, os.WriteFile(c, []byte(fmt.Sprintf("const char pad[%d] = {1};\nint f(void) { return pad[0]; }\n", tc.pad)), 0o644))
-		out, err := exec.Command("gcc", "-shared", "-fPIC", "-s", "-o", lib, c).CombinedOutput()
-		require.NoError(t, err, "%s", out)
+		fixtures.Place(t, fixtures.C{Source: fmt.Sprintf("const char pad[%d] = {1};\nint f(void) { return pad[0]; }\n", tc.pad), Args: []string{"-shared", "-fPIC", "-s"}}, lib)
 		raw, err := os.ReadFile(lib)
 		require.NoError(t, err)
 		require.True(t, len(raw) >= tc.min && len(raw) <= tc.max, "%s: %d bytes, not in [%d, %d]", name, len(raw), tc.min, tc.max)
@@ -164,15 +160,12 @@ func TestFileOfTwoWindowsIsReadOnce(t *testing.T) {
 func TestLastSegmentIsNotReadToFindARegion(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	c := filepath.Join(dir, "far.c")
 	lib := filepath.Join(dir, "libfar.so")
 	// 100 KB of read-only data first, so that the last segment starts
 	// past the head; 200 KB of relocated data in it before .dynamic; a
 	// .bss after it.
 	src := "const char ro[100000] = {1};\n__attribute__((section(\".data.rel.ro\"))) char far[200000] = {1};\nchar bss[4096];\nint f(void) { return ro[0] + far[0] + bss[1]; }\n"
-	require.NoError(t, os.WriteFile(c, []byte(src), 0o644))
-	out, err := exec.Command("gcc", "-shared", "-fPIC", "-s", "-o", lib, c).CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	fixtures.Place(t, fixtures.C{Source: src, Args: []string{"-shared", "-fPIC", "-s"}}, lib)
 	raw, err := os.ReadFile(lib)
 	require.NoError(t, err)
 	ef, err := elf.NewFile(bytes.NewReader(raw))
@@ -329,12 +322,10 @@ func TestTablesReadTogether(t *testing.T) {
 	for i := range 3000 {
 		fmt.Fprintf(&src, "int exported_function_with_a_long_name_%04d(void) { return %d; }\n", i, i)
 	}
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "many.c"), []byte(src.String()), 0o644))
 	lib := filepath.Join(dir, "libmany.so")
 	// Stripped, as distributions and Nix builds ship libraries: a .symtab
 	// (read whole when sections move, to renumber it) is one read more.
-	out, err := exec.Command("gcc", "-shared", "-fPIC", "-O0", "-s", "-o", lib, filepath.Join(dir, "many.c")).CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	fixtures.Place(t, fixtures.C{Source: src.String(), Args: []string{"-shared", "-fPIC", "-O0", "-s"}}, lib)
 	raw, err := os.ReadFile(lib)
 	require.NoError(t, err)
 	f0, err := elfedit.NewFile(bytes.NewReader(raw), int64(len(raw)))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
 )
 
@@ -165,11 +166,8 @@ func TestRegenerateGoldens(t *testing.T) {
 		t.Skip("needs -patchelf-master=PATH (a patchelf built from NixOS/patchelf master); TestPatchelfMasterGoldens checks the committed output")
 	}
 	work := t.TempDir()
-	src := filepath.Join(work, "main.c")
-	require.NoError(t, os.WriteFile(src, []byte("int main(void) { return 0; }\n"), 0o644))
 	prog := filepath.Join(work, "main")
-	out, err := exec.Command("gcc", "-o", prog, src).CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	fixtures.Place(t, fixtures.C{Source: "int main(void) { return 0; }\n"}, prog)
 	require.NoError(t, os.MkdirAll(filepath.Dir(goldenPath("x")), 0o755))
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {

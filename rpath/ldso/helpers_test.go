@@ -5,16 +5,16 @@ import (
 	"bytes"
 	"debug/elf"
 	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	fx "github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 )
 
@@ -150,13 +150,8 @@ func hostConfig(t testing.TB) ldso.Config {
 	return cfg
 }
 
-// cc compiles C source src into out with gcc.
+// cc compiles C source src into out with gcc, position-independent.
 func cc(t testing.TB, out, src string, args ...string) {
 	t.Helper()
-	require.NoError(t, os.MkdirAll(filepath.Dir(out), 0o755))
-	c := filepath.Join(t.TempDir(), "src.c")
-	require.NoError(t, os.WriteFile(c, []byte(src), 0o644))
-	cmd := exec.Command("gcc", append(append([]string{"-o", out, c}, args...), "-fPIC")...)
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, "gcc: %s", b)
+	fx.Place(t, fx.C{Source: src, Args: append(slices.Clip(args), "-fPIC")}, out)
 }

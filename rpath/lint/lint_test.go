@@ -3,7 +3,6 @@ package lint_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -13,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
@@ -252,20 +252,16 @@ func TestTextColor(t *testing.T) {
 func TestIssueStaleStubNote(t *testing.T) {
 	dir := t.TempDir()
 	p := func(s string) string { return filepath.Join(dir, s) }
-	src := filepath.Join(dir, "lib.c")
-	require.NoError(t, os.WriteFile(src, []byte("int lib(void) { return 1; }\n"), 0o644))
 	gcc := func(out string, args ...string) {
-		require.NoError(t, os.MkdirAll(filepath.Dir(out), 0o755))
-		o, err := exec.Command("gcc", append([]string{"-fPIC", "-nostdlib", "-o", out}, args...)...).CombinedOutput()
-		require.NoError(t, err, "%s", o)
+		fixtures.Place(t, fixtures.C{Source: "int lib(void) { return 1; }\n", Args: append([]string{"-fPIC", "-nostdlib"}, args...)}, out)
 	}
-	gcc(p("toolkit/lib/stubs/libcuda.so.1"), "-shared", "-Wl,-soname,libcuda.so.1", src)
-	gcc(p("driver/libcuda.so.1"), "-shared", "-Wl,-soname,libcuda.so.1", src)
-	gcc(p("pkg/lib/libfoo.so"), "-shared", "-Wl,-soname,libfoo.so", src)
+	gcc(p("toolkit/lib/stubs/libcuda.so.1"), "-shared", "-Wl,-soname,libcuda.so.1")
+	gcc(p("driver/libcuda.so.1"), "-shared", "-Wl,-soname,libcuda.so.1")
+	gcc(p("pkg/lib/libfoo.so"), "-shared", "-Wl,-soname,libfoo.so")
 	linkPath := p("toolkit/lib/stubs") + ":" + p("pkg/lib")
 	app := p("pkg/bin/app")
 	gcc(app, "-nostartfiles", "-Wl,-e,lib", "-Wl,--no-as-needed", "-Wl,--enable-new-dtags", "-Wl,-rpath,"+linkPath,
-		src, p("toolkit/lib/stubs/libcuda.so.1"), p("pkg/lib/libfoo.so"))
+		p("toolkit/lib/stubs/libcuda.so.1"), p("pkg/lib/libfoo.so"))
 	// patchelf master's rule (no rules) on the link-time RUNPATH.
 	old, outcome := ldcache.Build([]string{"libcuda.so.1", "libfoo.so"}, linkPath, ldcache.OS{}, ldcache.Rules{})
 	require.Equal(t, ldcache.Built, outcome)

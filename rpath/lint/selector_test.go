@@ -2,26 +2,23 @@ package lint_test
 
 import (
 	"context"
-	"github.com/cudapatch/cudapatch/rpath/nvdriver/nvdrivertest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/lint"
+	"github.com/cudapatch/cudapatch/rpath/nvdriver/nvdrivertest"
 	"github.com/cudapatch/cudapatch/rpath/selector"
 )
 
 // gcc builds a shared library or, with no soname, a program.
 func gcc(t *testing.T, out, src string, args ...string) {
 	t.Helper()
-	c := filepath.Join(t.TempDir(), "x.c")
-	require.NoError(t, os.WriteFile(c, []byte(src), 0o644))
-	b, err := exec.Command("gcc", append([]string{"-o", out, c}, args...)...).CombinedOutput()
-	require.NoError(t, err, "%s", b)
+	fixtures.Place(t, fixtures.C{Source: src, Args: args}, out)
 }
 
 // TestSelectorChoice: with --driver-version, a file whose search path

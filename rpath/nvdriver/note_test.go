@@ -1,14 +1,13 @@
 package nvdriver_test
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
 )
 
@@ -24,10 +23,8 @@ func compatLib(t *testing.T, version, owner, desc string) string {
 			`".balign 4\n.long 2f-1f\n.long 4f-3f\n.long 0\n1: .asciz \"` + owner + `\"\n2: .balign 4\n" ` +
 			`"3: .ascii \"` + escape(desc) + `\"\n.byte 0\n4: .balign 4\n.popsection\n");` + "\n"
 	}
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "x.c"), []byte(src), 0o644))
 	out := filepath.Join(dir, "libcuda.so."+version)
-	b, err := exec.Command("gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", out, filepath.Join(dir, "x.c")).CombinedOutput()
-	require.NoError(t, err, "%s", b)
+	fixtures.Place(t, fixtures.C{Source: src, Args: []string{"-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"}}, out)
 	return out
 }
 

@@ -3,13 +3,13 @@ package nvdriver_test
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
 )
 
@@ -81,10 +81,8 @@ func lib(t *testing.T, strs ...string) string {
 		src += "\t\"" + s + "\",\n"
 	}
 	src += "\t0 };\nint cuInit(unsigned f) { return strs[f] != 0; }\n"
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "x.c"), []byte(src), 0o644))
 	out := filepath.Join(dir, "libcuda.so")
-	b, err := exec.Command("gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", out, filepath.Join(dir, "x.c")).CombinedOutput()
-	require.NoError(t, err, "%s", b)
+	fixtures.Place(t, fixtures.C{Source: src, Args: []string{"-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"}}, out)
 	return out
 }
 

@@ -328,11 +328,8 @@ func neededEntry(t *testing.T, ef *elf.File, dyn *elf.Section) int {
 // needs a new segment above its own.
 func TestHighAddresses(t *testing.T) {
 	dir := t.TempDir()
-	src := filepath.Join(dir, "f.c")
-	require.NoError(t, os.WriteFile(src, []byte("int f(void) { return 1; }\n"), 0o644))
 	lib := filepath.Join(dir, "libhigh.so")
-	out, err := exec.Command("gcc", "-shared", "-fPIC", "-nostdlib", "-Wl,-Ttext-segment=0x6000000000000000", "-o", lib, src).CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	fixtures.Place(t, fixtures.C{Source: "int f(void) { return 1; }\n", Args: []string{"-shared", "-fPIC", "-nostdlib", "-Wl,-Ttext-segment=0x6000000000000000"}}, lib)
 	long := "/" + strings.Repeat("x", 20000)
 	mustRun(t, "--set-rpath", long, lib)
 	assert.Equal(t, long+"\n", mustRun(t, "--print-rpath", lib))
@@ -362,21 +359,11 @@ func TestEmptyDynamic(t *testing.T) {
 // program that way when it does not). The program runs under the new name.
 func TestReplaceNeededVersioned(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, s string) string {
-		p := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(p, []byte(s), 0o644))
-		return p
-	}
-	dep := write("dep.c", "int dep_value(void) { return 42; }\n")
-	vers := write("dep.map", "LIBDEP_1.0 { global: dep_value; local: *; };\n")
-	main := write("main.c", "#include <stdio.h>\nint dep_value(void);\nint main(void) { printf(\"%d\\n\", dep_value()); return 0; }\n")
-	for _, args := range [][]string{
-		{"-shared", "-fPIC", "-Wl,-soname,libdep.so.0", "-Wl,--version-script=" + vers, "-o", filepath.Join(dir, "libdep.so.0"), dep},
-		{"-o", filepath.Join(dir, "app"), main, "-L" + dir, "-l:libdep.so.0", "-Wl,-rpath," + dir},
-	} {
-		out, err := exec.Command("gcc", args...).CombinedOutput()
-		require.NoError(t, err, "%s", out)
-	}
+	fixtures.Place(t, fixtures.C{Source: "int dep_value(void) { return 42; }\n",
+		Files: map[string]string{"dep.map": "LIBDEP_1.0 { global: dep_value; local: *; };\n"},
+		Args:  []string{"-shared", "-fPIC", "-Wl,-soname,libdep.so.0", "-Wl,--version-script=dep.map"}}, filepath.Join(dir, "libdep.so.0"))
+	fixtures.Place(t, fixtures.C{Source: "#include <stdio.h>\nint dep_value(void);\nint main(void) { printf(\"%d\\n\", dep_value()); return 0; }\n",
+		Args: []string{"-L" + dir, "-l:libdep.so.0", "-Wl,-rpath," + dir}}, filepath.Join(dir, "app"))
 	require.NoError(t, os.Symlink("libdep.so.0", filepath.Join(dir, "dep.so.0")))
 	require.NoError(t, os.Symlink("libdep.so.0", filepath.Join(dir, "libdep-renamed-with-a-long-name.so.0")))
 	app := filepath.Join(dir, "app")
@@ -445,15 +432,9 @@ func TestRenameDynamicSymbols(t *testing.T) {
 				fmt.Fprintf(&lib, "s += f%d();\n", i)
 			}
 			lib.WriteString("return s; }\n")
-			libSrc := write("lib.c", lib.String())
-			main := write("main.c", "#include <stdio.h>\nint total(void); int f299(void);\nint main(void) { printf(\"%d %d\\n\", total(), f299()); return 0; }\n")
-			for _, args := range [][]string{
-				{"-shared", "-fPIC", "-Wl,--hash-style=" + style, "-Wl,-soname,libmany.so", "-o", filepath.Join(dir, "libmany.so"), libSrc},
-				{"-Wl,--hash-style=" + style, "-o", filepath.Join(dir, "app"), main, "-L" + dir, "-lmany", "-Wl,-rpath," + dir},
-			} {
-				out, err := exec.Command("gcc", args...).CombinedOutput()
-				require.NoError(t, err, "%s", out)
-			}
+			fixtures.Place(t, fixtures.C{Source: lib.String(), Args: []string{"-shared", "-fPIC", "-Wl,--hash-style=" + style, "-Wl,-soname,libmany.so"}}, filepath.Join(dir, "libmany.so"))
+			fixtures.Place(t, fixtures.C{Source: "#include <stdio.h>\nint total(void); int f299(void);\nint main(void) { printf(\"%d %d\\n\", total(), f299()); return 0; }\n",
+				Args: []string{"-Wl,--hash-style=" + style, "-L" + dir, "-lmany", "-Wl,-rpath," + dir}}, filepath.Join(dir, "app"))
 			app, so := filepath.Join(dir, "app"), filepath.Join(dir, "libmany.so")
 			defined := func(p string) []string {
 				out, err := exec.Command("nm", "-D", "--defined-only", p).CombinedOutput()
@@ -573,20 +554,16 @@ func TestInterpOverNotes(t *testing.T) {
 // new interpreter here) go through, and the note is kept as it was.
 func TestNoteSectionAlignedEight(t *testing.T) {
 	dir := t.TempDir()
-	asm := filepath.Join(dir, "note.s")
-	require.NoError(t, os.WriteFile(asm, []byte(`
+	asm := `
 	.section .note.eight,"a",@note
 	.balign 8
 	.long 13, 4, 1
 	.asciz "a-note-owner"
 	.balign 4
 	.long 0xefbeadde
-`), 0o644))
-	src := filepath.Join(dir, "main.c")
-	require.NoError(t, os.WriteFile(src, []byte("int main(void) { return 7; }\n"), 0o644))
+`
 	exe := filepath.Join(dir, "main")
-	out, err := exec.Command("gcc", "-o", exe, src, asm).CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	fixtures.Place(t, fixtures.C{Source: "int main(void) { return 7; }\n", Files: map[string]string{"note.s": asm}, Args: []string{"note.s"}}, exe)
 	// The hard case: readelf reads the section with 8 and gives up.
 	assert.Contains(t, readelf(t, "-n", exe), "note with invalid namesz and/or descsz")
 

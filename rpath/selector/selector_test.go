@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
 	"github.com/cudapatch/cudapatch/rpath/selector"
 )
@@ -142,10 +142,7 @@ func TestBuildReproducible(t *testing.T) {
 	dir := t.TempDir()
 	compat := filepath.Join(dir, "compat")
 	require.NoError(t, os.MkdirAll(compat, 0o755))
-	src := filepath.Join(dir, "c.c")
-	require.NoError(t, os.WriteFile(src, []byte("int cuInit(unsigned f) { return 0; }\n"), 0o644))
-	b, err := exec.Command("gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(compat, "libcuda.so.580.95.05"), src).CombinedOutput()
-	require.NoError(t, err, "%s", b)
+	fixtures.Place(t, fixtures.C{Source: "int cuInit(unsigned f) { return 0; }\n", Args: []string{"-shared", "-fPIC", "-Wl,-soname,libcuda.so.1"}}, filepath.Join(compat, "libcuda.so.580.95.05"))
 	require.NoError(t, os.Symlink("libcuda.so.580.95.05", filepath.Join(compat, "libcuda.so.1")))
 	spec, err := selector.ForCompat(compat, []string{"/run/opengl-driver/lib/libcuda.so.1"})
 	require.NoError(t, err)
