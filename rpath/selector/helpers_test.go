@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/stretchr/testify/require"
 )
 
@@ -50,8 +51,7 @@ func (a arch) need(t *testing.T) {
 // compile runs the arch's C compiler.
 func (a arch) compile(t *testing.T, args ...string) {
 	t.Helper()
-	out, err := exec.Command(a.cc, args...).CombinedOutput()
-	require.NoError(t, err, "%s %s: %s", a.cc, strings.Join(args, " "), out)
+	fixtures.Cmd(t, a.cc, args...)
 }
 
 // exec runs a program of the arch with env added to a clean environment

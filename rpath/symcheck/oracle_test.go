@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/symcheck"
 )
@@ -210,8 +211,7 @@ func oracle(t *testing.T, a arch, c class) {
 		if cxx {
 			tool = a.cxx
 		}
-		out, err := exec.Command(tool, args...).CombinedOutput()
-		require.NoError(t, err, "%s %s: %s", tool, strings.Join(args, " "), out)
+		fixtures.Cmd(t, tool, args...)
 	}
 	write := func(name, text string) string {
 		p := filepath.Join(dir, "src", name)
