@@ -54,11 +54,7 @@ type File struct {
 	Strategy        elfedit.Strategy `json:"strategy,omitempty"`
 	Written         int64            `json:"bytes_written,omitempty"`
 	Errors          []FileError      `json:"errors,omitempty"`
-	// DlopenError says why the names of dlopen discovery could not all be
-	// read; the file is patched with those read before it.
-	DlopenError string `json:"dlopen_error,omitempty"`
-	// Symbols are the symbol check's findings (WithSymbols).
-	Symbols []SymbolFinding `json:"symbols,omitempty"`
+	Checked
 	// SameFileAs is, for a name of a file with several hard links, all
 	// of them in the outputs and all getting the same edit, the name the
 	// file is written and counted under (the first in the report's
@@ -68,6 +64,16 @@ type File struct {
 	// facts are what the file is, as the reasons of a skip name it
 	// (AutoPatchelfEvents, SkippedForTarget); not reported as such.
 	facts fileFacts
+}
+
+// Checked is what the two checks of the job found in a file; its fields
+// are the row's own in JSON.
+type Checked struct {
+	// DlopenError says why the names of dlopen discovery could not all be
+	// read; the file is patched with those read before it.
+	DlopenError string `json:"dlopen_error,omitempty"`
+	// Symbols are the symbol check's findings (WithSymbols).
+	Symbols []SymbolFinding `json:"symbols,omitempty"`
 }
 
 // fileFacts are the ELF identity of a file and why it was skipped, if it
