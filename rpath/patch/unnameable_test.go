@@ -77,10 +77,16 @@ func TestUnnameableLibraryDirs(t *testing.T) {
 			libDir := "out/" + c.dir
 			cfix.Copy(t, bar, tr.p(libDir+"/libbar.so"))
 			tr.place("out/bin/main", cfix.Spec{Exe: true, Libc: true, Source: srcBarMain, Link: []string{bar}})
-			opts := []patch.Option{patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir),
-				patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithRelativizeRpath(c.relative)}
+			opts := patch.Config{
+				Policy: policy.Config{
+					Interpreter:    hostLoader,
+					DriverLinkFor:  policy.DriverLinkNone,
+					RelativizeRoot: c.relative,
+				},
+				Libc: hostLibcDir,
+			}
 			snap := tr.snapshot()
-			rep, err := tr.patch([]string{"out"}, opts...)
+			rep, err := tr.patch([]string{"out"}, opts)
 			if c.why == "" {
 				if err != nil {
 					t.Fatalf("Patch: %v", err)
@@ -120,8 +126,14 @@ func TestUnnameableSharedPart(t *testing.T) {
 		tr := newTree(t)
 		cfix.Copy(t, bar, tr.p(top+"/lib/libbar.so"))
 		tr.place(top+"/bin/main", cfix.Spec{Exe: true, Libc: true, Source: srcBarMain, Link: []string{bar}})
-		tr.mustPatch([]string{top}, patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir),
-			patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithRelativizeRpath(true))
+		tr.mustPatch([]string{top}, patch.Config{
+			Policy: policy.Config{
+				Interpreter:    hostLoader,
+				DriverLinkFor:  policy.DriverLinkNone,
+				RelativizeRoot: true,
+			},
+			Libc: hostLibcDir,
+		})
 		if got := tr.runpathOf(top + "/bin/main"); got != "$ORIGIN/../lib" {
 			t.Errorf("%s: RUNPATH %q, want $ORIGIN/../lib", top, got)
 		}
