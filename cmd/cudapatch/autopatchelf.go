@@ -31,7 +31,7 @@ func autoPatchelfCommand(g *globals) *cli.Command {
 				fmt.Fprintln(g.stdout, autoPatchelfUsage)
 				return nil
 			}
-			opts, err := g.patchOptionsFrom(a)
+			cfg, err := g.patchConfigFrom(a)
 			if err != nil {
 				return withCode(exitUsage, err)
 			}
@@ -39,7 +39,7 @@ func autoPatchelfCommand(g *globals) *cli.Command {
 			if a.structured {
 				out = outEvents
 			}
-			return g.runPatch(ctx, a.paths, opts, out, false)
+			return g.runPatch(ctx, a.paths, cfg, out, false)
 		},
 	}
 }
@@ -117,10 +117,10 @@ func parseAutoPatchelf(args []string) (*autoPatchelfArgs, error) {
 	return a, nil
 }
 
-// patchOptionsFrom maps auto-patchelf's arguments to the main job's options;
-// the driver link stays at its default, as the nixpkgs hooks it replaces
-// would add it afterwards.
-func (g *globals) patchOptionsFrom(a *autoPatchelfArgs) ([]patch.Option, error) {
+// patchConfigFrom maps auto-patchelf's arguments to the main job's
+// configuration; the driver link stays at its default, as the nixpkgs
+// hooks it replaces would add it afterwards.
+func (g *globals) patchConfigFrom(a *autoPatchelfArgs) (*patch.Config, error) {
 	cmd := &cli.Command{Flags: patchFlags()}
 	args := []string{"auto-patchelf"}
 	for _, l := range a.libs {
@@ -153,10 +153,10 @@ func (g *globals) patchOptionsFrom(a *autoPatchelfArgs) ([]patch.Option, error) 
 	// auto-patchelf reads no strings: its drop-in resolves what it
 	// resolves (its events are checked against the script's).
 	args = append(args, "--dlopen", string(policy.DlopenOff))
-	var opts []patch.Option
+	var cfg *patch.Config
 	var perr error
 	cmd.Action = func(ctx context.Context, c *cli.Command) error {
-		opts, perr = g.patchOptions(c)
+		cfg, perr = g.patchConfig(c)
 		return nil
 	}
 	cmd.Writer, cmd.ErrWriter = g.stdout, g.stderr
@@ -164,5 +164,5 @@ func (g *globals) patchOptionsFrom(a *autoPatchelfArgs) ([]patch.Option, error) 
 	if err := cmd.Run(context.Background(), args); err != nil {
 		return nil, err
 	}
-	return opts, perr
+	return cfg, perr
 }

@@ -73,35 +73,30 @@ func lintCommand(g *globals) *cli.Command {
 			if cmd.Bool("verbose") {
 				g.level.Set(slog.LevelDebug)
 			}
-			opts := append(g.lintTarget(cmd.String("interpreter"), cmd.String("root")),
-				lint.WithPreserveOrigin(cmd.Bool("preserve-origin")),
-				lint.WithAppendRunpaths(cmd.StringSlice("append-rpath")...),
-				lint.WithRuntimeDependencies(cmd.StringSlice("runtime-dependency")...),
-				lint.WithIgnoreMissing(cmd.StringSlice("ignore-missing")...),
-				lint.WithLogger(g.log),
-				lint.WithEnable(splitList(cmd.StringSlice("enable"))...),
-				lint.WithDisable(splitList(cmd.StringSlice("disable"))...),
-				lint.WithDriverLink(cmd.String("driver-link")),
-				lint.WithStoreDir(g.storeDir(cmd.String("store-dir"))),
-				lint.WithBuildDirs(g.getenv("NIX_BUILD_TOP")),
-			)
-			if r := cmd.String("root"); r != "" {
-				opts = append(opts, lint.WithRoot(r))
+			opts := &lint.Options{
+				Root:          cmd.String("root"),
+				StoreDir:      g.storeDir(cmd.String("store-dir")),
+				Enable:        splitList(cmd.StringSlice("enable")),
+				Disable:       splitList(cmd.StringSlice("disable")),
+				DriverVersion: cmd.String("driver-version"),
+				Jobs:          int(cmd.Int("jobs")),
+				Logger:        g.log,
 			}
-			if v := cmd.String("driver-version"); v != "" {
-				opts = append(opts, lint.WithDriverVersion(v))
+			g.lintTarget(opts, cmd.String("interpreter"), cmd.String("root"))
+			if err := sharedPolicy(cmd, &opts.Policy); err != nil {
+				return withCode(exitUsage, fmt.Errorf("lint: %w", err))
 			}
-			if n := cmd.Int("jobs"); n != 0 {
-				opts = append(opts, lint.WithJobs(int(n)))
+			if top := g.getenv("NIX_BUILD_TOP"); top != "" {
+				opts.Policy.BuildDirs = []string{top}
 			}
 			if f := cmd.String("config"); f != "" {
 				cfg, err := lint.LoadConfig(f)
 				if err != nil {
 					return withCode(exitUsage, fmt.Errorf("lint: %w", err))
 				}
-				opts = append(opts, lint.WithConfig(cfg))
+				opts.Rules = cfg
 			}
-			rep, err := lint.Lint(ctx, paths, opts...)
+			rep, err := lint.Lint(ctx, opts, paths)
 			if err != nil {
 				return withCode(exitUsage, fmt.Errorf("lint: %w", err))
 			}
@@ -129,10 +124,12 @@ func lintCommand(g *globals) *cli.Command {
 // lintTarget is the architecture lint checks, the main job's: that of
 // --interpreter, else of $NIX_BINTOOLS's interpreter, else of this
 // machine's (inside --root: the root's), as the main job finds it
-// (globals.loader). None found, no file is skipped for its architecture.
-func (g *globals) lintTarget(interp, root string) []lint.Option {
+// (globals.loader), set in opts. None found, no file is skipped for its
+// architecture.
+func (g *globals) lintTarget(opts *lint.Options, interp, root string) {
 	if interp != "" {
-		return []lint.Option{lint.WithInterpreter(interp)}
+		opts.Policy.Interpreter = interp
+		return
 	}
 	if bt := g.getenv("NIX_BINTOOLS"); bt != "" {
 		b, err := os.ReadFile(filepath.Join(bt, "nix-support", "dynamic-linker"))
@@ -140,19 +137,20 @@ func (g *globals) lintTarget(interp, root string) []lint.Option {
 			interp = strings.TrimSpace(string(b))
 			if t, err := policy.InterpreterTarget(interp); err == nil {
 				g.log.Debug("target", "interpreter", interp, "from", "NIX_BINTOOLS")
-				return []lint.Option{lint.WithTarget(t)}
+				opts.Target = &t
+				return
 			}
 		}
 		g.log.Debug("target", "interpreter", interp, "why", "not readable: no file is skipped for its architecture")
-		return nil
+		return
 	}
 	h, err := g.findHost(root)
 	if err != nil {
 		g.log.Debug("target", "why", err.Error()+": no file is skipped for its architecture")
-		return nil
+		return
 	}
 	g.log.Debug("target", "interpreter", h.Interpreter, "from", "this machine")
-	return []lint.Option{lint.WithTarget(policy.Target{Class: h.Class, Machine: h.Machine, OSABI: h.OSABI})}
+	opts.Target = &policy.Target{Class: h.Class, Machine: h.Machine, OSABI: h.OSABI}
 }
 
 // checkLintPaths refuses, in one line each, the PATHs lint cannot check:

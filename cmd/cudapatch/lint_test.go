@@ -256,7 +256,7 @@ func TestLintDriverVersion(t *testing.T) {
 	assert.Equal(t, "cudapatch: lint: driver version \"580\": want an NVIDIA driver version like 580.159.04\n", errOut)
 	_, errOut, code = runCLI(t, nil, "lint", "--root", "root", "--enable", "CP021", file)
 	assert.Equal(t, exitUsage, code)
-	assert.Equal(t, "cudapatch: lint: rule CP021 compat-older-than-driver needs the target driver version (WithDriverVersion, --driver-version)\n", errOut)
+	assert.Equal(t, "cudapatch: lint: rule CP021 compat-older-than-driver needs the target driver version (Options.DriverVersion, --driver-version)\n", errOut)
 }
 
 // TestLintAgreesWithMainJob is issue 32's onnxruntime-node case through

@@ -88,7 +88,7 @@ func patchCommand(g *globals) *cli.Command {
 					return withCode(exitUsage, errors.New(msg))
 				}
 			}
-			opts, err := g.patchOptions(cmd)
+			cfg, err := g.patchConfig(cmd)
 			if err != nil {
 				return withCode(exitUsage, err)
 			}
@@ -101,7 +101,7 @@ func patchCommand(g *globals) *cli.Command {
 			case cmd.Bool("structured-logs"):
 				out = outEvents
 			}
-			return g.runPatch(ctx, paths, opts, out, cmd.Bool("dry-run"))
+			return g.runPatch(ctx, paths, cfg, out, cmd.Bool("dry-run"))
 		},
 	}
 }
@@ -116,8 +116,9 @@ func unwrapPathError(err error) error {
 	return err
 }
 
-// patchOptions turns flags (and the Nix build environment) into options.
-func (g *globals) patchOptions(cmd *cli.Command) ([]patch.Option, error) {
+// patchConfig turns flags (and the Nix build environment) into the main
+// job's configuration; patch.Run validates it.
+func (g *globals) patchConfig(cmd *cli.Command) (*patch.Config, error) {
 	if cmd.Bool("verbose") {
 		g.level.Set(-4) // slog.LevelDebug
 	}
@@ -145,40 +146,63 @@ func (g *globals) patchOptions(cmd *cli.Command) ([]patch.Option, error) {
 	if cmd.Bool("relative-rpaths") {
 		store = g.storeDir(cmd.String("store-dir"))
 	}
-	return []patch.Option{
-		patch.WithSearch(cmd.StringSlice("search")...),
-		patch.WithSearchRecursive(cmd.StringSlice("search-recursive")...),
-		patch.WithRecurse(!cmd.Bool("no-recurse")),
-		patch.WithInterpreter(interp),
-		patch.WithLibc(libc),
-		patch.WithKeepLibc(cmd.Bool("keep-libc")),
-		patch.WithCudaCompat(cmd.String("cuda-compat")),
-		patch.WithCudaCompatSelector(cmd.String("cuda-compat-selector"), strings.Fields(g.getenv("CC"))...),
-		patch.WithDriverLink(cmd.String("driver-link")),
-		patch.WithDriverLink32(cmd.String("driver-link-32")),
-		patch.WithDriverLinkFor(policy.DriverLinkPolicy(cmd.String("driver-link-for"))),
-		patch.WithRuntimeDependencies(cmd.StringSlice("runtime-dependency")...),
-		patch.WithAppendRunpaths(cmd.StringSlice("append-rpath")...),
-		patch.WithPreserveOrigin(cmd.Bool("preserve-origin")),
-		patch.WithRelativeRpaths(store),
-		patch.WithRelativizeRpath(cmd.Bool("relativize-rpath")),
-		patch.WithIgnoreExisting(cmd.Bool("ignore-existing")),
-		patch.WithIgnoreMissing(cmd.StringSlice("ignore-missing")...),
-		patch.WithResolutionCache(!cmd.Bool("no-resolution-cache")),
-		patch.WithDlopen(policy.DlopenMode(cmd.String("dlopen"))),
-		patch.WithDlopenNeeded(cmd.Bool("dlopen-needed")),
-		patch.WithSymbols(patch.SymbolsMode(cmd.String("symbols"))),
-		patch.WithIgnoreSymbols(cmd.StringSlice("ignore-symbol")...),
-		patch.WithShrinkKept(cmd.Bool("shrink-kept")),
-		patch.WithForceRPath(cmd.Bool("force-rpath") || pf.forceRPath),
-		patch.WithKeepOldSections(pf.keepOld),
-		patch.WithPageSize(pf.pageSize),
-		patch.WithDryRun(cmd.Bool("dry-run")),
-		patch.WithJobs(jobs),
-		patch.WithSync(cmd.Bool("sync")),
-		patch.WithBuildDirs(buildDirs...),
-		patch.WithLogger(g.log),
-	}, nil
+	cfg := &patch.Config{
+		Search:          cmd.StringSlice("search"),
+		SearchRecursive: cmd.StringSlice("search-recursive"),
+		NoRecurse:       cmd.Bool("no-recurse"),
+		IgnoreExisting:  cmd.Bool("ignore-existing"),
+		Libc:            libc,
+		KeepLibc:        cmd.Bool("keep-libc"),
+		Selector: patch.CompatSelector{
+			Dir: cmd.String("cuda-compat-selector"),
+			CC:  strings.Fields(g.getenv("CC")),
+		},
+		NoResolutionCache: cmd.Bool("no-resolution-cache"),
+		DlopenNeeded:      cmd.Bool("dlopen-needed"),
+		Symbols:           patch.SymbolsMode(cmd.String("symbols")),
+		IgnoreSymbols:     cmd.StringSlice("ignore-symbol"),
+		Write: patch.WriteOptions{
+			DryRun:          cmd.Bool("dry-run"),
+			Sync:            cmd.Bool("sync"),
+			ShrinkKept:      cmd.Bool("shrink-kept"),
+			KeepOldSections: pf.keepOld,
+			PageSize:        pf.pageSize,
+		},
+		Jobs:   jobs,
+		Logger: g.log,
+	}
+	if err := sharedPolicy(cmd, &cfg.Policy); err != nil {
+		return nil, err
+	}
+	cfg.Policy.Interpreter = interp
+	cfg.Policy.CudaCompat = cmd.String("cuda-compat")
+	cfg.Policy.DriverLink32 = cmd.String("driver-link-32")
+	cfg.Policy.DriverLinkFor = policy.DriverLinkPolicy(cmd.String("driver-link-for"))
+	cfg.Policy.RelativeStore = store
+	cfg.Policy.RelativizeRoot = cmd.Bool("relativize-rpath")
+	cfg.Policy.BuildDirs = buildDirs
+	cfg.Policy.Dlopen = policy.DlopenMode(cmd.String("dlopen"))
+	cfg.Policy.ForceRPath = cmd.Bool("force-rpath") || pf.forceRPath
+	return cfg, nil
+}
+
+// sharedPolicy fills the part of the policy that the main job and lint
+// take from flags of the same names and meanings: the driver link, and
+// what the main job keeps (--preserve-origin, --append-rpath,
+// --runtime-dependency, --ignore-missing), which lint is given so that
+// it does not report it.
+func sharedPolicy(cmd *cli.Command, p *policy.Config) error {
+	p.DriverLink = cmd.String("driver-link")
+	if p.DriverLink == "" {
+		// In the Config "" is the default; given as a flag it is refused
+		// as any relative directory is.
+		return fmt.Errorf("driver link %q is not absolute", p.DriverLink)
+	}
+	p.PreserveOrigin = cmd.Bool("preserve-origin")
+	p.AppendRunpaths = cmd.StringSlice("append-rpath")
+	p.RuntimeDeps = cmd.StringSlice("runtime-dependency")
+	p.IgnoreMissing = cmd.StringSlice("ignore-missing")
+	return nil
 }
 
 // checkSearchDirs says in one line each --search or --search-recursive
@@ -308,18 +332,20 @@ const (
 // per changed file (or the report, or the events), each file's errors, the
 // missing libraries, and last a summary line that counts every file once
 // (docs/usage.md: "What the main job prints").
-func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Option, out output, dryRun bool) error {
+func (g *globals) runPatch(ctx context.Context, paths []string, cfg *patch.Config, out output, dryRun bool) error {
 	ctx, stop := onInterrupt(ctx)
 	defer stop()
 	if f, ok := g.stderr.(*os.File); ok && term.IsTerminal(int(f.Fd())) && out == outText {
 		p := mpb.NewWithContext(ctx, mpb.WithOutput(f))
 		var bar *mpb.Bar
-		opts = append(opts, patch.WithProgress(func(done, total int) {
+		withBar := *cfg
+		withBar.Progress = func(done, total int) {
 			if bar == nil {
 				bar = p.AddBar(int64(total), mpb.PrependDecorators(decor.Name("cudapatch ")), mpb.AppendDecorators(decor.CountersNoUnit("%d/%d")))
 			}
 			bar.SetCurrent(int64(done))
-		}))
+		}
+		cfg = &withBar
 		defer func() {
 			if bar != nil {
 				bar.Abort(false)
@@ -327,7 +353,7 @@ func (g *globals) runPatch(ctx context.Context, paths []string, opts []patch.Opt
 			p.Wait()
 		}()
 	}
-	rep, err := patch.Run(ctx, paths, opts...)
+	rep, err := patch.Run(ctx, cfg, paths)
 	if rep == nil {
 		if e := interruptedExit(ctx, err, "no file was written"); e != nil {
 			return e

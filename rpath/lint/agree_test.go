@@ -33,8 +33,10 @@ func TestSkipsWhatTheMainJobSkips(t *testing.T) {
 	fixtures.ByName(t, "static").CopyTo(t, filepath.Join(tree, "static"))
 
 	ctx := context.Background()
-	rep, err := patch.Run(ctx, []string{tree}, patch.WithInterpreter(host.Interpreter), patch.WithLibc(host.LibcDir),
-		patch.WithRelativizeRpath(true))
+	rep, err := patch.Run(ctx, &patch.Config{
+		Policy: policy.Config{Interpreter: host.Interpreter, RelativizeRoot: true},
+		Libc:   host.LibcDir,
+	}, []string{tree})
 	require.NoError(t, err)
 	out, err := x86.Run(t, x86.Exe)
 	require.NoError(t, err)
@@ -48,7 +50,7 @@ func TestSkipsWhatTheMainJobSkips(t *testing.T) {
 	}
 	require.Len(t, mainSkipped, 5, "4 aarch64 files and the static program")
 
-	lr, err := lint.Lint(ctx, []string{tree}, lint.WithInterpreter(host.Interpreter))
+	lr, err := lint.Lint(ctx, &lint.Options{Policy: policy.Config{Interpreter: host.Interpreter}}, []string{tree})
 	require.NoError(t, err)
 	assert.Empty(t, lr.Findings)
 	assert.Len(t, lr.Files, 4, "the x86_64 variant's main, loadlib, libfoo, libbar")
@@ -60,19 +62,19 @@ func TestSkipsWhatTheMainJobSkips(t *testing.T) {
 	assert.Contains(t, lintSkipped[filepath.Join(tree, "aarch64-bfd-pie", "lib", "libfoo.so")], "EM_AARCH64, not the interpreter's architecture")
 	assert.Equal(t, "static", lintSkipped[filepath.Join(tree, "static", "bin", "main")])
 
-	// The same through WithTarget, as the CLI passes this machine's.
-	lr2, err := lint.Lint(ctx, []string{tree}, lint.WithTarget(policy.Target{Class: host.Class, Machine: host.Machine, OSABI: host.OSABI}))
+	// The same through Options.Target, as the CLI passes this machine's.
+	lr2, err := lint.Lint(ctx, &lint.Options{Target: &policy.Target{Class: host.Class, Machine: host.Machine, OSABI: host.OSABI}}, []string{tree})
 	require.NoError(t, err)
 	assert.Equal(t, lr, lr2)
 
 	// No interpreter: only kinds are skipped, and the aarch64 files fail
 	// (their libc is nowhere on this machine).
-	lr, err = lint.Lint(ctx, []string{tree})
+	lr, err = lint.Lint(ctx, nil, []string{tree})
 	require.NoError(t, err)
 	assert.Len(t, lr.Skipped, 1)
 	assert.Contains(t, rulesByFile(lr)[filepath.Join(tree, "aarch64-bfd-pie", "bin", "main")], lint.UnresolvableNeeded)
 
-	_, err = lint.Lint(ctx, []string{tree}, lint.WithInterpreter(filepath.Join(tree, "nonexistent")))
+	_, err = lint.Lint(ctx, &lint.Options{Policy: policy.Config{Interpreter: filepath.Join(tree, "nonexistent")}}, []string{tree})
 	assert.ErrorContains(t, err, "interpreter "+filepath.Join(tree, "nonexistent"))
 }
 
@@ -92,8 +94,8 @@ func keptTree(t *testing.T) (string, string) {
 // underTmp is the configuration of lint runs on trees under the temporary
 // directory, a build directory for lint: CP005 and CP017 would report
 // every entry and note element naming deps/.
-func underTmp() lint.Option {
-	return lint.WithConfig(&lint.Config{Disable: []string{lint.BuildDirLeak, lint.NoteOutsideStore}})
+func underTmp() lint.Options {
+	return lint.Options{Rules: &lint.Config{Disable: []string{lint.BuildDirLeak, lint.NoteOutsideStore}}}
 }
 
 // TestKeptEntries: what the main job was asked to keep, it writes, and
@@ -103,55 +105,59 @@ func TestKeptEntries(t *testing.T) {
 	const dep = "/nix/store/00000000000000000000000000000000-dep/lib"
 	for _, tc := range []struct {
 		name  string
-		patch func(out string) []patch.Option
-		lint  func(out string) []lint.Option
+		patch func(out string) policy.Config
+		lint  func(out string) policy.Config
 		// missingDir says lint reports CP011 without the knobs.
 		missingDir bool
 	}{{
 		name:       "preserve-origin",
-		patch:      func(string) []patch.Option { return []patch.Option{patch.WithPreserveOrigin(true)} },
-		lint:       func(string) []lint.Option { return []lint.Option{lint.WithPreserveOrigin(true)} },
+		patch:      func(string) policy.Config { return policy.Config{PreserveOrigin: true} },
+		lint:       func(string) policy.Config { return policy.Config{PreserveOrigin: true} },
 		missingDir: true,
 	}, {
 		name: "append-rpath",
-		patch: func(string) []patch.Option {
-			return []patch.Option{patch.WithAppendRunpaths("/opt/vendor/lib", "$ORIGIN/../plugins")}
+		patch: func(string) policy.Config {
+			return policy.Config{AppendRunpaths: []string{"/opt/vendor/lib", "$ORIGIN/../plugins"}}
 		},
-		lint: func(string) []lint.Option {
-			return []lint.Option{lint.WithAppendRunpaths("/opt/vendor/lib", "$ORIGIN/../plugins")}
+		lint: func(string) policy.Config {
+			return policy.Config{AppendRunpaths: []string{"/opt/vendor/lib", "$ORIGIN/../plugins"}}
 		},
 		missingDir: true,
 	}, {
 		// Appended under the tree, and written relative to each file.
 		name: "append-rpath-relativized",
-		patch: func(out string) []patch.Option {
-			return []patch.Option{patch.WithAppendRunpaths(out + "/lib/plugins"), patch.WithRelativizeRpath(true)}
+		patch: func(out string) policy.Config {
+			return policy.Config{AppendRunpaths: []string{out + "/lib/plugins"}, RelativizeRoot: true}
 		},
-		lint:       func(out string) []lint.Option { return []lint.Option{lint.WithAppendRunpaths(out + "/lib/plugins")} },
+		lint:       func(out string) policy.Config { return policy.Config{AppendRunpaths: []string{out + "/lib/plugins"}} },
 		missingDir: true,
 	}, {
 		// nixpkgs adds DEP/lib whether it exists or not (executables only).
 		name:       "runtime-dependency",
-		patch:      func(string) []patch.Option { return []patch.Option{patch.WithRuntimeDependencies(dep)} },
-		lint:       func(string) []lint.Option { return []lint.Option{lint.WithRuntimeDependencies(dep)} },
+		patch:      func(string) policy.Config { return policy.Config{RuntimeDeps: []string{dep}} },
+		lint:       func(string) policy.Config { return policy.Config{RuntimeDeps: []string{dep}} },
 		missingDir: true,
 	}, {
 		name:  "nothing kept",
-		patch: func(string) []patch.Option { return nil },
-		lint:  func(string) []lint.Option { return nil },
+		patch: func(string) policy.Config { return policy.Config{} },
+		lint:  func(string) policy.Config { return policy.Config{} },
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, out := keptTree(t)
-			opts := append([]patch.Option{patch.WithSearch(filepath.Join(dir, "deps")), patch.WithIgnoreMissing("libmissing.so")}, tc.patch(out)...)
-			_, err := patch.Run(context.Background(), []string{out}, opts...)
+			opts := patch.Config{Search: []string{filepath.Join(dir, "deps")}, Policy: tc.patch(out)}
+			opts.Policy.IgnoreMissing = []string{"libmissing.so"}
+			_, err := patch.Run(context.Background(), &opts, []string{out})
 			require.NoError(t, err)
 
-			with := append([]lint.Option{underTmp(), lint.WithIgnoreMissing("libmissing.so")}, tc.lint(out)...)
-			rep, err := lint.Lint(context.Background(), []string{out}, with...)
+			with := underTmp()
+			with.Policy = tc.lint(out)
+			with.Policy.IgnoreMissing = []string{"libmissing.so"}
+			rep, err := lint.Lint(context.Background(), &with, []string{out})
 			require.NoError(t, err)
 			assert.Empty(t, rep.Findings, "with the main job's knobs")
 
-			rep, err = lint.Lint(context.Background(), []string{out}, underTmp())
+			without := underTmp()
+			rep, err = lint.Lint(context.Background(), &without, []string{out})
 			require.NoError(t, err)
 			got := map[string]bool{}
 			for _, f := range rep.Findings {
@@ -186,14 +192,21 @@ func TestIgnoreMissingAgrees(t *testing.T) {
 	} {
 		t.Run(tc.pattern, func(t *testing.T) {
 			dir, out := keptTree(t)
-			_, err := patch.Run(context.Background(), []string{out}, patch.WithSearch(filepath.Join(dir, "deps")),
-				patch.WithIgnoreMissing(tc.pattern), patch.WithDryRun(true))
+			_, err := patch.Run(context.Background(), &patch.Config{
+				Search: []string{filepath.Join(dir, "deps")},
+				Policy: policy.Config{IgnoreMissing: []string{tc.pattern}},
+				Write:  patch.WriteOptions{DryRun: true},
+			}, []string{out})
 			assert.Equal(t, !tc.ignored, errors.Is(err, patch.ErrUnsatisfied), "main job: %v", err)
-			_, err = patch.Run(context.Background(), []string{out}, patch.WithSearch(filepath.Join(dir, "deps")),
-				patch.WithIgnoreMissing("*"))
+			_, err = patch.Run(context.Background(), &patch.Config{
+				Search: []string{filepath.Join(dir, "deps")},
+				Policy: policy.Config{IgnoreMissing: []string{"*"}},
+			}, []string{out})
 			require.NoError(t, err)
 
-			rep, err := lint.Lint(context.Background(), []string{out}, underTmp(), lint.WithIgnoreMissing(tc.pattern))
+			opts := underTmp()
+			opts.Policy.IgnoreMissing = []string{tc.pattern}
+			rep, err := lint.Lint(context.Background(), &opts, []string{out})
 			require.NoError(t, err)
 			var missing []string
 			for _, f := range rep.Findings {
@@ -207,6 +220,6 @@ func TestIgnoreMissingAgrees(t *testing.T) {
 			}
 		})
 	}
-	_, err := lint.Lint(context.Background(), []string{t.TempDir()}, lint.WithIgnoreMissing(""))
+	_, err := lint.Lint(context.Background(), &lint.Options{Policy: policy.Config{IgnoreMissing: []string{""}}}, []string{t.TempDir()})
 	assert.ErrorContains(t, err, "empty ignore-missing pattern")
 }

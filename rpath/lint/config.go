@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 
 	"github.com/bmatcuk/doublestar/v4"
 
@@ -18,7 +19,7 @@ import (
 )
 
 // ConfigFile is the name of the configuration file Lint reads at the root
-// of each directory it is given (unless WithConfig supplies one).
+// of each directory it is given (unless Options.Rules supplies one).
 const ConfigFile = ".cudapatch-lint.json"
 
 // Config is the content of a configuration file:
@@ -108,7 +109,108 @@ func LoadConfig(path string) (*Config, error) {
 	return c, nil
 }
 
-// config is what the options fill.
+// Options configures Lint. It is a plain struct whose zero fields mean
+// their defaults, stated on each. It is named Options, not Config: Config
+// is the content of a .cudapatch-lint.json file, a format of its own that
+// Options.Rules can stand in for.
+type Options struct {
+	// Policy is what the main job was asked, in the struct the main job
+	// takes (patch.Config.Policy), so that lint is given the same values
+	// under the same names. Lint reads:
+	//   - Interpreter: the main job's interpreter file (a path on this
+	//     machine, not inside Root): the files it skips for their
+	//     architecture or OS ABI are skipped too, with the same reason
+	//     (policy.SkipReason). With neither it nor Target, only files of
+	//     a kind the main job never patches (static, not ELF…) are
+	//     skipped.
+	//   - DriverLink: the driver link (default policy.DefaultDriverLink);
+	//     its -32 twin counts too.
+	//   - PreserveOrigin, AppendRunpaths and RuntimeDeps: the old $ORIGIN
+	//     entries and the entries the main job put in verbatim (nixpkgs
+	//     adds DEP/lib whether it exists or not) are no findings of CP011
+	//     missing-dir, also where the main job made them relative.
+	//   - IgnoreMissing: a DT_NEEDED library whose base name matches one
+	//     is no finding of CP009 unresolvable-needed.
+	//   - BuildDirs: directories whose appearance in a search path is a
+	//     build-directory leak besides /build and /tmp, such as
+	//     $NIX_BUILD_TOP ("" and "/" are passed over).
+	// Its other fields are not read.
+	Policy policy.Config
+	// Target is the main job's architecture, given directly; set, it
+	// stands for the architecture Policy.Interpreter would be read for.
+	Target *policy.Target
+
+	// Root resolves every absolute path (search directories, DT_NEEDED,
+	// the interpreter) inside this directory, as if the files ran
+	// chrooted there; the paths given to Lint must then lie under it.
+	// "" resolves them on this machine.
+	Root string
+	// StoreDir is the Nix store directory (absolute); "" means
+	// /nix/store.
+	StoreDir string
+
+	// Enable turns rules on (by ID or name; "all" for every rule). It
+	// overrides the configuration files.
+	Enable []string
+	// Disable turns rules off (by ID or name; "all" for every rule). It
+	// overrides the configuration files and Enable.
+	Disable []string
+	// Rules is the configuration used for every tree; nil reads each
+	// tree's own ConfigFile.
+	Rules *Config
+	// DriverVersion names the NVIDIA driver (580.159.04) the files are
+	// to run with, and turns on CP021 compat-older-than-driver, which
+	// compares with it the libcuda of each cuda_compat directory the
+	// loader would take: an older one fails with CUDA error 803 there.
+	// "" leaves CP021 nothing to compare with.
+	DriverVersion string
+
+	// Jobs is how many files are checked at once; 0 means
+	// runtime.NumCPU().
+	Jobs int
+	// Logger receives progress logs (keys: file, rule); nil discards
+	// them.
+	Logger *slog.Logger
+}
+
+// Validate reports every value of o that is wrong, in one joined error.
+// It reads no file: Lint reads Policy.Interpreter.
+func (o *Options) Validate() error {
+	var errs []error
+	if err := o.Policy.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if d := o.StoreDir; d != "" && d[0] != '/' {
+		errs = append(errs, fmt.Errorf("store directory %q is not absolute", d))
+	}
+	for _, id := range slices.Concat(o.Enable, o.Disable) {
+		if _, ok := lookupRule(id); !ok && id != "all" {
+			errs = append(errs, fmt.Errorf("unknown rule %q", id))
+		}
+	}
+	if o.Rules != nil {
+		if err := o.Rules.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if v := o.DriverVersion; v != "" && !nvdriver.IsVersion(v) {
+		errs = append(errs, fmt.Errorf("driver version %q: want an NVIDIA driver version like 580.159.04", v))
+	}
+	if o.DriverVersion == "" {
+		for _, id := range o.Enable {
+			if r, ok := lookupRule(id); ok && (r.ID == CompatTooOld || r.ID == CompatChoice) {
+				errs = append(errs, fmt.Errorf("rule %s %s needs the target driver version (Options.DriverVersion, --driver-version)", r.ID, r.Name))
+			}
+		}
+	}
+	if o.Jobs < 0 {
+		errs = append(errs, fmt.Errorf("jobs %d < 1", o.Jobs))
+	}
+	return errors.Join(errs...)
+}
+
+// config is Options resolved for one Lint: defaults filled in, patterns
+// compiled, the interpreter's architecture read.
 type config struct {
 	root        string
 	driverLink  string
@@ -117,14 +219,14 @@ type config struct {
 	buildDirs   []string
 	enable      []string
 	disable     []string
-	file        *Config // from WithConfig; nil: look at each tree's root
+	file        *Config // Options.Rules; nil: look at each tree's root
 	jobs        int
 	log         *slog.Logger
 	// driverVersion is the NVIDIA driver the files are to run with
-	// (WithDriverVersion); "" leaves CP021 nothing to compare with.
+	// (Options.DriverVersion); "" leaves CP021 nothing to compare with.
 	driverVersion string
-	// target is the main job's architecture (WithInterpreter): files it
-	// skips are skipped; nil skips none for their architecture.
+	// target is the main job's architecture: files it skips are
+	// skipped; nil skips none for their architecture.
 	target *policy.Target
 	// What the main job was asked to keep: old $ORIGIN entries, entries
 	// given verbatim, missing libraries matching a pattern.
@@ -133,29 +235,60 @@ type config struct {
 	ignoreMissing  []*fnmatch.Pattern
 }
 
-// Option configures Lint. Options that can be wrong return an error.
-type Option func(*config) error
-
-func newConfig(opts []Option) (*config, error) {
-	c := &config{
-		driverLink: policy.DefaultDriverLink,
-		storeDir:   "/nix/store",
-		buildDirs:  []string{"/build", "/tmp"},
-		jobs:       runtime.NumCPU(),
-		log:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+// resolve validates o and returns the run's copy of it; o is not
+// changed.
+func resolve(o *Options) (*config, error) {
+	if o == nil {
+		o = &Options{}
 	}
-	for _, o := range opts {
-		if err := o(c); err != nil {
-			return nil, err
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	c := &config{
+		root:           o.Root,
+		driverLink:     o.Policy.DriverLink,
+		storeDir:       o.StoreDir,
+		buildDirs:      []string{"/build", "/tmp"},
+		enable:         slices.Clone(o.Enable),
+		disable:        o.Disable,
+		file:           o.Rules,
+		jobs:           o.Jobs,
+		log:            o.Logger,
+		driverVersion:  o.DriverVersion,
+		target:         o.Target,
+		preserveOrigin: o.Policy.PreserveOrigin,
+		kept:           slices.Concat(o.Policy.AppendRunpaths, o.Policy.RuntimeDeps),
+	}
+	if c.target == nil && o.Policy.Interpreter != "" {
+		t, err := policy.InterpreterTarget(o.Policy.Interpreter)
+		if err != nil {
+			return nil, fmt.Errorf("interpreter %s: %w", o.Policy.Interpreter, err)
 		}
+		c.target = &t
+	}
+	if c.driverLink == "" {
+		c.driverLink = policy.DefaultDriverLink
 	}
 	c.driverLinks = []string{c.driverLink, driverLink32(c.driverLink)}
-	if c.driverVersion == "" {
-		for _, id := range c.enable {
-			if r, ok := lookupRule(id); ok && (r.ID == CompatTooOld || r.ID == CompatChoice) {
-				return nil, fmt.Errorf("rule %s %s needs the target driver version (WithDriverVersion, --driver-version)", r.ID, r.Name)
-			}
+	if c.storeDir == "" {
+		c.storeDir = "/nix/store"
+	}
+	for _, d := range o.Policy.BuildDirs {
+		if d != "" && d != "/" {
+			c.buildDirs = append(c.buildDirs, d)
 		}
+	}
+	if c.driverVersion != "" {
+		c.enable = append(c.enable, CompatTooOld, CompatChoice)
+	}
+	if c.jobs == 0 {
+		c.jobs = runtime.NumCPU()
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	for _, p := range o.Policy.IgnoreMissing {
+		c.ignoreMissing = append(c.ignoreMissing, fnmatch.Compile(p))
 	}
 	return c, nil
 }
@@ -168,181 +301,6 @@ func driverLink32(link string) string {
 		}
 	}
 	return link
-}
-
-// WithRoot resolves every absolute path (search directories, DT_NEEDED,
-// the interpreter) inside dir, as if the files ran chrooted there. The
-// paths given to Lint must then lie under dir.
-func WithRoot(dir string) Option {
-	return func(c *config) error { c.root = dir; return nil }
-}
-
-// WithDriverLink sets the driver link (default /run/opengl-driver/lib;
-// its -32 twin counts too).
-func WithDriverLink(dir string) Option {
-	return func(c *config) error {
-		if dir == "" || dir[0] != '/' {
-			return fmt.Errorf("driver link %q is not absolute", dir)
-		}
-		c.driverLink = dir
-		return nil
-	}
-}
-
-// WithStoreDir sets the Nix store directory (default /nix/store).
-func WithStoreDir(dir string) Option {
-	return func(c *config) error {
-		if dir == "" || dir[0] != '/' {
-			return fmt.Errorf("store directory %q is not absolute", dir)
-		}
-		c.storeDir = dir
-		return nil
-	}
-}
-
-// WithBuildDirs adds directories whose appearance in a search path is a
-// build-directory leak (besides /build and /tmp), such as $NIX_BUILD_TOP.
-func WithBuildDirs(dirs ...string) Option {
-	return func(c *config) error {
-		for _, d := range dirs {
-			if d != "" && d != "/" {
-				c.buildDirs = append(c.buildDirs, d)
-			}
-		}
-		return nil
-	}
-}
-
-// WithEnable turns rules on (by ID or name; "all" for every rule). It
-// overrides the configuration files.
-func WithEnable(ids ...string) Option {
-	return func(c *config) error {
-		for _, id := range ids {
-			if _, ok := lookupRule(id); !ok && id != "all" {
-				return fmt.Errorf("unknown rule %q", id)
-			}
-		}
-		c.enable = append(c.enable, ids...)
-		return nil
-	}
-}
-
-// WithDisable turns rules off (by ID or name; "all" for every rule). It
-// overrides the configuration files and WithEnable.
-func WithDisable(ids ...string) Option {
-	return func(c *config) error {
-		for _, id := range ids {
-			if _, ok := lookupRule(id); !ok && id != "all" {
-				return fmt.Errorf("unknown rule %q", id)
-			}
-		}
-		c.disable = append(c.disable, ids...)
-		return nil
-	}
-}
-
-// WithConfig uses cfg for every tree instead of the trees' own
-// configuration files.
-func WithConfig(cfg *Config) Option {
-	return func(c *config) error {
-		if cfg == nil {
-			return errors.New("nil lint configuration")
-		}
-		if err := cfg.Validate(); err != nil {
-			return err
-		}
-		c.file = cfg
-		return nil
-	}
-}
-
-// WithDriverVersion names the NVIDIA driver (580.159.04) the files are to
-// run with, and turns on CP021 compat-older-than-driver, which compares
-// with it the libcuda of each cuda_compat directory the loader would take:
-// an older one fails with CUDA error 803 there.
-func WithDriverVersion(v string) Option {
-	return func(c *config) error {
-		if !nvdriver.IsVersion(v) {
-			return fmt.Errorf("driver version %q: want an NVIDIA driver version like 580.159.04", v)
-		}
-		c.driverVersion = v
-		c.enable = append(c.enable, CompatTooOld, CompatChoice)
-		return nil
-	}
-}
-
-// WithJobs sets how many files are checked at once (default: the number
-// of CPUs).
-func WithJobs(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("jobs %d < 1", n)
-		}
-		c.jobs = n
-		return nil
-	}
-}
-
-// WithInterpreter names the interpreter the main job patched the files
-// with (its --interpreter; a path on this machine, not inside WithRoot):
-// the files it skipped for their architecture or OS ABI are skipped too,
-// with the same reason (policy.SkipReason). Without it only files of a
-// kind the main job never patches (static, not ELF…) are skipped.
-func WithInterpreter(file string) Option {
-	return func(c *config) error {
-		t, err := policy.InterpreterTarget(file)
-		if err != nil {
-			return fmt.Errorf("interpreter %s: %w", file, err)
-		}
-		c.target = &t
-		return nil
-	}
-}
-
-// WithTarget sets the main job's architecture directly, as WithInterpreter
-// reads it from an interpreter.
-func WithTarget(t policy.Target) Option {
-	return func(c *config) error { c.target = &t; return nil }
-}
-
-// WithPreserveOrigin says the main job kept the old $ORIGIN entries
-// (patch.WithPreserveOrigin): they are not findings of CP011 missing-dir.
-func WithPreserveOrigin(on bool) Option {
-	return func(c *config) error { c.preserveOrigin = on; return nil }
-}
-
-// WithAppendRunpaths names entries the main job appended verbatim
-// (patch.WithAppendRunpaths): they are not findings of CP011 missing-dir,
-// also where the main job made them relative to the file.
-func WithAppendRunpaths(entries ...string) Option {
-	return func(c *config) error { c.kept = append(c.kept, entries...); return nil }
-}
-
-// WithRuntimeDependencies names the directories the main job put first in
-// executables' RUNPATH (patch.WithRuntimeDependencies; nixpkgs adds
-// DEP/lib whether it exists or not): as WithAppendRunpaths.
-func WithRuntimeDependencies(dirs ...string) Option {
-	return WithAppendRunpaths(dirs...)
-}
-
-// WithIgnoreMissing takes the main job's ignore-missing patterns (Python
-// fnmatch on the basename, rpath/fnmatch): a DT_NEEDED library that
-// matches one is not a finding of CP009 unresolvable-needed.
-func WithIgnoreMissing(patterns ...string) Option {
-	return func(c *config) error {
-		for _, p := range patterns {
-			if p == "" {
-				return errors.New("empty ignore-missing pattern")
-			}
-			c.ignoreMissing = append(c.ignoreMissing, fnmatch.Compile(p))
-		}
-		return nil
-	}
-}
-
-// WithLogger sends progress logs (keys: file, rule) to l.
-func WithLogger(l *slog.Logger) Option {
-	return func(c *config) error { c.log = l; return nil }
 }
 
 // ruleSet is the effective selection and severities for one tree.

@@ -7,8 +7,8 @@
 // package (text, JSON, SARIF 2.1.0, JUnit XML) only render them.
 //
 // Every rule has a stable ID (CP001…), a name, a default severity and an
-// entry in docs/lint.md. Rules are selected with [WithEnable] and
-// [WithDisable] and with a configuration file ([Config]) at the root of each
+// entry in docs/lint.md. Rules are selected with [Options.Enable] and
+// [Options.Disable] and with a configuration file ([Config]) at the root of each
 // tree, .cudapatch-lint.json, which can also silence rules for path globs.
 //
 // The package never prints and never exits; Lint returns a [Report].

@@ -83,8 +83,11 @@ type job struct {
 // recursively; symbolic links are not followed) and returns the findings.
 // The error is for bad options and for paths that cannot be read; faults
 // of files, including files that do not parse, are findings.
-func Lint(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
-	c, err := newConfig(opts)
+//
+// Lint validates opts first (Options.Validate); a nil opts is the zero
+// Options. opts is not changed.
+func Lint(ctx context.Context, opts *Options, paths []string) (*Report, error) {
+	c, err := resolve(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -463,7 +466,7 @@ func expandOrigin(e, origin string) (string, bool) {
 
 // isKept says whether search-path entry e of a file in directory origin
 // is one the main job was asked to keep: an old $ORIGIN entry under
-// WithPreserveOrigin, or an entry given verbatim, as given or made
+// Policy.PreserveOrigin, or an entry given verbatim, as given or made
 // relative to the file (--relative-rpaths, --relativize-rpath).
 func (l *linter) isKept(e, origin string) bool {
 	if l.preserveOrigin && (strings.Contains(e, "$ORIGIN") || strings.Contains(e, "${ORIGIN}")) {

@@ -19,6 +19,7 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/lint"
 	"github.com/cudapatch/cudapatch/rpath/lint/linttest"
 	"github.com/cudapatch/cudapatch/rpath/patch"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 )
 
 func rulesByFile(rep *lint.Report) map[string][]string {
@@ -41,8 +42,11 @@ func rulesByFile(rep *lint.Report) map[string][]string {
 // which is off by default.
 func TestOneFaultPerRule(t *testing.T) {
 	tr := linttest.Build(t)
-	rep, err := lint.Lint(context.Background(), []string{tr.Store}, lint.WithRoot(tr.Root), lint.WithEnable("all"),
-		lint.WithDriverVersion(linttest.CompatVersion))
+	rep, err := lint.Lint(context.Background(), &lint.Options{
+		Root:          tr.Root,
+		Enable:        []string{"all"},
+		DriverVersion: linttest.CompatVersion,
+	}, []string{tr.Store})
 	require.NoError(t, err)
 	got := rulesByFile(rep)
 	covered := map[string]bool{}
@@ -80,8 +84,11 @@ func TestCleanTree(t *testing.T) {
 			clean = append(clean, c.Host)
 		}
 	}
-	rep, err := lint.Lint(context.Background(), clean, lint.WithRoot(tr.Root), lint.WithEnable("all"),
-		lint.WithDriverVersion(linttest.CompatVersion))
+	rep, err := lint.Lint(context.Background(), &lint.Options{
+		Root:          tr.Root,
+		Enable:        []string{"all"},
+		DriverVersion: linttest.CompatVersion,
+	}, clean)
 	require.NoError(t, err)
 	assert.Empty(t, rep.Findings)
 	assert.Len(t, rep.Files, len(clean))
@@ -108,7 +115,7 @@ func TestDriverVersion(t *testing.T) {
 		{"575.57.08", false, false},
 		{"570.86.10", false, false},
 	} {
-		rep, err := lint.Lint(ctx, []string{compat, old}, lint.WithRoot(tr.Root), lint.WithDriverVersion(tc.version))
+		rep, err := lint.Lint(ctx, &lint.Options{Root: tr.Root, DriverVersion: tc.version}, []string{compat, old})
 		require.NoError(t, err)
 		var got []string
 		for _, f := range rep.Findings {
@@ -129,14 +136,14 @@ func TestDriverVersion(t *testing.T) {
 			assert.Equal(t, "cuda_compat directory "+linttest.Compat+" holds libcuda 580.95.05, older than the driver 580.159.04 the file is to run with, and the loader takes it on every machine: CUDA fails with error 803 (unsupported display driver / cuda driver combination); build with a selector (cudapatch --cuda-compat DIR --cuda-compat-selector OUT), which takes the driver there", rep.Findings[0].Message)
 		}
 	}
-	rep, err := lint.Lint(ctx, []string{compat, old}, lint.WithRoot(tr.Root), lint.WithEnable("all"))
+	rep, err := lint.Lint(ctx, &lint.Options{Root: tr.Root, Enable: []string{"all"}}, []string{compat, old})
 	require.NoError(t, err)
 	assert.NotContains(t, rulesByFile(rep)[old], lint.CompatTooOld, "no version, nothing to compare")
-	_, err = lint.Lint(ctx, []string{compat}, lint.WithRoot(tr.Root), lint.WithEnable("compat-older-than-driver"))
+	_, err = lint.Lint(ctx, &lint.Options{Root: tr.Root, Enable: []string{"compat-older-than-driver"}}, []string{compat})
 	assert.ErrorContains(t, err, "CP021 compat-older-than-driver needs the target driver version")
-	_, err = lint.Lint(ctx, []string{compat}, lint.WithRoot(tr.Root), lint.WithDriverVersion("580"))
+	_, err = lint.Lint(ctx, &lint.Options{Root: tr.Root, DriverVersion: "580"}, []string{compat})
 	assert.ErrorContains(t, err, `driver version "580": want an NVIDIA driver version like 580.159.04`)
-	rep, err = lint.Lint(ctx, []string{old}, lint.WithRoot(tr.Root), lint.WithDriverVersion("580.159.04"), lint.WithDisable("CP021"))
+	rep, err = lint.Lint(ctx, &lint.Options{Root: tr.Root, DriverVersion: "580.159.04", Disable: []string{"CP021"}}, []string{old})
 	require.NoError(t, err)
 	assert.Empty(t, rep.Findings, "disabled wins over the version's enabling")
 }
@@ -154,19 +161,20 @@ func caseHost(t *testing.T, tr *linttest.Tree, name string) string {
 func TestSelection(t *testing.T) {
 	tr := linttest.Build(t)
 	ctx := context.Background()
-	run := func(opts ...lint.Option) map[string][]string {
-		rep, err := lint.Lint(ctx, []string{tr.Store}, append([]lint.Option{lint.WithRoot(tr.Root)}, opts...)...)
+	run := func(opts lint.Options) map[string][]string {
+		opts.Root = tr.Root
+		rep, err := lint.Lint(ctx, &opts, []string{tr.Store})
 		require.NoError(t, err)
 		return rulesByFile(rep)
 	}
 	// CP013 is off by default.
-	assert.Nil(t, run()[caseHost(t, tr, "no-search-path")])
-	assert.Equal(t, []string{"CP013"}, run(lint.WithEnable("CP013"))[caseHost(t, tr, "no-search-path")])
+	assert.Nil(t, run(lint.Options{})[caseHost(t, tr, "no-search-path")])
+	assert.Equal(t, []string{"CP013"}, run(lint.Options{Enable: []string{"CP013"}})[caseHost(t, tr, "no-search-path")])
 	// Disable by ID or by name.
-	assert.Nil(t, run(lint.WithDisable("CP007"))[caseHost(t, tr, "duplicate-entry")])
-	assert.Nil(t, run(lint.WithDisable("build-dir-leak"))[caseHost(t, tr, "build-dir-leak")])
+	assert.Nil(t, run(lint.Options{Disable: []string{"CP007"}})[caseHost(t, tr, "duplicate-entry")])
+	assert.Nil(t, run(lint.Options{Disable: []string{"build-dir-leak"}})[caseHost(t, tr, "build-dir-leak")])
 	// Unknown rules are errors.
-	_, err := lint.Lint(ctx, []string{tr.Store}, lint.WithEnable("CP999"))
+	_, err := lint.Lint(ctx, &lint.Options{Enable: []string{"CP999"}}, []string{tr.Store})
 	assert.ErrorContains(t, err, "CP999")
 }
 
@@ -178,7 +186,7 @@ func TestConfigFile(t *testing.T) {
   "ignore": [{"rules": ["CP011"], "paths": ["**/missing-dir"]}, {"paths": ["*-build-dir-leak/**"]}]
 }`
 	require.NoError(t, os.WriteFile(filepath.Join(tr.Store, lint.ConfigFile), []byte(cfg), 0o644))
-	rep, err := lint.Lint(context.Background(), []string{tr.Store}, lint.WithRoot(tr.Root))
+	rep, err := lint.Lint(context.Background(), &lint.Options{Root: tr.Root}, []string{tr.Store})
 	require.NoError(t, err)
 	got := rulesByFile(rep)
 	assert.Nil(t, got[caseHost(t, tr, "rpath-not-runpath")])
@@ -191,29 +199,29 @@ func TestConfigFile(t *testing.T) {
 		}
 	}
 	// A flag wins over the file.
-	rep, err = lint.Lint(context.Background(), []string{tr.Store}, lint.WithRoot(tr.Root), lint.WithEnable("CP008"))
+	rep, err = lint.Lint(context.Background(), &lint.Options{Root: tr.Root, Enable: []string{"CP008"}}, []string{tr.Store})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"CP008"}, rulesByFile(rep)[caseHost(t, tr, "rpath-not-runpath")])
 
 	// A bad file is an error, not silence.
 	require.NoError(t, os.WriteFile(filepath.Join(tr.Store, lint.ConfigFile), []byte(`{"disabel": ["CP008"]}`), 0o644))
-	_, err = lint.Lint(context.Background(), []string{tr.Store}, lint.WithRoot(tr.Root))
+	_, err = lint.Lint(context.Background(), &lint.Options{Root: tr.Root}, []string{tr.Store})
 	assert.ErrorContains(t, err, "disabel")
 	_, err = lint.ParseConfig([]byte(`{"ignore": [{"paths": ["a/[b"]}]}`))
 	assert.ErrorContains(t, err, "bad glob")
 }
 
 func TestErrors(t *testing.T) {
-	_, err := lint.Lint(context.Background(), []string{"/nonexistent/tree"})
+	_, err := lint.Lint(context.Background(), nil, []string{"/nonexistent/tree"})
 	assert.ErrorIs(t, err, os.ErrNotExist)
 	tr := linttest.Build(t)
 	outside := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(outside, "f"), nil, 0o644))
-	_, err = lint.Lint(context.Background(), []string{outside}, lint.WithRoot(tr.Root))
+	_, err = lint.Lint(context.Background(), &lint.Options{Root: tr.Root}, []string{outside})
 	assert.ErrorContains(t, err, "not under the root")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = lint.Lint(ctx, []string{tr.Store}, lint.WithRoot(tr.Root))
+	_, err = lint.Lint(ctx, &lint.Options{Root: tr.Root}, []string{tr.Store})
 	assert.ErrorIs(t, err, context.Canceled)
 }
 
@@ -223,7 +231,7 @@ func TestNotELF(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "broken.so"), []byte("\x7fELF\x02\x01\x01garbage"), 0o644))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "README"), []byte("text"), 0o644))
-	rep, err := lint.Lint(context.Background(), []string{dir})
+	rep, err := lint.Lint(context.Background(), nil, []string{dir})
 	require.NoError(t, err)
 	assert.Equal(t, []string{filepath.Join(dir, "broken.so")}, rep.Files)
 	require.Len(t, rep.Findings, 1)
@@ -271,7 +279,7 @@ func TestIssueStaleStubNote(t *testing.T) {
 	noteRules := func() map[string]bool {
 		// The tree lies under the temporary directory, a build directory
 		// for lint: CP017 would report every element.
-		rep, err := lint.Lint(context.Background(), []string{p("pkg")}, lint.WithDriverLink(p("driver")), lint.WithEnable("all"), lint.WithDisable(lint.NoteOutsideStore))
+		rep, err := lint.Lint(context.Background(), &lint.Options{Policy: policy.Config{DriverLink: p("driver")}, Enable: []string{"all"}, Disable: []string{lint.NoteOutsideStore}}, []string{p("pkg")})
 		require.NoError(t, err)
 		out := map[string]bool{}
 		for _, f := range rep.Findings {
@@ -306,7 +314,7 @@ func TestIssueStaleStubNote(t *testing.T) {
 	assert.Equal(t, p("toolkit/lib/stubs/libcuda.so.1"), path)
 	assert.Equal(t, ldso.StepNote, step)
 
-	_, err = patch.Run(context.Background(), []string{p("pkg")}, patch.WithDriverLink(p("driver")))
+	_, err = patch.Run(context.Background(), &patch.Config{Policy: policy.Config{DriverLink: p("driver")}}, []string{p("pkg")})
 	require.NoError(t, err)
 	assert.Empty(t, noteRules())
 	path, step = libcuda()
@@ -324,7 +332,7 @@ func TestSymbolFindings(t *testing.T) {
 		"symbol-undefined-function": "gone@V1 (required by " + casePath("symbol-undefined-function") + ") is defined by no library of the closure: fails when first called",
 	}
 	for name, msg := range want {
-		rep, err := lint.Lint(context.Background(), []string{caseHost(t, tr, name)}, lint.WithRoot(tr.Root))
+		rep, err := lint.Lint(context.Background(), &lint.Options{Root: tr.Root}, []string{caseHost(t, tr, name)})
 		require.NoError(t, err)
 		require.Len(t, rep.Findings, 1, name)
 		assert.Equal(t, msg, rep.Findings[0].Message, name)

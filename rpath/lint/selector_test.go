@@ -12,6 +12,7 @@ import (
 	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/lint"
 	"github.com/cudapatch/cudapatch/rpath/nvdriver/nvdrivertest"
+	"github.com/cudapatch/cudapatch/rpath/policy"
 	"github.com/cudapatch/cudapatch/rpath/selector"
 )
 
@@ -50,7 +51,7 @@ func TestSelectorChoice(t *testing.T) {
 		{"590.10.01", lint.CompatChoice, "takes the driver with driver 590.10.01"},
 		{"550.54.15", lint.CompatTooOld, "takes the driver 550.54.15, as cuda_compat 580.95.05 cannot serve it (cuda_compat 580.95.05 supports drivers of branches 535, 580; the driver 550.54.15 is of none of them)"},
 	} {
-		rep, err := lint.Lint(context.Background(), []string{app}, lint.WithDriverVersion(tc.driver), lint.WithDriverLink(drv))
+		rep, err := lint.Lint(context.Background(), &lint.Options{DriverVersion: tc.driver, Policy: policy.Config{DriverLink: drv}}, []string{app})
 		require.NoError(t, err)
 		var msgs []string
 		for _, f := range rep.Findings {

@@ -58,7 +58,8 @@ func TestCorruptHashHeaderIsLoadFatal(t *testing.T) {
 
 			before, err := os.ReadFile(prog)
 			require.NoError(t, err)
-			rep, err := patch.Run(context.Background(), []string{filepath.Join(root, "out")}, symbolOptions(root)...)
+			cfg := symbolConfig(root)
+			rep, err := patch.Run(context.Background(), &cfg, []string{filepath.Join(root, "out")})
 			require.ErrorIs(t, err, patch.ErrSymbols)
 			require.False(t, rep.Written)
 			after, err := os.ReadFile(prog)
@@ -78,7 +79,8 @@ func TestCorruptHashHeaderIsLoadFatal(t *testing.T) {
 			require.Contains(t, msgs[0], tc.want)
 			require.True(t, strings.HasSuffix(msgs[0], ": the loader reads it out of bounds"), msgs[0])
 
-			rep, err = patch.Run(context.Background(), []string{filepath.Join(root, "out")}, symbolOptions(root, patch.WithSymbols(patch.SymbolsWarn))...)
+			cfg.Symbols = patch.SymbolsWarn
+			rep, err = patch.Run(context.Background(), &cfg, []string{filepath.Join(root, "out")})
 			require.NoError(t, err)
 			require.True(t, rep.Written)
 			require.Equal(t, []string{"prog fails-at-load  warning"}, findings(rep))

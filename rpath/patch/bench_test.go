@@ -52,21 +52,19 @@ func benchFixtureTree(b *testing.B) string {
 // iterations alternate between two driver links, so every dynamic file is
 // really rewritten each time (the second and later edits of a file reuse
 // the layout the first one made, as a re-run of the hook would).
-func benchPatch(b *testing.B, root string, write bool, jobs int, extra ...patch.Option) {
+func benchPatch(b *testing.B, root string, write bool, jobs int) {
 	ctx := context.Background()
 	links := []string{policy.DefaultDriverLink, "/run/opengl-driver-bench/lib"}
-	opts := func(i int) []patch.Option {
-		o := []patch.Option{
-			patch.WithIgnoreMissing("*"),
-			patch.WithJobs(jobs),
-			patch.WithDryRun(!write),
-			patch.WithDriverLink(links[i%2]),
+	opts := func(i int) *patch.Config {
+		return &patch.Config{
+			Policy: policy.Config{IgnoreMissing: []string{"*"}, DriverLink: links[i%2]},
+			Jobs:   jobs,
+			Write:  patch.WriteOptions{DryRun: !write},
 		}
-		return append(o, extra...)
 	}
 	// One untimed run: the first rewrite of a file lays it out anew, later
 	// ones edit that layout; count the files once.
-	rep, err := patch.Run(ctx, []string{root}, opts(1)...)
+	rep, err := patch.Run(ctx, opts(1), []string{root})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -74,7 +72,7 @@ func benchPatch(b *testing.B, root string, write bool, jobs int, extra ...patch.
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		rep, err := patch.Run(ctx, []string{root}, opts(i)...)
+		rep, err := patch.Run(ctx, opts(i), []string{root})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -96,13 +94,13 @@ func BenchmarkPatch(b *testing.B) {
 	})
 	b.Run("noop", func(b *testing.B) {
 		ctx := context.Background()
-		opts := []patch.Option{patch.WithIgnoreMissing("*"), patch.WithJobs(1)}
-		if _, err := patch.Run(ctx, []string{root}, opts...); err != nil {
+		opts := patch.Config{Policy: policy.Config{IgnoreMissing: []string{"*"}}, Jobs: 1}
+		if _, err := patch.Run(ctx, &opts, []string{root}); err != nil {
 			b.Fatal(err)
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			rep, err := patch.Run(ctx, []string{root}, opts...)
+			rep, err := patch.Run(ctx, &opts, []string{root})
 			if err != nil {
 				b.Fatal(err)
 			}

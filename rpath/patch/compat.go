@@ -11,7 +11,7 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/selector"
 )
 
-// selectorBuild is where WithCudaCompatSelector builds the selector, and
+// selectorBuild is where Config.Selector builds the selector, and
 // with which C compiler.
 // proc and sys, set only by tests, are where the selector reads the
 // machine ("": /proc and /sys).
@@ -23,7 +23,7 @@ type selectorBuild struct {
 
 // prepareCompat settles the cuda_compat entry before any file is decided:
 // a selector is used as it is; cuda_compat's own libcuda gets its selector
-// built (WithCudaCompatSelector), which then takes its place; a directory
+// built (Config.Selector), which then takes its place; a directory
 // without a libcuda is kept as given.
 func (c *job) prepareCompat(ctx context.Context) error {
 	if c.CudaCompat == "" {

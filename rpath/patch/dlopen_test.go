@@ -95,13 +95,15 @@ func dlopenTree(t *testing.T, spec cfix.Spec) *tree {
 	return tr
 }
 
-func dlopenOpts(tr *tree, mode policy.DlopenMode) []patch.Option {
-	return []patch.Option{
-		patch.WithSearch(tr.ps("store/bbb-decoys/lib", "store/aaa-plugin/lib")...),
-		patch.WithDriverLinkFor(policy.DriverLinkNone),
-		patch.WithInterpreter(hostLoader),
-		patch.WithLibc(hostLibcDir),
-		patch.WithDlopen(mode),
+func dlopenConfig(tr *tree, mode policy.DlopenMode) patch.Config {
+	return patch.Config{
+		Search: tr.ps("store/bbb-decoys/lib", "store/aaa-plugin/lib"),
+		Policy: policy.Config{
+			DriverLinkFor: policy.DriverLinkNone,
+			Interpreter:   hostLoader,
+			Dlopen:        mode,
+		},
+		Libc: hostLibcDir,
 	}
 }
 
@@ -128,7 +130,7 @@ func TestDlopenDiscovery(t *testing.T) {
 			if out, err := runApp(t, tr.p("pkg/bin/app")); err == nil || out != fail {
 				t.Fatalf("unpatched: %v %q, want %q", err, out, fail)
 			}
-			rep := tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, c.mode)...)
+			rep := tr.mustPatch([]string{"pkg"}, dlopenConfig(tr, c.mode))
 			require.Empty(t, rep.Missing, "a dlopen name found nowhere is no missing dependency")
 			f := tr.file(rep, "pkg/bin/app")
 			var deps []string
@@ -169,7 +171,7 @@ func TestDlopenDiscovery(t *testing.T) {
 // discovery; what its note names is resolved instead.
 func TestDlopenNoteIsAuthoritative(t *testing.T) {
 	tr := dlopenTree(t, cfix.Spec{Dlopen: `[{"soname":["libother.so"]}]`})
-	rep := tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, policy.DlopenResolve)...)
+	rep := tr.mustPatch([]string{"pkg"}, dlopenConfig(tr, policy.DlopenResolve))
 	f := tr.file(rep, "pkg/bin/app")
 	for _, d := range f.Deps {
 		require.NotEqual(t, policy.SourceStrings, d.Source, "%+v", d)
@@ -234,7 +236,7 @@ func TestDlopenUnreadableRodata(t *testing.T) {
 	binary.LittleEndian.PutUint64(b[shoff+uint64(i)*64+24:], uint64(len(b))+4096) // sh_offset
 	require.NoError(t, os.WriteFile(app, b, 0o755))
 
-	rep := tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, policy.DlopenResolve)...)
+	rep := tr.mustPatch([]string{"pkg"}, dlopenConfig(tr, policy.DlopenResolve))
 	f := tr.file(rep, "pkg/bin/app")
 	require.Empty(t, f.Errors)
 	require.Contains(t, f.DlopenError, "read-only data")

@@ -75,7 +75,7 @@ func (c *job) dlopenCallers(ctx context.Context, fs []*fileWork, files []found, 
 }
 
 // addNeeded gives each holder whose loader lies outside the outputs
-// (WithDlopenNeeded) the names it hands that loader as dependencies of
+// (Config.DlopenNeeded) the names it hands that loader as dependencies of
 // its own, policy.SourceAddNeeded: decide makes each a DT_NEEDED and puts
 // its directory in the RUNPATH. Only a name resolved to a file of that
 // very name qualifies: a versioned one (libX.so for libX.so.9) or a

@@ -92,7 +92,7 @@ func TestDlopenCaller(t *testing.T) {
 	} {
 		t.Run(string(c.mode), func(t *testing.T) {
 			tr := callerTree(t)
-			rep := tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, c.mode)...)
+			rep := tr.mustPatch([]string{"pkg"}, dlopenConfig(tr, c.mode))
 			require.Empty(t, rep.Missing)
 			require.Equal(t, tr.x(c.loaderRunpath), tr.runpathOf("pkg/lib/libloader.so"))
 			require.Equal(t, tr.p("pkg/lib"), tr.runpathOf("pkg/lib/libuser.so"), "libuser cannot call dlopen: its RUNPATH is its DT_NEEDED's")
@@ -140,7 +140,9 @@ func TestDlopenCaller(t *testing.T) {
 func TestDlopenCallerReadsOnce(t *testing.T) {
 	tr := callerTree(t)
 	reads := map[string]int{}
-	rep, err := patch.Run(context.Background(), tr.ps("pkg"), append(dlopenOpts(tr, policy.DlopenResolve), patch.WithDiscoverCounter(reads))...)
+	cfg := dlopenConfig(tr, policy.DlopenResolve)
+	patch.CountDiscovers(&cfg, reads)
+	rep, err := patch.Run(context.Background(), &cfg, tr.ps("pkg"))
 	require.NoError(t, err)
 	require.Equal(t, tr.x("{root}/store/aaa-plugin/lib"), tr.runpathOf("pkg/lib/libloader.so"), "the premise: the caller was decided again with its holder's name")
 	require.Equal(t, "resolved "+tr.p("pkg/lib/libuser.so"), func() string {
@@ -167,7 +169,7 @@ func TestDlopenCallerHolderRunpathIsNotEnough(t *testing.T) {
 	out, err := runApp(t, tr.p("pkg/bin/app"))
 	require.Error(t, err)
 	require.Contains(t, out, "cannot open shared object file") // libuser.so itself: no RUNPATH yet
-	tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, policy.DlopenOff)...)
+	tr.mustPatch([]string{"pkg"}, dlopenConfig(tr, policy.DlopenOff))
 	for _, rel := range []string{"pkg/lib/libuser.so", "pkg/bin/app"} {
 		rp := tr.runpathOf(rel) + ":" + tr.p("store/aaa-plugin/lib")
 		_, err = elfedit.EditFile(tr.p(rel), elfedit.Edit{SetPath: &rp}, elfedit.Options{})
@@ -224,11 +226,11 @@ func TestDlopenVersioned(t *testing.T) {
 				tr.place("store/bbb-decoys/lib/"+decoy, cfix.Spec{Soname: decoy, Source: "int plugin(void) { return 666; }\n"})
 			}
 			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcVersionedApp})
-			opts := dlopenOpts(tr, c.mode)
+			opts := dlopenConfig(tr, c.mode)
 			if c.ignore {
-				opts = append(opts, patch.WithIgnoreMissing("*"))
+				opts.Policy.IgnoreMissing = append(opts.Policy.IgnoreMissing, "*")
 			}
-			rep := tr.mustPatch([]string{"pkg"}, opts...)
+			rep := tr.mustPatch([]string{"pkg"}, opts)
 			require.Empty(t, rep.Missing)
 			var deps []string
 			for _, d := range tr.file(rep, "pkg/bin/app").Deps {
@@ -280,11 +282,15 @@ func TestDlopenCallerDriver(t *testing.T) {
 			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcUserApp, Link: []string{user, loader}})
 			tr.place("driver/libcuda.so.1", cfix.Spec{Soname: "libcuda.so.1", Source: "int plugin(void) { return 5; }\n"})
 			tr.mustPatch([]string{"pkg"},
-				patch.WithDriverLink(tr.p("driver")),
-				patch.WithDriverLinkFor(policy.DriverLinkNeeded),
-				patch.WithInterpreter(hostLoader),
-				patch.WithLibc(hostLibcDir),
-				patch.WithDlopen(c.mode))
+				patch.Config{
+					Policy: policy.Config{
+						DriverLink:    tr.p("driver"),
+						DriverLinkFor: policy.DriverLinkNeeded,
+						Interpreter:   hostLoader,
+						Dlopen:        c.mode,
+					},
+					Libc: hostLibcDir,
+				})
 			require.Equal(t, tr.x(c.runpath), tr.runpathOf("pkg/lib/libloader.so"))
 			require.Equal(t, tr.p("pkg/lib"), tr.runpathOf("pkg/lib/libuser.so"), "libuser cannot call dlopen")
 			out, err := runApp(t, tr.p("pkg/bin/app"))
@@ -351,7 +357,7 @@ func TestDlopenCallerSameOutput(t *testing.T) {
 			tr, loader, _ := loaderTree(t)
 			tr.place("pkg/lib/libholder.so", cfix.Spec{Soname: "libholder.so", Libc: true, Source: srcHolder})
 			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcHolderApp, Link: []string{loader}})
-			rep := tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, c.mode)...)
+			rep := tr.mustPatch([]string{"pkg"}, dlopenConfig(tr, c.mode))
 			require.Equal(t, tr.x(c.loaderRunpath), tr.runpathOf("pkg/lib/libloader.so"))
 			require.Empty(t, tr.runpathOf("pkg/lib/libholder.so"), "libholder cannot call dlopen and needs nothing but libc")
 			for _, rel := range []string{"pkg/lib/libloader.so", "pkg/lib/libholder.so"} {
@@ -438,7 +444,7 @@ func TestDlopenCallerOutputNeeded(t *testing.T) {
 			tr, loader, plugin := loaderTree(t)
 			tr.place("pkg/lib/libwrap.so", cfix.Spec{Soname: "libwrap.so", Source: "int wrap(void) { return 0; }\n", Link: []string{plugin}})
 			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: c.app, Link: []string{loader}})
-			rep := tr.mustPatch([]string{"pkg"}, dlopenOpts(tr, c.mode)...)
+			rep := tr.mustPatch([]string{"pkg"}, dlopenConfig(tr, c.mode))
 			require.Equal(t, tr.x(c.loaderRunpath), tr.runpathOf("pkg/lib/libloader.so"))
 			var got []string
 			for _, d := range tr.file(rep, "pkg/lib/libloader.so").Deps {

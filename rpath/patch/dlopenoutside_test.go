@@ -96,8 +96,11 @@ func TestDlopenOutsideCaller(t *testing.T) {
 			plugin := cfix.Build(t, cfix.Spec{Soname: "libgstsoup.so", Libc: true, Source: srcSoupPlugin, Link: []string{gmodule, core}})
 			cfix.Copy(t, plugin, tr.p("pkg/lib/libgstsoup.so"))
 			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcSoupApp, Link: []string{plugin}})
-			rep := tr.mustPatch(c.roots, patch.WithSearch(tr.ps("store/ggg-glib/lib", "store/sss-soup/lib")...),
-				patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithInterpreter(hostLoader), patch.WithLibc(tr.p("libc")))
+			rep := tr.mustPatch(c.roots, patch.Config{
+				Search: tr.ps("store/ggg-glib/lib", "store/sss-soup/lib"),
+				Policy: policy.Config{DriverLinkFor: policy.DriverLinkNone, Interpreter: hostLoader},
+				Libc:   tr.p("libc"),
+			})
 			d := tr.dep(rep, "pkg/lib/libgstsoup.so", "libxsoup.so.1")
 			require.Equal(t, c.how, d.How)
 			require.Equal(t, tr.p("store/sss-soup/lib/libxsoup.so.1"), d.Path)
@@ -161,7 +164,7 @@ int main(int argc, char **argv) {
 `
 )
 
-// TestDlopenNeeded: with WithDlopenNeeded, a name a plugin hands to
+// TestDlopenNeeded: with Config.DlopenNeeded, a name a plugin hands to
 // g_module_open or lt_dlopen of a library outside the outputs becomes a
 // DT_NEEDED of the plugin, its directory in the plugin's RUNPATH, so the
 // loader maps it when a host outside the outputs opens the plugin, and
@@ -195,9 +198,12 @@ int plugin_init(void) {
 				plugin := cfix.Build(t, cfix.Spec{Soname: "libgstsoup.so", Libc: true, Source: l.plugin, Link: []string{loader}})
 				cfix.Copy(t, plugin, tr.p("pkg/lib/gstreamer-1.0/libgstsoup.so"))
 				tr.place("store/hhh-host/bin/host", cfix.Spec{Exe: true, Libc: true, Source: srcPluginHost, Link: []string{loader}, RunPath: "{root}/store/ggg-glib/lib"})
-				rep := tr.mustPatch([]string{"pkg"}, patch.WithSearch(tr.ps("store/ggg-glib/lib", "store/sss-soup/lib")...),
-					patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithInterpreter(hostLoader), patch.WithLibc(tr.p("libc")),
-					patch.WithDlopenNeeded(on))
+				rep := tr.mustPatch([]string{"pkg"}, patch.Config{
+					Search:       tr.ps("store/ggg-glib/lib", "store/sss-soup/lib"),
+					Policy:       policy.Config{DriverLinkFor: policy.DriverLinkNone, Interpreter: hostLoader},
+					Libc:         tr.p("libc"),
+					DlopenNeeded: on,
+				})
 				d := tr.dep(rep, "pkg/lib/gstreamer-1.0/libgstsoup.so", "libxsoup.so.1")
 				require.Equal(t, tr.p("store/sss-soup/lib/libxsoup.so.1"), d.Path)
 				require.Equal(t, policy.Evidence{File: tr.p("pkg/lib/gstreamer-1.0/libgstsoup.so"), String: "libxsoup.so.1", Kind: policy.EvidenceWhole}, d.Evidence)

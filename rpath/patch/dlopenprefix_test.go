@@ -94,8 +94,15 @@ func TestDlopenPrefix(t *testing.T) {
 	} {
 		t.Run(string(c.mode), func(t *testing.T) {
 			tr := nvrtcTree(t)
-			rep := tr.mustPatch([]string{"pkg"}, patch.WithSearch(tr.ps("store/bbb-decoys/lib", "store/ccc-cuda_nvrtc/lib")...),
-				patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir), patch.WithDlopen(c.mode))
+			rep := tr.mustPatch([]string{"pkg"}, patch.Config{
+				Search: tr.ps("store/bbb-decoys/lib", "store/ccc-cuda_nvrtc/lib"),
+				Policy: policy.Config{
+					DriverLinkFor: policy.DriverLinkNone,
+					Interpreter:   hostLoader,
+					Dlopen:        c.mode,
+				},
+				Libc: hostLibcDir,
+			})
 			require.Equal(t, tr.x(c.torch), tr.runpathOf("pkg/lib/libtorch_cpu.so"))
 			var got []string
 			for _, d := range tr.file(rep, "pkg/lib/libtorch_cpu.so").Deps {
@@ -145,8 +152,15 @@ int main(int argc, char **argv) {
 	return dlopen(name, RTLD_NOW) ? 0 : 1;
 }
 `})
-	rep := tr.mustPatch([]string{"pkg"}, patch.WithSearch(tr.ps("store/bbb-decoys/lib", "store/ddd-real/lib")...),
-		patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir), patch.WithDlopen(policy.DlopenResolve))
+	rep := tr.mustPatch([]string{"pkg"}, patch.Config{
+		Search: tr.ps("store/bbb-decoys/lib", "store/ddd-real/lib"),
+		Policy: policy.Config{
+			DriverLinkFor: policy.DriverLinkNone,
+			Interpreter:   hostLoader,
+			Dlopen:        policy.DlopenResolve,
+		},
+		Libc: hostLibcDir,
+	})
 	require.Equal(t, tr.p("store/ddd-real/lib"), tr.runpathOf("pkg/bin/app"))
 	var got []string
 	for _, d := range tr.file(rep, "pkg/bin/app").Deps {
@@ -186,8 +200,11 @@ int nvrtc_version(int major) {
 `})
 	cfix.Copy(t, cuda, tr.p("pkg/lib/libtorch_cuda.so"))
 	tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: srcNvrtcApp, Link: []string{cuda, cpu}})
-	rep := tr.mustPatch([]string{"pkg"}, patch.WithSearch(tr.ps("store/bbb-decoys/lib", "store/ccc-cuda_nvrtc/lib")...),
-		patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir))
+	rep := tr.mustPatch([]string{"pkg"}, patch.Config{
+		Search: tr.ps("store/bbb-decoys/lib", "store/ccc-cuda_nvrtc/lib"),
+		Policy: policy.Config{DriverLinkFor: policy.DriverLinkNone, Interpreter: hostLoader},
+		Libc:   hostLibcDir,
+	})
 	require.Contains(t, tr.runpathOf("pkg/lib/libtorch_cpu.so"), tr.p("store/ccc-cuda_nvrtc/lib"))
 	var from []string
 	for _, d := range tr.file(rep, "pkg/lib/libtorch_cpu.so").Deps {

@@ -6,8 +6,11 @@
 // decided without error. It replaces nixpkgs' autoPatchelfHook together
 // with the CUDA driver, cuda_compat and stub hooks.
 //
-// Run does the work: a worker pool decides the files (the big-table gate
-// bounds the memory of the largest, kept plans spare the write phase a
-// second read), then writes them. The package never prints; it returns a
+// Run does the work, configured by a Config: a plain struct whose zero
+// fields mean the defaults, its RUNPATH policy part (rpath/policy.Config)
+// the struct lint takes too. Run validates it, keeps a resolved copy in
+// the run's unexported job, and never changes it. A worker pool decides
+// the files (the big-table gate bounds the memory of the largest, kept
+// plans spare the write phase a second read), then writes them. The package never prints; it returns a
 // Report and logs through the *slog.Logger it is given.
 package patch

@@ -185,14 +185,11 @@ func (ix *eagerIndex) sonameHint(name string, class elf.Class, machine elf.Machi
 	return ""
 }
 
-// WithEagerIndex makes Patch use the eager oracle instead of the lazy
-// index.
-func WithEagerIndex() Option {
-	return func(c *config) error {
-		c.newIndex = func(ctx context.Context, c *job, roots []string, _ map[string][]string) (resolver, error) {
-			return buildEagerIndex(ctx, c, roots)
-		}
-		return nil
+// UseEagerIndex makes Run with cfg use the eager oracle instead of the
+// lazy index.
+func UseEagerIndex(cfg *Config) {
+	cfg.hooks.newIndex = func(ctx context.Context, c *job, roots []string, _ map[string][]string) (resolver, error) {
+		return buildEagerIndex(ctx, c, roots)
 	}
 }
 
@@ -203,15 +200,15 @@ type IndexStats struct {
 	Full   bool
 }
 
-// IndexLookups builds the lazy index for paths with opts, looks up each
+// IndexLookups builds the lazy index for paths with cfg, looks up each
 // name (for an x86-64 SYSV file) in order and returns the paths found
 // ("" for a miss) and how much of the index that took.
-func IndexLookups(ctx context.Context, paths, names []string, opts ...Option) ([]string, IndexStats, error) {
-	cfg, err := newConfig(opts)
+func IndexLookups(ctx context.Context, cfg *Config, paths, names []string) ([]string, IndexStats, error) {
+	rc, err := resolve(cfg)
 	if err != nil {
 		return nil, IndexStats{}, err
 	}
-	c := newJob(cfg)
+	c := newJob(rc)
 	roots, err := absDirs("path", paths)
 	if err != nil {
 		return nil, IndexStats{}, err
@@ -233,7 +230,7 @@ func IndexLookups(ctx context.Context, paths, names []string, opts ...Option) ([
 	return out, IndexStats{Listed: len(ix.lists), Probed: len(ix.probes), Full: ix.full}, nil
 }
 
-// CompareIndexes builds the eager and the lazy index for paths with opts
+// CompareIndexes builds the eager and the lazy index for paths with cfg
 // and asks both every question the tree allows: for every name either
 // index could know (every *.so* name of every directory it reaches, every
 // DT_SONAME, and extra), for every architecture a library there has and
@@ -242,12 +239,12 @@ func IndexLookups(ctx context.Context, paths, names []string, opts ...Option) ([
 // decide does, and the first fresh questions of that order (all when
 // fresh < 0) each on a fresh index, as the first question of a run. It
 // returns one line per disagreement and the number of questions asked.
-func CompareIndexes(ctx context.Context, seed uint64, fresh int, paths, extra []string, opts ...Option) ([]string, int, error) {
-	cfg, err := newConfig(opts)
+func CompareIndexes(ctx context.Context, cfg *Config, seed uint64, fresh int, paths, extra []string) ([]string, int, error) {
+	rc, err := resolve(cfg)
 	if err != nil {
 		return nil, 0, err
 	}
-	c := newJob(cfg)
+	c := newJob(rc)
 	roots, err := absDirs("path", paths)
 	if err != nil {
 		return nil, 0, err
@@ -385,45 +382,34 @@ func walkDirsBelow(dir string) ([]string, error) {
 	return out, err
 }
 
-// WithOpenCounter counts in opens, by path, the files Patch opens to read
-// them: to decide them, or as the index's probes.
-func WithOpenCounter(opens map[string]int) Option {
-	return func(c *config) error {
-		var mu sync.Mutex
-		c.wrapOpen = func(open openFunc) openFunc {
-			return func(path string, edit bool) (*elfedit.File, error) {
-				mu.Lock()
-				opens[path]++
-				mu.Unlock()
-				return open(path, edit)
-			}
-		}
-		return nil
-	}
-}
-
-// WithDiscoverCounter counts, by path, how often decide reads a file's
-// read-only data for dlopen discovery.
-func WithDiscoverCounter(reads map[string]int) Option {
-	return func(c *config) error {
-		var mu sync.Mutex
-		c.discovering = func(path string) {
+// CountOpens counts in opens, by path, the files Run with cfg opens to
+// read them: to decide them, or as the index's probes.
+func CountOpens(cfg *Config, opens map[string]int) {
+	var mu sync.Mutex
+	cfg.hooks.wrapOpen = func(open openFunc) openFunc {
+		return func(path string, edit bool) (*elfedit.File, error) {
 			mu.Lock()
-			reads[path]++
+			opens[path]++
 			mu.Unlock()
+			return open(path, edit)
 		}
-		return nil
 	}
 }
 
-// WithBigTable sets the string table size from which a file is decided
-// and written alone (defaultBigTable otherwise): at 1, every file is big.
-func WithBigTable(n int) Option {
-	return func(c *config) error {
-		c.bigTable = n
-		return nil
+// CountDiscovers counts, by path, how often decide reads a file's
+// read-only data for dlopen discovery in Run with cfg.
+func CountDiscovers(cfg *Config, reads map[string]int) {
+	var mu sync.Mutex
+	cfg.hooks.discovering = func(path string) {
+		mu.Lock()
+		reads[path]++
+		mu.Unlock()
 	}
 }
+
+// SetBigTable sets the string table size from which a file is decided
+// and written alone (defaultBigTable otherwise): at 1, every file is big.
+func SetBigTable(cfg *Config, n int) { cfg.hooks.bigTable = n }
 
 // BigGate is the big files' gate and its scheduler, for the tests.
 type BigGate struct{ g *bigGate }
@@ -436,42 +422,24 @@ func (b BigGate) Parallel(ctx context.Context, jobs, n int, fn func(i int, held 
 	return b.g.gatedParallel(ctx, jobs, n, fn)
 }
 
-// WithBeforeWrite runs fn before each file is written, with its path:
+// SetBeforeWrite runs fn before each file is written, with its path:
 // the moment between the decisions and a write that a tree changed by
 // another process (a directory swapped for a link, bytes appended, a
 // second run) meets.
-func WithBeforeWrite(fn func(path string)) Option {
-	return func(c *config) error {
-		c.beforeWrite = fn
-		return nil
-	}
-}
+func SetBeforeWrite(cfg *Config, fn func(path string)) { cfg.hooks.beforeWrite = fn }
 
-// WithWriteHook runs fn at the moments of each file's write that
+// SetWriteHook runs fn at the moments of each file's write that
 // elfedit.WithHook names ("commit": after the last check but one, just
 // before the commit), with the file's path.
-func WithWriteHook(fn func(path, at string)) Option {
-	return func(c *config) error {
-		c.writeHook = fn
-		return nil
-	}
-}
+func SetWriteHook(cfg *Config, fn func(path, at string)) { cfg.hooks.writeHook = fn }
 
-// WithHeldClaims lets decide hold at most n files open and locked for
+// SetHeldClaims lets decide hold at most n files open and locked for
 // the write phase (the descriptors left otherwise); past n, a file is
 // released after deciding and taken again, checked, when written.
-func WithHeldClaims(n int64) Option {
-	return func(c *config) error {
-		c.heldClaims = &n
-		return nil
-	}
-}
+func SetHeldClaims(cfg *Config, n int64) { cfg.hooks.heldClaims = &n }
 
-// WithSelectorMachine makes the selector read a fake machine: procfs at
-// proc, sysfs at sys. Give it after WithCudaCompatSelector.
-func WithSelectorMachine(proc, sys string) Option {
-	return func(c *config) error {
-		c.selector.proc, c.selector.sys = proc, sys
-		return nil
-	}
+// SetSelectorMachine makes the selector read a fake machine: procfs at
+// proc, sysfs at sys.
+func SetSelectorMachine(cfg *Config, proc, sys string) {
+	cfg.hooks.selectorProc, cfg.hooks.selectorSys = proc, sys
 }

@@ -36,11 +36,11 @@ import (
 // nobody is the unprivileged user the non-root cases run the CLI as.
 const nobody = 65534
 
-// fsOpts are the options every case patches with: libc comes from the host
-// (no RUNPATH entry for it) and no driver link, so the RUNPATH of main is
-// exactly the tree's lib/.
-func fsOpts(opts ...patch.Option) []patch.Option {
-	return append([]patch.Option{patch.WithLibc(hostLibc), patch.WithDriverLinkFor(policy.DriverLinkNone)}, opts...)
+// fsConfig is the configuration every case patches with: libc comes from
+// the host (no RUNPATH entry for it) and no driver link, so the RUNPATH of
+// main is exactly the tree's lib/.
+func fsConfig() *patch.Config {
+	return &patch.Config{Libc: hostLibc, Policy: policy.Config{DriverLinkFor: policy.DriverLinkNone}}
 }
 
 const hostLibc = "/lib/x86_64-linux-gnu"
@@ -201,7 +201,7 @@ func TestReadOnlyFiles(t *testing.T) {
 	t.Run("root", func(t *testing.T) {
 		fx, _ := fsFixture(t)
 		chmodFiles(t, fx, 0o555, 0o444)
-		rep, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts()...)
+		rep, err := patch.Run(context.Background(), fsConfig(), []string{fx.Dir})
 		if err != nil || !rep.Written {
 			t.Fatalf("Patch as root: %v (written %v)", err, rep != nil && rep.Written)
 		}
@@ -273,7 +273,7 @@ func TestSetuidSetgidKept(t *testing.T) {
 	t.Run("root", func(t *testing.T) {
 		fx, _ := fsFixture(t)
 		setModes(t, fx)
-		if _, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts()...); err != nil {
+		if _, err := patch.Run(context.Background(), fsConfig(), []string{fx.Dir}); err != nil {
 			t.Fatal(err)
 		}
 		check(t, fx)
@@ -307,7 +307,7 @@ func TestHardLinkRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := hashes(t, append(elfFiles(fx), other)...)
-	rep, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts()...)
+	rep, err := patch.Run(context.Background(), fsConfig(), []string{fx.Dir})
 	if err == nil {
 		t.Fatal("Patch of a file with two hard links succeeded")
 	}
@@ -370,7 +370,9 @@ func TestSymlinkLoopsAndEscapes(t *testing.T) {
 	// where it leads; nothing is written.
 	outLink := filepath.Join(fx.Dir, "bin/outside-main")
 	inside := hashes(t, elfFiles(fx)...)
-	_, err := patch.Run(context.Background(), []string{fx.Dir, outLink}, fsOpts(patch.WithSearchRecursive(fx.Dir))...)
+	cfg := fsConfig()
+	cfg.SearchRecursive = []string{fx.Dir}
+	_, err := patch.Run(context.Background(), cfg, []string{fx.Dir, outLink})
 	if !errors.Is(err, patch.ErrLinkOut) || !strings.Contains(err.Error(), outLink) || !strings.Contains(err.Error(), outside+"/bin/main") {
 		t.Errorf("Patch with a root linking out of the tree: %v, want ErrLinkOut naming the link and its target", err)
 	}
@@ -379,7 +381,7 @@ func TestSymlinkLoopsAndEscapes(t *testing.T) {
 	// The tree, with its links loops and links out of it, and the tree
 	// again as a recursive search directory.
 	roots := []string{fx.Dir}
-	rep, err := patch.Run(context.Background(), roots, fsOpts(patch.WithSearchRecursive(fx.Dir))...)
+	rep, err := patch.Run(context.Background(), cfg, roots)
 	if err != nil {
 		t.Fatalf("Patch: %v", err)
 	}
@@ -402,22 +404,24 @@ func TestSymlinkLoopsAndEscapes(t *testing.T) {
 	mustRun(t, fx)
 	// A root that is itself a link loop is an error naming it.
 	loop := filepath.Join(fx.Dir, "lib/libloop.so")
-	if _, err := patch.Run(context.Background(), []string{loop}, fsOpts()...); err == nil || !strings.Contains(err.Error(), loop) {
+	if _, err := patch.Run(context.Background(), fsConfig(), []string{loop}); err == nil || !strings.Contains(err.Error(), loop) {
 		t.Errorf("Patch of a looping link: %v, want an error naming it", err)
 	}
 }
 
-// afterDecisions returns an option that calls fn once, when every file has
-// been decided and before the first write: the moment a tree that changes
-// under the job matters.
-func afterDecisions(fn func()) patch.Option {
+// afterDecisions returns fsConfig set to call fn once, when every file
+// has been decided and before the first write: the moment a tree that
+// changes under the job matters.
+func afterDecisions(fn func()) *patch.Config {
 	called := false
-	return patch.WithProgress(func(done, total int) {
+	cfg := fsConfig()
+	cfg.Progress = func(done, total int) {
 		if done == total/2 && !called {
 			called = true
 			fn()
 		}
-	})
+	}
+	return cfg
 }
 
 // TestTreeChangesDuringTheJob: files removed or replaced between the
@@ -429,11 +433,12 @@ func TestTreeChangesDuringTheJob(t *testing.T) {
 	t.Run("removed", func(t *testing.T) {
 		fx, _ := fsFixture(t)
 		gone := fx.Libs[0]
-		rep, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts(afterDecisions(func() {
+		cfg := afterDecisions(func() {
 			if err := os.Remove(gone); err != nil {
 				t.Error(err)
 			}
-		}))...)
+		})
+		rep, err := patch.Run(context.Background(), cfg, []string{fx.Dir})
 		if err == nil || !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), gone) {
 			t.Errorf("Patch: %v, want a no-such-file error naming %s", err, gone)
 		}
@@ -455,14 +460,15 @@ func TestTreeChangesDuringTheJob(t *testing.T) {
 		}
 		before := hashes(t, outside)
 		victim := fx.Libs[0]
-		_, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts(afterDecisions(func() {
+		cfg := afterDecisions(func() {
 			if err := os.Remove(victim); err != nil {
 				t.Error(err)
 			}
 			if err := os.Symlink(outside, victim); err != nil {
 				t.Error(err)
 			}
-		}))...)
+		})
+		_, err := patch.Run(context.Background(), cfg, []string{fx.Dir})
 		sameHashes(t, before, "link target outside the tree")
 		if err == nil || !strings.Contains(err.Error(), victim) {
 			t.Errorf("Patch: %v, want an error naming %s", err, victim)
@@ -477,11 +483,12 @@ func TestTreeChangesDuringTheJob(t *testing.T) {
 		fx, dir := fsFixture(t)
 		other := fixtures.ByName(t, "mold-pie").CopyTo(t, filepath.Join(dir, "mold"))
 		before := hashes(t, other.Exe)[other.Exe]
-		_, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts(afterDecisions(func() {
+		cfg := afterDecisions(func() {
 			if err := os.Rename(other.Exe, fx.Exe); err != nil {
 				t.Error(err)
 			}
-		}))...)
+		})
+		_, err := patch.Run(context.Background(), cfg, []string{fx.Dir})
 		if err == nil || !strings.Contains(err.Error(), fx.Exe+": its path names another file since it was read") {
 			t.Errorf("Patch: %v, want an error naming %s", err, fx.Exe)
 		}

@@ -149,7 +149,7 @@ func TestGatedParallelStopsWhenCanceled(t *testing.T) {
 }
 
 // TestBigFilesDecidedAndWrittenAlone: with every file needing the gate
-// (WithBigTable(1)), a tree is patched on 4 jobs exactly as with the
+// (SetBigTable 1), a tree is patched on 4 jobs exactly as with the
 // default threshold; and on one job, where the gate is always free, each
 // file is read once to be decided: a big file is closed and read again
 // only when it must wait its turn.
@@ -162,12 +162,12 @@ func TestBigFilesDecidedAndWrittenAlone(t *testing.T) {
 		"out/lib/libc1.so": lib("libc1.so"),
 		"out/lib/libd.so":  lib("libd.so", "liba.so", "libc1.so"),
 	}
-	patched := func(opts ...patch.Option) map[string]string {
+	patched := func(opts patch.Config) map[string]string {
 		tr := newTree(t)
 		for rel, s := range files {
 			tr.place(rel, s)
 		}
-		rep := tr.mustPatch([]string{"out"}, opts...)
+		rep := tr.mustPatch([]string{"out"}, opts)
 		assert.Equal(t, len(files), rep.Changed)
 		got := map[string]string{}
 		for rel := range files {
@@ -175,9 +175,11 @@ func TestBigFilesDecidedAndWrittenAlone(t *testing.T) {
 		}
 		return got
 	}
-	want := patched(patch.WithJobs(4))
+	want := patched(patch.Config{Jobs: 4})
 	for range 5 { // the order the jobs meet the files in varies
-		got := patched(patch.WithJobs(4), patch.WithBigTable(1))
+		cfg := patch.Config{Jobs: 4}
+		patch.SetBigTable(&cfg, 1)
+		got := patched(cfg)
 		assert.Equal(t, want, got)
 	}
 
@@ -186,7 +188,10 @@ func TestBigFilesDecidedAndWrittenAlone(t *testing.T) {
 		tr.place(rel, s)
 	}
 	opens := map[string]int{}
-	_, err := patch.Run(context.Background(), tr.ps("out"), patch.WithJobs(1), patch.WithDryRun(true), patch.WithBigTable(1), patch.WithOpenCounter(opens))
+	cfg := patch.Config{Jobs: 1, Write: patch.WriteOptions{DryRun: true}}
+	patch.SetBigTable(&cfg, 1)
+	patch.CountOpens(&cfg, opens)
+	_, err := patch.Run(context.Background(), &cfg, tr.ps("out"))
 	require.NoError(t, err)
 	wanted := map[string]bool{}
 	for _, s := range files {

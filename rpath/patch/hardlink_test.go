@@ -50,14 +50,16 @@ func TestHardLinksAllInTheOutputs(t *testing.T) {
 			fx, dir := fsFixture(t)
 			// As long as "out": the result names its tree (RUNPATH, note).
 			clean := fx.CopyTo(t, filepath.Join(dir, "cln"))
-			want, err := patch.Run(context.Background(), []string{clean.Dir}, fsOpts()...)
+			want, err := patch.Run(context.Background(), fsConfig(), []string{clean.Dir})
 			if err != nil {
 				t.Fatal(err)
 			}
 			lib := fx.Libs[0]
 			names := driNames(fx, 12)
 			hardLinked(t, lib, names)
-			rep, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts(patch.WithHeldClaims(held))...)
+			cfg := fsConfig()
+			patch.SetHeldClaims(cfg, held)
+			rep, err := patch.Run(context.Background(), cfg, []string{fx.Dir})
 			if err != nil {
 				t.Fatalf("Patch: %v", err)
 			}
@@ -108,12 +110,12 @@ func TestHardLinksRefused(t *testing.T) {
 	tests := []struct {
 		name     string
 		outside  bool
-		opts     []patch.Option
+		relative bool // relativized
 		wantErr  string
 		allNames bool // every name has the error, not only the changed
 	}{
 		{name: "a name outside", outside: true, wantErr: "file has several hard links (14 links, 13 of them in the outputs): refusing to change the others too"},
-		{name: "different edits", opts: []patch.Option{patch.WithRelativizeRpath(true)}, wantErr: "(13 links, all in the outputs) whose names would get different edits (RUNPATH ", allNames: true},
+		{name: "different edits", relative: true, wantErr: "(13 links, all in the outputs) whose names would get different edits (RUNPATH ", allNames: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,7 +131,9 @@ func TestHardLinksRefused(t *testing.T) {
 				watch = append(watch, o)
 			}
 			before := hashes(t, watch...)
-			rep, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts(tt.opts...)...)
+			cfg := fsConfig()
+			cfg.Policy.RelativizeRoot = tt.relative
+			rep, err := patch.Run(context.Background(), cfg, []string{fx.Dir})
 			if err == nil || !errors.Is(err, elfedit.ErrHardLinks) {
 				t.Fatalf("Patch: %v, want ErrHardLinks", err)
 			}
@@ -168,12 +172,14 @@ func TestHardLinkMovedOutAtTheCommit(t *testing.T) {
 	first, gone := names[0], names[5]
 	outside := filepath.Join(dir, "outside.so")
 	acted := false
-	rep, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts(patch.WithWriteHook(func(p, at string) {
+	cfg := fsConfig()
+	patch.SetWriteHook(cfg, func(p, at string) {
 		if p == first && at == "commit" {
 			acted = true
 			must(t, os.Rename(gone, outside))
 		}
-	}))...)
+	})
+	rep, err := patch.Run(context.Background(), cfg, []string{fx.Dir})
 	if !acted {
 		t.Fatalf("the hook never ran before %s's commit", first)
 	}

@@ -187,10 +187,10 @@ func (tr *tree) runpathOf(rel string) string {
 
 // patch runs patch.Patch on the given roots (relative to the tree), after
 // checking that the lazy library index decides exactly as the eager oracle.
-func (tr *tree) patch(roots []string, opts ...patch.Option) (*patch.Report, error) {
+func (tr *tree) patch(roots []string, cfg patch.Config) (*patch.Report, error) {
 	tr.t.Helper()
-	sameAsEager(tr.t, tr.ps(roots...), opts...)
-	rep, err := patch.Run(context.Background(), tr.ps(roots...), opts...)
+	sameAsEager(tr.t, tr.ps(roots...), cfg)
+	rep, err := patch.Run(context.Background(), &cfg, tr.ps(roots...))
 	if rep != nil && rep.Written {
 		for _, f := range rep.Files {
 			if f.Changed && len(f.Errors) == 0 {
@@ -229,13 +229,16 @@ func mapsOnHost(t *testing.T, path string) {
 }
 
 // sameAsEager fails the test unless a dry run with the lazy library index
-// reports exactly what one with the eager oracle (patch.WithEagerIndex)
+// reports exactly what one with the eager oracle (patch.UseEagerIndex)
 // reports: every file, dependency, path, hint, RUNPATH and error.
-func sameAsEager(t testing.TB, roots []string, opts ...patch.Option) {
+func sameAsEager(t testing.TB, roots []string, cfg patch.Config) {
 	t.Helper()
-	dry := append(slices.Clone(opts), patch.WithDryRun(true))
-	lazy, lerr := patch.Run(context.Background(), roots, dry...)
-	eager, eerr := patch.Run(context.Background(), roots, append(dry, patch.WithEagerIndex())...)
+	dry := cfg
+	dry.Write.DryRun = true
+	lazy, lerr := patch.Run(context.Background(), &dry, roots)
+	eagerCfg := dry
+	patch.UseEagerIndex(&eagerCfg)
+	eager, eerr := patch.Run(context.Background(), &eagerCfg, roots)
 	if eager == nil && eerr != nil && lerr != nil && strings.Contains(lerr.Error(), eerr.Error()) {
 		// The eager index failed on a directory it could not read; the
 		// lazy one fails the files whose lookups reach it, with that
@@ -256,9 +259,9 @@ func sameAsEager(t testing.TB, roots []string, opts ...patch.Option) {
 }
 
 // mustPatch runs Patch and fails on error.
-func (tr *tree) mustPatch(roots []string, opts ...patch.Option) *patch.Report {
+func (tr *tree) mustPatch(roots []string, cfg patch.Config) *patch.Report {
 	tr.t.Helper()
-	rep, err := tr.patch(roots, opts...)
+	rep, err := tr.patch(roots, cfg)
 	if err != nil {
 		tr.t.Fatalf("Patch: %v", err)
 	}

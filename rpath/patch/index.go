@@ -56,7 +56,7 @@ var soPattern = fnmatch.Compile("*.so*")
 // built like auto-patchelf's populate_cache, in two rounds, each followed
 // by the absolute, non-$ORIGIN RUNPATH directories of the libraries it
 // found, breadth-first: first the outputs (recursively unless told not to;
-// skipped with WithIgnoreExisting), then the search directories in order.
+// skipped with Config.IgnoreExisting), then the search directories in order.
 // Within a directory names are taken in sorted order.
 //
 // It works lazily (a derivation's search path is the lib/ of every build

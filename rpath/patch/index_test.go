@@ -21,7 +21,7 @@ import (
 
 // The library index is lazy: it lists directories and reads a library's
 // headers only as lookups need them. These tests hold it to the eager
-// index it replaced (patch.WithEagerIndex, the oracle): the same answer to
+// index it replaced (patch.UseEagerIndex, the oracle): the same answer to
 // every question, on random trees full of what real trees hold (links,
 // RUNPATH chains and cycles, stub directories, other architectures,
 // linker scripts, hostile ELF files), and on real trees given by
@@ -90,11 +90,11 @@ func fuzzCorpusBytes(t *testing.T, path string) []byte {
 	return nil
 }
 
-// randomTree is one random tree and the Patch arguments that search it.
+// randomTree is one random tree and the Run arguments that search it.
 type randomTree struct {
 	root  string
 	paths []string
-	opts  []patch.Option
+	opts  patch.Config
 	desc  []string // what the options are, for failure messages
 }
 
@@ -236,21 +236,21 @@ func (p *indexPool) randomTree(t *testing.T, rng *rand.Rand) *randomTree {
 	if len(placed) > 0 && rng.IntN(4) == 0 {
 		search = append(search, abs(pick(placed))) // a file as a search directory
 	}
-	tr.opts = append(tr.opts, patch.WithSearch(search...))
+	tr.opts.Search = append(tr.opts.Search, search...)
 	tr.desc = append(tr.desc, fmt.Sprintf("search %q", search))
 	if rng.IntN(2) == 0 {
-		tr.opts = append(tr.opts, patch.WithSearchRecursive(abs("tree")))
+		tr.opts.SearchRecursive = append(tr.opts.SearchRecursive, abs("tree"))
 		tr.desc = append(tr.desc, "search-recursive tree")
 	}
 	if rng.IntN(4) == 0 {
-		tr.opts = append(tr.opts, patch.WithIgnoreExisting(true))
+		tr.opts.IgnoreExisting = true
 		tr.desc = append(tr.desc, "ignore-existing")
 	}
 	if rng.IntN(4) == 0 {
-		tr.opts = append(tr.opts, patch.WithRecurse(false))
+		tr.opts.NoRecurse = true
 		tr.desc = append(tr.desc, "no-recurse")
 	}
-	tr.opts = append(tr.opts, patch.WithJobs(1+rng.IntN(4)))
+	tr.opts.Jobs = 1 + rng.IntN(4)
 	return tr
 }
 
@@ -280,7 +280,7 @@ func TestIndexMatchesEagerOnRandomTrees(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 0))
 			tr := pool.randomTree(t, rng)
 			extra := append(slices.Clone(indexNames), "a/b.so", "libnothere.so", "liba", tr.root+"/s0/liba.so")
-			diffs, n, err := patch.CompareIndexes(context.Background(), seed, 200, tr.paths, extra, tr.opts...)
+			diffs, n, err := patch.CompareIndexes(context.Background(), &tr.opts, seed, 200, tr.paths, extra)
 			if err != nil {
 				t.Fatalf("seed %d (%s): %v", seed, strings.Join(tr.desc, ", "), err)
 			}
@@ -288,7 +288,7 @@ func TestIndexMatchesEagerOnRandomTrees(t *testing.T) {
 			for _, d := range diffs {
 				t.Errorf("seed %d (%s): %s", seed, strings.Join(tr.desc, ", "), d)
 			}
-			sameAsEager(t, tr.paths, tr.opts...)
+			sameAsEager(t, tr.paths, tr.opts)
 		})
 	}
 	t.Logf("%d questions asked of both indexes", asked)
@@ -307,7 +307,7 @@ func TestIndexWorkFollowsLookups(t *testing.T) {
 	tr.place("s0/libhop.so", withRunpath(lib("libhop.so"), "{root}/hidden"))
 	tr.place("s1/liba.so", lib("liba.so"))
 	tr.place("hidden/libh.so", lib("libh.so"))
-	opts := []patch.Option{patch.WithSearch(tr.ps("s0", "s1")...)}
+	opts := patch.Config{Search: tr.ps("s0", "s1")}
 	for _, c := range []struct {
 		names  []string
 		want   []string
@@ -325,7 +325,7 @@ func TestIndexWorkFollowsLookups(t *testing.T) {
 		{[]string{"lib01.so", "lib02.so", "lib01.so"}, []string{"{root}/s0/lib01.so", "{root}/s0/lib02.so", "{root}/s0/lib01.so"},
 			patch.IndexStats{Listed: 3, Probed: 2}, "each header read once"},
 	} {
-		got, stats, err := patch.IndexLookups(context.Background(), tr.ps("out"), c.names, opts...)
+		got, stats, err := patch.IndexLookups(context.Background(), &opts, tr.ps("out"), c.names)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,9 +365,12 @@ func TestIndexMatchesEagerOnRealTrees(t *testing.T) {
 	}
 	for i, tr := range trees {
 		t.Run(strconv.Itoa(i), func(t *testing.T) {
-			opts := []patch.Option{patch.WithSearch(tr.Search...), patch.WithSearchRecursive(tr.SearchRecursive...),
-				patch.WithIgnoreExisting(tr.IgnoreExisting)}
-			diffs, n, err := patch.CompareIndexes(context.Background(), uint64(i), 300, tr.Paths, []string{"libnothere.so"}, opts...)
+			opts := patch.Config{
+				Search:          tr.Search,
+				SearchRecursive: tr.SearchRecursive,
+				IgnoreExisting:  tr.IgnoreExisting,
+			}
+			diffs, n, err := patch.CompareIndexes(context.Background(), &opts, uint64(i), 300, tr.Paths, []string{"libnothere.so"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -377,7 +380,9 @@ func TestIndexMatchesEagerOnRealTrees(t *testing.T) {
 			t.Logf("paths %q, %d search, %d recursive: %d questions, %d disagreements",
 				tr.Paths, len(tr.Search), len(tr.SearchRecursive), n, len(diffs))
 			if tr.Patch {
-				sameAsEager(t, tr.Paths, append(opts, patch.WithIgnoreMissing("*"))...)
+				cfg := opts
+				cfg.Policy.IgnoreMissing = append(cfg.Policy.IgnoreMissing, "*")
+				sameAsEager(t, tr.Paths, cfg)
 			}
 		})
 	}

@@ -52,7 +52,7 @@ func TestPlansKeptForTheWrite(t *testing.T) {
 		}
 		var logs bytes.Buffer
 		log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-		rep := tr.mustPatch([]string{"."}, patch.WithJobs(jobs), patch.WithLogger(log), patch.WithDriverLinkFor(policy.DriverLinkAll), patch.WithSymbols(tc.symbols))
+		rep := tr.mustPatch([]string{"."}, patch.Config{Jobs: jobs, Logger: log, Policy: policy.Config{DriverLinkFor: policy.DriverLinkAll}, Symbols: tc.symbols})
 		require.Equal(t, 130, rep.Changed, "%d jobs: every file rewritten", jobs)
 		planned := map[string]int{}
 		sc := bufio.NewScanner(&logs)

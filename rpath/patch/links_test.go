@@ -42,10 +42,10 @@ func TestLinkRoots(t *testing.T) {
 			tr.place("out/libexec/app", exe("libe.so.1"))
 			tr.symlink("out/bin/app", "../libexec/app")
 			tr.place("deps/libdep.so", lib("libdep.so"))
-			opts := []patch.Option{patch.WithSearch(tr.p("deps"), tr.p("out/lib"))}
+			opts := patch.Config{Search: []string{tr.p("deps"), tr.p("out/lib")}}
 			if tc.files == nil {
 				snap := tr.snapshot()
-				_, err := patch.Run(t.Context(), tr.ps(tc.roots...), opts...)
+				_, err := patch.Run(t.Context(), &opts, tr.ps(tc.roots...))
 				if err == nil {
 					t.Fatal("no error")
 				}
@@ -60,7 +60,7 @@ func TestLinkRoots(t *testing.T) {
 				tr.unchangedSince(snap)
 				return
 			}
-			rep := tr.mustPatch(tc.roots, opts...)
+			rep := tr.mustPatch(tc.roots, opts)
 			var got []string
 			for _, f := range rep.Files {
 				got = append(got, f.Path)

@@ -20,7 +20,7 @@ func TestAllMissingReportedNothingWritten(t *testing.T) {
 	tr.place("deps/libdep.so", lib("libdep.so"))
 	snap := tr.snapshot()
 
-	rep, err := tr.patch([]string{"out"}, patch.WithSearch(tr.p("deps")))
+	rep, err := tr.patch([]string{"out"}, patch.Config{Search: []string{tr.p("deps")}})
 	if !isErr(err, patch.ErrUnsatisfied) {
 		t.Fatalf("err = %v, want ErrUnsatisfied", err)
 	}
@@ -49,7 +49,7 @@ func TestMissingSonameHint(t *testing.T) {
 	tr := newTree(t)
 	tr.place("out/bin/app", exe("libver.so.1"))
 	tr.place("s1/libver.so.1.2.3", lib("libver.so.1"))
-	rep, err := tr.patch([]string{"out"}, patch.WithSearch(tr.p("s1")))
+	rep, err := tr.patch([]string{"out"}, patch.Config{Search: []string{tr.p("s1")}})
 	if !isErr(err, patch.ErrUnsatisfied) {
 		t.Fatalf("err = %v", err)
 	}
@@ -70,8 +70,10 @@ func TestStubDirsNeverIndexed(t *testing.T) {
 	tr.place("tree/cuda/lib/stubs/libcufft.so.11", lib("libcufft.so.11"))
 	tr.place("x-cuda_nvrtc-12.4-stubs/lib/libnvrtc.so.12", lib("libnvrtc.so.12"))
 	rep, err := tr.patch([]string{"out"},
-		patch.WithSearch(tr.ps("s1", "x-cuda_nvrtc-12.4-stubs/lib")...),
-		patch.WithSearchRecursive(tr.p("tree")))
+		patch.Config{
+			Search:          tr.ps("s1", "x-cuda_nvrtc-12.4-stubs/lib"),
+			SearchRecursive: []string{tr.p("tree")},
+		})
 	if !isErr(err, patch.ErrUnsatisfied) {
 		t.Fatalf("err = %v", err)
 	}
@@ -97,7 +99,7 @@ func TestIgnoreExisting(t *testing.T) {
 		tr.place("out/lib/libown.so", lib("libown.so"))
 		tr.place("s1/libhop.so", withRunpath(lib("libhop.so"), "{root}/hidden"))
 		tr.place("hidden/libh.so", lib("libh.so"))
-		rep, err := tr.patch([]string{"out"}, patch.WithSearch(tr.p("s1")), patch.WithIgnoreExisting(ignore))
+		rep, err := tr.patch([]string{"out"}, patch.Config{Search: []string{tr.p("s1")}, IgnoreExisting: ignore})
 		if !ignore {
 			if err != nil {
 				t.Fatal(err)
@@ -136,7 +138,7 @@ func TestIgnoreMissingPatterns(t *testing.T) {
 		{[]string{"*/libfoo.so.1"}, names}, // the basename is matched, no directory
 		{[]string{"lib[a-f]*"}, []string{"libX11.so.6"}},
 	} {
-		rep, err := tr.patch([]string{"out"}, patch.WithIgnoreMissing(c.patterns...), patch.WithDryRun(true))
+		rep, err := tr.patch([]string{"out"}, patch.Config{Policy: policy.Config{IgnoreMissing: c.patterns}, Write: patch.WriteOptions{DryRun: true}})
 		var got []string
 		for _, m := range rep.Missing {
 			got = append(got, m.Name)
@@ -162,39 +164,43 @@ func TestIgnoreMissingPatterns(t *testing.T) {
 func TestAuditErrors(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		opts  func(tr *tree) []patch.Option
+		opts  func(tr *tree) patch.Config
 		entry string // the bad entry
 		file  string // the file it is reported against
 	}{
 		{"runtime dependency under /build",
-			func(tr *tree) []patch.Option {
-				return []patch.Option{patch.WithRuntimeDependencies("/build/source/lib")}
+			func(tr *tree) patch.Config {
+				return patch.Config{Policy: policy.Config{RuntimeDeps: []string{"/build/source/lib"}}}
 			},
 			"/build/source/lib", "out/bin/app"},
 		{"relative entry appended",
-			func(tr *tree) []patch.Option { return []patch.Option{patch.WithAppendRunpaths("lib")} },
+			func(tr *tree) patch.Config {
+				return patch.Config{Policy: policy.Config{AppendRunpaths: []string{"lib"}}}
+			},
 			"lib", "out/bin/app"},
 		{"relative runtime dependency",
-			func(tr *tree) []patch.Option { return []patch.Option{patch.WithRuntimeDependencies("./rt/lib")} },
+			func(tr *tree) patch.Config {
+				return patch.Config{Policy: policy.Config{RuntimeDeps: []string{"./rt/lib"}}}
+			},
 			"./rt/lib", "out/bin/app"},
 		{"stubs directory appended",
-			func(tr *tree) []patch.Option {
-				return []patch.Option{patch.WithAppendRunpaths("/nix/store/x-cuda_cudart-12.4/lib/stubs")}
+			func(tr *tree) patch.Config {
+				return patch.Config{Policy: policy.Config{AppendRunpaths: []string{"/nix/store/x-cuda_cudart-12.4/lib/stubs"}}}
 			},
 			"/nix/store/x-cuda_cudart-12.4/lib/stubs", "out/bin/app"},
 		{"-stubs output appended",
-			func(tr *tree) []patch.Option {
-				return []patch.Option{patch.WithAppendRunpaths("/nix/store/x-cuda_cudart-12.4-stubs/lib")}
+			func(tr *tree) patch.Config {
+				return patch.Config{Policy: policy.Config{AppendRunpaths: []string{"/nix/store/x-cuda_cudart-12.4-stubs/lib"}}}
 			},
 			"/nix/store/x-cuda_cudart-12.4-stubs/lib", "out/lib/libl.so"},
 		{"resolved into a build directory",
-			func(tr *tree) []patch.Option {
-				return []patch.Option{patch.WithBuildDirs(tr.p("build")), patch.WithSearch(tr.p("build/deps"))}
+			func(tr *tree) patch.Config {
+				return patch.Config{Policy: policy.Config{BuildDirs: []string{tr.p("build")}}, Search: []string{tr.p("build/deps")}}
 			},
 			"{root}/build/deps", "out/lib/libl.so"},
 		{"cuda_compat under the build directory",
-			func(tr *tree) []patch.Option {
-				return []patch.Option{patch.WithBuildDirs(tr.p("build")), patch.WithCudaCompat(tr.p("build/compat"))}
+			func(tr *tree) patch.Config {
+				return patch.Config{Policy: policy.Config{BuildDirs: []string{tr.p("build")}, CudaCompat: tr.p("build/compat")}}
 			},
 			"{root}/build/compat", "out/lib/libl.so"},
 	} {
@@ -205,8 +211,9 @@ func TestAuditErrors(t *testing.T) {
 			tr.place("build/deps/libdep.so", lib("libdep.so"))
 			tr.place("deps/libdep.so", lib("libdep.so"))
 			snap := tr.snapshot()
-			opts := append(c.opts(tr), patch.WithSearch(tr.p("deps")))
-			rep, err := tr.patch([]string{"out"}, opts...)
+			opts := c.opts(tr)
+			opts.Search = append(opts.Search, tr.p("deps"))
+			rep, err := tr.patch([]string{"out"}, opts)
 			if !isErr(err, policy.ErrAudit) {
 				t.Fatalf("err = %v, want ErrAudit", err)
 			}
@@ -225,7 +232,7 @@ func TestAuditErrors(t *testing.T) {
 	// $ORIGIN entries are relative but fine.
 	tr := newTree(t)
 	tr.place("out/bin/app", exe())
-	tr.mustPatch([]string{"out"}, patch.WithAppendRunpaths("$ORIGIN/../lib", "${ORIGIN}"), patch.WithRuntimeDependencies("$ORIGIN/rt"))
+	tr.mustPatch([]string{"out"}, patch.Config{Policy: policy.Config{AppendRunpaths: []string{"$ORIGIN/../lib", "${ORIGIN}"}, RuntimeDeps: []string{"$ORIGIN/rt"}}})
 	if got, want := tr.runpathOf("out/bin/app"), drv+":$ORIGIN/rt:$ORIGIN/../lib:${ORIGIN}"; got != want {
 		t.Errorf("RUNPATH %q, want %q", got, want)
 	}

@@ -14,9 +14,12 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
 )
 
-// none keeps the driver link out of the way where a test is about
-// auto-patchelf alone.
-var none = patch.WithDriverLinkFor(policy.DriverLinkNone)
+// none keeps the driver link out of the way of cfg where a test is
+// about auto-patchelf alone.
+func none(cfg patch.Config) patch.Config {
+	cfg.Policy.DriverLinkFor = policy.DriverLinkNone
+	return cfg
+}
 
 func TestNixpkgsRuntimeDependenciesOnlyForExecutables(t *testing.T) {
 	tr := newTree(t)
@@ -24,8 +27,10 @@ func TestNixpkgsRuntimeDependenciesOnlyForExecutables(t *testing.T) {
 	tr.place("out/bin/nopie", cfix.Spec{Exe: true, NoPIE: true, Needed: []string{"libdep.so"}})
 	tr.place("out/lib/libl.so", lib("libl.so", "libdep.so"))
 	tr.place("deps/libdep.so", lib("libdep.so"))
-	rep := tr.mustPatch([]string{"out"}, none, patch.WithSearch(tr.p("deps")),
-		patch.WithRuntimeDependencies("/nix/store/aaa-libGL/lib", "/nix/store/bbb-libX11/lib"))
+	rep := tr.mustPatch([]string{"out"}, none(patch.Config{
+		Search: []string{tr.p("deps")},
+		Policy: policy.Config{RuntimeDeps: []string{"/nix/store/aaa-libGL/lib", "/nix/store/bbb-libX11/lib"}},
+	}))
 	for rel, want := range map[string]string{
 		"out/bin/pie":     "/nix/store/aaa-libGL/lib:/nix/store/bbb-libX11/lib:{root}/deps",
 		"out/bin/nopie":   "/nix/store/aaa-libGL/lib:/nix/store/bbb-libX11/lib:{root}/deps",
@@ -45,8 +50,10 @@ func TestNixpkgsAppendRunpathsVerbatim(t *testing.T) {
 	tr.place("out/lib/libnvrtc.so.12", lib("libnvrtc.so.12", "libdep.so"))
 	tr.place("out/bin/app", exe())
 	tr.place("deps/libdep.so", lib("libdep.so"))
-	tr.mustPatch([]string{"out"}, none, patch.WithSearch(tr.p("deps")),
-		patch.WithAppendRunpaths("$ORIGIN", "${ORIGIN}/../lib64", "$ORIGIN/$LIB", "/nix/store/ccc-zlib/lib"))
+	tr.mustPatch([]string{"out"}, none(patch.Config{
+		Search: []string{tr.p("deps")},
+		Policy: policy.Config{AppendRunpaths: []string{"$ORIGIN", "${ORIGIN}/../lib64", "$ORIGIN/$LIB", "/nix/store/ccc-zlib/lib"}},
+	}))
 	for rel, want := range map[string]string{
 		"out/lib/libnvrtc.so.12": "{root}/deps:$ORIGIN:${ORIGIN}/../lib64:$ORIGIN/$LIB:/nix/store/ccc-zlib/lib",
 		"out/bin/app":            "$ORIGIN:${ORIGIN}/../lib64:$ORIGIN/$LIB:/nix/store/ccc-zlib/lib",
@@ -67,13 +74,13 @@ func TestNixpkgsCudaRedistRunpath(t *testing.T) {
 	tr.place("out/lib/libcublas.so.12", lib("libcublas.so.12", "libcublasLt.so.12", "libdep.so"))
 	tr.place("deps/libdep.so", lib("libdep.so"))
 	for _, compat := range []bool{false, true} {
-		opts := []patch.Option{patch.WithSearch(tr.p("deps")), patch.WithAppendRunpaths("$ORIGIN"), patch.WithDryRun(true)}
+		opts := patch.Config{Search: []string{tr.p("deps")}, Policy: policy.Config{AppendRunpaths: []string{"$ORIGIN"}}, Write: patch.WriteOptions{DryRun: true}}
 		want := drv + ":{root}/out/lib:{root}/deps:$ORIGIN"
 		if compat {
-			opts = append(opts, patch.WithCudaCompat("/nix/store/ddd-cuda_compat/compat"))
+			opts.Policy.CudaCompat = "/nix/store/ddd-cuda_compat/compat"
 			want = "/nix/store/ddd-cuda_compat/compat:" + want
 		}
-		rep, err := tr.patch([]string{"out"}, opts...)
+		rep, err := tr.patch([]string{"out"}, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +95,7 @@ func TestNixpkgsPreserveOrigin(t *testing.T) {
 		tr := newTree(t)
 		tr.place("out/lib/libo.so", withRunpath(lib("libo.so", "libdep.so"), "/build/src/lib:$ORIGIN:/usr/lib:${ORIGIN}/../plugins:$ORIGIN/x"))
 		tr.place("deps/libdep.so", lib("libdep.so"))
-		tr.mustPatch([]string{"out"}, none, patch.WithSearch(tr.p("deps")), patch.WithPreserveOrigin(on))
+		tr.mustPatch([]string{"out"}, none(patch.Config{Search: []string{tr.p("deps")}, Policy: policy.Config{PreserveOrigin: on}}))
 		want := "{root}/deps"
 		if on {
 			want += ":$ORIGIN:${ORIGIN}/../plugins:$ORIGIN/x"
@@ -105,7 +112,7 @@ func TestNixpkgsOldRunpathReplacedEntirely(t *testing.T) {
 	tr := newTree(t)
 	tr.place("out/bin/app", withRunpath(exe("libdep.so"), "/opt/vendor/lib:/usr/local/cuda/lib64:$ORIGIN"))
 	tr.place("deps/libdep.so", lib("libdep.so"))
-	tr.mustPatch([]string{"out"}, none, patch.WithSearch(tr.p("deps")))
+	tr.mustPatch([]string{"out"}, none(patch.Config{Search: []string{tr.p("deps")}}))
 	if got := tr.runpathOf("out/bin/app"); got != tr.p("deps") {
 		t.Errorf("RUNPATH %q", got)
 	}
@@ -115,7 +122,7 @@ func TestNixpkgsIgnoreMissingStar(t *testing.T) {
 	tr := newTree(t)
 	tr.place("out/bin/app", exe("libmissing.so.1", "libdep.so", "libcuda.so.1"))
 	tr.place("deps/libdep.so", lib("libdep.so"))
-	rep := tr.mustPatch([]string{"out"}, none, patch.WithSearch(tr.p("deps")), patch.WithIgnoreMissing("*"))
+	rep := tr.mustPatch([]string{"out"}, none(patch.Config{Search: []string{tr.p("deps")}, Policy: policy.Config{IgnoreMissing: []string{"*"}}}))
 	if len(rep.Missing) != 0 {
 		t.Errorf("missing %+v", rep.Missing)
 	}
@@ -141,7 +148,7 @@ func TestNixpkgsEmptyResultLeavesFileUntouched(t *testing.T) {
 		tr.place("out/lib/libnone.so", lib("libnone.so"))
 		tr.place("glibc/lib/libc.so.6", lib("libc.so.6"))
 		snap := tr.snapshot()
-		rep := tr.mustPatch([]string{"out"}, none, patch.WithLibc(tr.p("glibc/lib")), patch.WithResolutionCache(notes))
+		rep := tr.mustPatch([]string{"out"}, none(patch.Config{Libc: tr.p("glibc/lib"), NoResolutionCache: !notes}))
 		if notes {
 			desc, ok := noteOf(t, tr.p("out/lib/libold.so"))
 			if !ok || tr.render(desc) != "libc.so.6 ?/old/lib\n" {
@@ -167,7 +174,7 @@ func TestNixpkgsDriverLinkEveryDynamicELF(t *testing.T) {
 	tr.place("out/bin/app", exe())
 	tr.place("out/lib/libcudart.so.12", lib("libcudart.so.12"))
 	tr.place("lib/lib/libx.so", lib("libx.so"))
-	tr.mustPatch([]string{"out", "lib"})
+	tr.mustPatch([]string{"out", "lib"}, patch.Config{})
 	for _, rel := range []string{"out/bin/app", "out/lib/libcudart.so.12", "lib/lib/libx.so"} {
 		if got := tr.runpathOf(rel); got != drv {
 			t.Errorf("%s: %q, want %q", rel, got, drv)
@@ -175,7 +182,7 @@ func TestNixpkgsDriverLinkEveryDynamicELF(t *testing.T) {
 	}
 	// Idempotent, unlike addDriverRunpath: a second run changes nothing.
 	snap := tr.snapshot()
-	rep := tr.mustPatch([]string{"out", "lib"})
+	rep := tr.mustPatch([]string{"out", "lib"}, patch.Config{})
 	tr.unchangedSince(snap)
 	if rep.Changed != 0 {
 		t.Errorf("second run changed %d files", rep.Changed)
@@ -191,7 +198,7 @@ func TestNixpkgsStubReplacedByDriverLink(t *testing.T) {
 	tr.place("out/lib/libtorch_cuda.so", lib("libtorch_cuda.so", "libcuda.so.1", "libcudart.so.12"))
 	tr.place("cudart/lib/stubs/libcuda.so.1", lib("libcuda.so.1"))
 	tr.place("cudart/lib/libcudart.so.12", lib("libcudart.so.12"))
-	rep := tr.mustPatch([]string{"out"}, patch.WithSearch(tr.ps("cudart/lib/stubs", "cudart/lib")...))
+	rep := tr.mustPatch([]string{"out"}, patch.Config{Search: tr.ps("cudart/lib/stubs", "cudart/lib")})
 	if got, want := tr.runpathOf("out/lib/libtorch_cuda.so"), tr.x(drv+":{root}/cudart/lib"); got != want {
 		t.Errorf("RUNPATH %q, want %q", got, want)
 	}
@@ -215,7 +222,7 @@ func TestNixpkgsSkippedFiles(t *testing.T) {
 	tr.write("out/lib/obj.o", "")
 	tr.symlink("out/bin/link", "app")
 	snap := tr.snapshot()
-	rep := tr.mustPatch([]string{"out"}, patch.WithInterpreter("/lib64/ld-linux-x86-64.so.2"))
+	rep := tr.mustPatch([]string{"out"}, patch.Config{Policy: policy.Config{Interpreter: "/lib64/ld-linux-x86-64.so.2"}})
 	for rel, want := range map[string]string{
 		"out/bin/static":              "static",
 		"out/lib/debug/libx.so.debug": "debug-object",
@@ -253,7 +260,7 @@ func TestNixpkgsDebugObjectsNotIndexed(t *testing.T) {
 	tr.place("out/bin/app", exe("libd.so"))
 	tr.place("s1/libd.so", cfix.Spec{Soname: "libd.so", DebugOnly: true, Source: "int x(void) { return 1; }\n"})
 	tr.place("s2/libd.so", lib("libd.so"))
-	tr.mustPatch([]string{"out"}, none, patch.WithSearch(tr.ps("s1", "s2")...))
+	tr.mustPatch([]string{"out"}, none(patch.Config{Search: tr.ps("s1", "s2")}))
 	if got := tr.runpathOf("out/bin/app"); got != tr.p("s2") {
 		t.Errorf("RUNPATH %q", got)
 	}
@@ -268,7 +275,7 @@ func TestNixpkgsLibsAcceptsFiles(t *testing.T) {
 	tr.place("out/lib/liba.so", lib("liba.so"))
 	tr.place("deps/libdep.so", lib("libdep.so"))
 	tr.place("deps/libother.so", lib("libother.so"))
-	tr.mustPatch([]string{"out/bin/app", "out/lib/liba.so"}, none, patch.WithSearch(tr.p("deps/libdep.so")))
+	tr.mustPatch([]string{"out/bin/app", "out/lib/liba.so"}, none(patch.Config{Search: []string{tr.p("deps/libdep.so")}}))
 	if got, want := tr.runpathOf("out/bin/app"), tr.x("{root}/deps:{root}/out/lib"); got != want {
 		t.Errorf("RUNPATH %q, want %q", got, want)
 	}
@@ -281,7 +288,7 @@ func TestNixpkgsInterpreter(t *testing.T) {
 	tr := newTree(t)
 	tr.place("out/bin/app", exe())
 	tr.place("out/lib/libl.so", lib("libl.so"))
-	rep := tr.mustPatch([]string{"out"}, patch.WithInterpreter(ld))
+	rep := tr.mustPatch([]string{"out"}, patch.Config{Policy: policy.Config{Interpreter: ld}})
 	if got := readDyn(t, tr.p("out/bin/app")).interp; got != ld {
 		t.Errorf("app interpreter %q", got)
 	}
@@ -294,7 +301,7 @@ func TestNixpkgsInterpreter(t *testing.T) {
 	// Without an interpreter the old one stays.
 	tr2 := newTree(t)
 	tr2.place("out/bin/app", exe())
-	tr2.mustPatch([]string{"out"})
+	tr2.mustPatch([]string{"out"}, patch.Config{})
 	if got := readDyn(t, tr2.p("out/bin/app")).interp; got != "/lib64/ld-linux-x86-64.so.2" {
 		t.Errorf("interpreter changed to %q", got)
 	}
@@ -316,7 +323,7 @@ func TestSymlinksNeverFollowedOutOfTheTree(t *testing.T) {
 			delete(outside, rel)
 		}
 	}
-	rep := tr.mustPatch([]string{"out"})
+	rep := tr.mustPatch([]string{"out"}, patch.Config{})
 	now := tr.snapshot()
 	for rel, h := range outside {
 		if now[rel] != h {
@@ -345,12 +352,12 @@ func TestDlopenMissingIsMissing(t *testing.T) {
 	// no alternative satisfies is missing, named "any(a, b)".
 	tr := newTree(t)
 	tr.place("out/lib/libplug.so", cfix.Spec{Soname: "libplug.so", Dlopen: `[{"soname":["libnope.so.1","libnope.so.0"]}]`})
-	rep, err := tr.patch([]string{"out"}, none)
+	rep, err := tr.patch([]string{"out"}, none(patch.Config{}))
 	if !isErr(err, patch.ErrUnsatisfied) || !slices.Equal(tr.missing(rep), []string{"any(libnope.so.1, libnope.so.0) wanted by out/lib/libplug.so"}) {
 		t.Errorf("err %v, missing %q", err, tr.missing(rep))
 	}
 	// An ignore pattern matching one alternative (or the any() name) ignores it.
-	rep = tr.mustPatch([]string{"out"}, none, patch.WithIgnoreMissing("libnope.so.0"))
+	rep = tr.mustPatch([]string{"out"}, none(patch.Config{Policy: policy.Config{IgnoreMissing: []string{"libnope.so.0"}}}))
 	d := tr.dep(rep, "out/lib/libplug.so", "any(libnope.so.1, libnope.so.0)")
 	if d.How != policy.HowIgnored || d.Source != "dlopen" {
 		t.Errorf("dep %+v", d)

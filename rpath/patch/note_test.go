@@ -70,11 +70,11 @@ func cudaPackage(t *testing.T) *tree {
 	return tr
 }
 
-func cudaOptions(tr *tree, extra ...patch.Option) []patch.Option {
-	return append([]patch.Option{
-		patch.WithSearch(tr.ps("deps/lib", "toolkit/lib/stubs")...),
-		patch.WithDriverLink(tr.p("driver")),
-	}, extra...)
+func cudaConfig(tr *tree) patch.Config {
+	return patch.Config{
+		Search: tr.ps("deps/lib", "toolkit/lib/stubs"),
+		Policy: policy.Config{DriverLink: tr.p("driver")},
+	}
 }
 
 // TestResolutionNoteWritten: every patched file gets the note of its new
@@ -86,11 +86,12 @@ func TestResolutionNoteWritten(t *testing.T) {
 	for _, compat := range []bool{false, true} {
 		t.Run(map[bool]string{false: "driver link", true: "cuda_compat"}[compat], func(t *testing.T) {
 			tr := cudaPackage(t)
-			var extra []patch.Option
+			cfg := cudaConfig(tr)
 			if compat {
-				extra = append(extra, patch.WithCudaCompat(tr.p("compat")), patch.WithCudaCompatSelector(tr.p("selector"), "gcc"))
+				cfg.Policy.CudaCompat = tr.p("compat")
+				cfg.Selector = patch.CompatSelector{Dir: tr.p("selector"), CC: []string{"gcc"}}
 			}
-			rep := tr.mustPatch([]string{"pkg"}, cudaOptions(tr, extra...)...)
+			rep := tr.mustPatch([]string{"pkg"}, cfg)
 
 			cudaList := "?{root}/driver"
 			runpath := "{root}/driver:{root}/pkg/lib:{root}/deps/lib"
@@ -114,7 +115,7 @@ func TestResolutionNoteWritten(t *testing.T) {
 
 			// A second run finds everything right and writes nothing.
 			snap := tr.snapshot()
-			rep = tr.mustPatch([]string{"pkg"}, cudaOptions(tr, extra...)...)
+			rep = tr.mustPatch([]string{"pkg"}, cfg)
 			tr.unchangedSince(snap)
 			require.Equal(t, 0, rep.Changed)
 			require.Equal(t, patch.NoteKept, tr.file(rep, "pkg/bin/app").Note)
@@ -144,7 +145,7 @@ func TestStaleNoteReplaced(t *testing.T) {
 	require.Equal(t, "ldcache {root}/toolkit/lib/stubs/libcuda.so.1", tr.nixosLoads(app, "libcuda.so.1"),
 		"setup: nixpkgs' loader follows the stale note to the stub")
 
-	tr.mustPatch([]string{"pkg"}, cudaOptions(tr)...)
+	tr.mustPatch([]string{"pkg"}, cudaConfig(tr))
 	require.Equal(t, "ldcache {root}/driver/libcuda.so.1", tr.nixosLoads(app, "libcuda.so.1"),
 		"after cudapatch nixpkgs' loader finds the driver's libcuda through the note's driver-link hint")
 	desc, ok := noteOf(t, app)
@@ -172,7 +173,7 @@ func TestNoResolutionCache(t *testing.T) {
 	}
 	note("pkg/bin/stale", "{root}/old")
 	note("pkg/bin/right", "{root}/driver:{root}/deps/lib")
-	rep := tr.mustPatch([]string{"pkg"}, patch.WithSearch(tr.p("deps/lib")), patch.WithDriverLink(tr.p("driver")), patch.WithResolutionCache(false))
+	rep := tr.mustPatch([]string{"pkg"}, patch.Config{Search: []string{tr.p("deps/lib")}, Policy: policy.Config{DriverLink: tr.p("driver")}, NoResolutionCache: true})
 	for _, rel := range []string{"pkg/bin/stale", "pkg/bin/right", "pkg/bin/none"} {
 		require.Equal(t, tr.p("driver")+":"+tr.p("deps/lib"), tr.runpathOf(rel), rel)
 	}
@@ -198,7 +199,7 @@ func TestNoteNotWrittenForAFaultyKeptPath(t *testing.T) {
 	c, _ := ldcache.Build([]string{"libc.so.6"}, tr.x("relative/dir:{root}/deps/lib"), ldcache.OS{}, ldcache.Rules{})
 	_, err := elfedit.EditFile(tr.p("pkg/lib/libnoted.so"), elfedit.Edit{SetNote: &elfedit.Note{NoteID: ldcache.NoteID, Section: ldcache.Section, Desc: c.Encode()}}, elfedit.Options{})
 	require.NoError(t, err)
-	rep := tr.mustPatch([]string{"pkg"}, patch.WithLibc(hostLibcDir), patch.WithDriverLinkFor(policy.DriverLinkNone))
+	rep := tr.mustPatch([]string{"pkg"}, patch.Config{Libc: hostLibcDir, Policy: policy.Config{DriverLinkFor: policy.DriverLinkNone}})
 	for _, rel := range []string{"pkg/lib/libplain.so", "pkg/lib/libnoted.so"} {
 		require.Equal(t, tr.x("relative/dir:{root}/deps/lib"), tr.runpathOf(rel), "the RUNPATH is kept")
 		_, ok := noteOf(t, tr.p(rel))
@@ -216,9 +217,11 @@ func TestNoteNotWrittenForAFaultyKeptPath(t *testing.T) {
 func TestNoteRelocatable(t *testing.T) {
 	tr := relocatableStore(t)
 	tr.mustPatch([]string{"store/jjj-app"},
-		patch.WithSearch(tr.ps("store/hhh-foo/lib", "store/iii-bar/lib")...),
-		patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir),
-		patch.WithRelativeRpaths(tr.p("store")))
+		patch.Config{
+			Search: tr.ps("store/hhh-foo/lib", "store/iii-bar/lib"),
+			Policy: policy.Config{Interpreter: hostLoader, RelativeStore: tr.p("store")},
+			Libc:   hostLibcDir,
+		})
 	desc, ok := noteOf(t, tr.p("store/jjj-app/libexec/lib-check"))
 	require.True(t, ok)
 	require.Equal(t, ""+

@@ -43,7 +43,7 @@ type File struct {
 	OldRunPath     *string      `json:"old_runpath,omitempty"`
 	OldRPath       *string      `json:"old_rpath,omitempty"`
 	RunPath        string       `json:"runpath,omitempty"`
-	// AsRPath says RunPath is written as DT_RPATH (WithForceRPath).
+	// AsRPath says RunPath is written as DT_RPATH (policy.Config.ForceRPath).
 	AsRPath bool         `json:"as_rpath,omitempty"`
 	Deps    []policy.Dep `json:"deps,omitempty"`
 	// ResolutionCache is the note written for the file's final RUNPATH
@@ -72,7 +72,7 @@ type Checked struct {
 	// DlopenError says why the names of dlopen discovery could not all be
 	// read; the file is patched with those read before it.
 	DlopenError string `json:"dlopen_error,omitempty"`
-	// Symbols are the symbol check's findings (WithSymbols).
+	// Symbols are the symbol check's findings (Config.Symbols).
 	Symbols []SymbolFinding `json:"symbols,omitempty"`
 }
 
@@ -92,7 +92,7 @@ type fileFacts struct {
 type fileWork struct {
 	*File
 	dlopen policy.Discovered // what dlopen discovery found (names, imports)
-	// addNeeded are the DT_NEEDED names the edit adds (WithDlopenNeeded).
+	// addNeeded are the DT_NEEDED names the edit adds (Config.DlopenNeeded).
 	addNeeded []string
 	edit      elfedit.Edit
 	plan      *elfedit.Plan  // the prepared plan the write phase reuses, if kept
@@ -158,12 +158,15 @@ type Report struct {
 // Its phases: collect the files and index the libraries; decide each
 // file; link the dlopen callers to the names other files hold; tally the
 // report; check the symbols of the closures as decided; write.
-func Run(ctx context.Context, paths []string, opts ...Option) (*Report, error) {
-	cfg, err := newConfig(opts)
+//
+// Run validates cfg first (Config.Validate) and returns its error before
+// it reads anything; a nil cfg is the zero Config. cfg is not changed.
+func Run(ctx context.Context, cfg *Config, paths []string) (*Report, error) {
+	rc, err := resolve(cfg)
 	if err != nil {
 		return nil, err
 	}
-	c := newJob(cfg)
+	c := newJob(rc)
 	if err := c.prepareCompat(ctx); err != nil {
 		return nil, err
 	}

@@ -18,16 +18,18 @@ func patchelfOptsTree(t *testing.T) *tree {
 	return tr
 }
 
-// TestForceRPath: WithForceRPath writes DT_RPATH only, with no resolution
+// TestForceRPath: Policy.ForceRPath writes DT_RPATH only, with no resolution
 // note (an old one is removed); the next run with it changes nothing, and
 // one without it goes back to DT_RUNPATH with a note.
 func TestForceRPath(t *testing.T) {
 	tr := patchelfOptsTree(t)
-	opts := []patch.Option{patch.WithSearch(tr.p("deps")), patch.WithDriverLinkFor(policy.DriverLinkNone)}
+	opts := patch.Config{Search: []string{tr.p("deps")}, Policy: policy.Config{DriverLinkFor: policy.DriverLinkNone}}
 	want := map[string]string{"pkg/bin/app": tr.p("deps"), "pkg/lib/libl.so": tr.p("deps")}
 
-	tr.mustPatch([]string{"pkg"}, opts...) // DT_RUNPATH and a note first
-	rep := tr.mustPatch([]string{"pkg"}, append(opts, patch.WithForceRPath(true))...)
+	tr.mustPatch([]string{"pkg"}, opts) // DT_RUNPATH and a note first
+	cfg := opts
+	cfg.Policy.ForceRPath = true
+	rep := tr.mustPatch([]string{"pkg"}, cfg)
 	for rel, rp := range want {
 		d := readDyn(t, tr.p(rel))
 		if len(d.runpath) != 0 || len(d.rpath) != 1 || d.rpath[0] != rp {
@@ -39,13 +41,15 @@ func TestForceRPath(t *testing.T) {
 		}
 	}
 	snap := tr.snapshot()
-	rep = tr.mustPatch([]string{"pkg"}, append(opts, patch.WithForceRPath(true))...)
+	cfg = opts
+	cfg.Policy.ForceRPath = true
+	rep = tr.mustPatch([]string{"pkg"}, cfg)
 	if rep.Changed != 0 {
 		t.Errorf("second --force-rpath run changed %d files", rep.Changed)
 	}
 	tr.unchangedSince(snap)
 
-	rep = tr.mustPatch([]string{"pkg"}, opts...)
+	rep = tr.mustPatch([]string{"pkg"}, opts)
 	for rel, rp := range want {
 		if got := tr.runpathOf(rel); got != rp {
 			t.Errorf("%s: RUNPATH %q after a run without --force-rpath, want %q", rel, got, rp)
@@ -79,16 +83,16 @@ func TestPageSize(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := patchelfOptsTree(t)
-			opts := []patch.Option{patch.WithSearch(tr.p("deps")), patch.WithPageSize(tc.size)}
+			opts := patch.Config{Search: []string{tr.p("deps")}, Write: patch.WriteOptions{PageSize: tc.size}}
 			if tc.interpreter {
-				opts = append(opts, patch.WithInterpreter(hostLoader))
+				opts.Policy.Interpreter = hostLoader
 			}
 			snap := tr.snapshot()
 			if tc.runErr == "" && tc.fileErr == "" {
-				tr.mustPatch([]string{"pkg"}, opts...)
+				tr.mustPatch([]string{"pkg"}, opts)
 				return
 			}
-			rep, err := tr.patch([]string{"pkg"}, opts...)
+			rep, err := tr.patch([]string{"pkg"}, opts)
 			tr.unchangedSince(snap)
 			if tc.runErr != "" {
 				if rep != nil || err == nil || err.Error() != tc.runErr {

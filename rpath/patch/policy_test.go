@@ -17,7 +17,7 @@ type rule struct {
 	files map[string]cfix.Spec
 	setup func(tr *tree) // symlinks, plain files, empty directories
 	roots []string       // what to patch; default "out"
-	opts  func(tr *tree) []patch.Option
+	opts  func(tr *tree) patch.Config
 	want  map[string]string // file → RUNPATH on disk after the run ("" = none)
 	deps  map[string]string // "file needed-name" → how it was satisfied
 }
@@ -33,13 +33,15 @@ var runpathRules = []rule{
 			"deps/a/libaa.so": lib("libaa.so"),
 			"deps/z/libzz.so": lib("libzz.so"),
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{
-				patch.WithCudaCompat(tr.p("compat")),
-				patch.WithSearch(tr.ps("deps/a", "deps/z")...),
-				patch.WithRuntimeDependencies("/rt1/lib", "/rt2/lib"),
-				patch.WithPreserveOrigin(true),
-				patch.WithAppendRunpaths("$ORIGIN/../share", "/append/lib"),
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{
+				Policy: policy.Config{
+					CudaCompat:     tr.p("compat"),
+					RuntimeDeps:    []string{"/rt1/lib", "/rt2/lib"},
+					PreserveOrigin: true,
+					AppendRunpaths: []string{"$ORIGIN/../share", "/append/lib"},
+				},
+				Search: tr.ps("deps/a", "deps/z"),
 			}
 		},
 		want: map[string]string{
@@ -54,11 +56,10 @@ var runpathRules = []rule{
 			"deps/a/libaa.so": lib("libaa.so"),
 			"deps/a/libab.so": lib("libab.so"),
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{
-				patch.WithSearch(tr.p("deps/a")),
-				patch.WithRuntimeDependencies("/rt/lib", drv, "/rt/lib"),
-				patch.WithAppendRunpaths(tr.p("deps/a"), "$ORIGIN", "/rt/lib", "$ORIGIN"),
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{
+				Search: []string{tr.p("deps/a")},
+				Policy: policy.Config{RuntimeDeps: []string{"/rt/lib", drv, "/rt/lib"}, AppendRunpaths: []string{tr.p("deps/a"), "$ORIGIN", "/rt/lib", "$ORIGIN"}},
 			}
 		},
 		want: map[string]string{"out/bin/app": drv + ":/rt/lib:{root}/deps/a:$ORIGIN"},
@@ -68,12 +69,12 @@ var runpathRules = []rule{
 		files: map[string]cfix.Spec{
 			"out/bin/app": withRunpath(exe(), ":$ORIGIN::/x:"),
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{
-				patch.WithDriverLinkFor(policy.DriverLinkNone),
-				patch.WithRuntimeDependencies("", "/rt/lib", ""),
-				patch.WithPreserveOrigin(true),
-			}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{Policy: policy.Config{
+				DriverLinkFor:  policy.DriverLinkNone,
+				RuntimeDeps:    []string{"", "/rt/lib", ""},
+				PreserveOrigin: true,
+			}}
 		},
 		want: map[string]string{"out/bin/app": "/rt/lib:$ORIGIN"},
 	},
@@ -84,7 +85,7 @@ var runpathRules = []rule{
 			"out/lib/libuser.so":  lib("libuser.so", "libcuda.so.1"),
 			"out/lib/libnote.so":  {Soname: "libnote.so", Dlopen: `[{"soname":["libcuda.so.1"]}]`},
 		},
-		opts: func(tr *tree) []patch.Option { return []patch.Option{patch.WithCudaCompat(tr.p("compat"))} },
+		opts: func(tr *tree) patch.Config { return patch.Config{Policy: policy.Config{CudaCompat: tr.p("compat")}} },
 		want: map[string]string{
 			"out/lib/libplain.so": "{root}/compat:" + drv,
 			"out/lib/libuser.so":  "{root}/compat:" + drv,
@@ -100,8 +101,8 @@ var runpathRules = []rule{
 			"out/lib/libnote.so":  {Soname: "libnote.so", Dlopen: `[{"soname":["libcuda.so.1"]}]`},
 			"out/lib/libml.so":    lib("libml.so", "libnvidia-ml.so.1"),
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{patch.WithCudaCompat(tr.p("compat")), patch.WithDriverLinkFor(policy.DriverLinkNeeded)}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{Policy: policy.Config{CudaCompat: tr.p("compat"), DriverLinkFor: policy.DriverLinkNeeded}}
 		},
 		want: map[string]string{
 			"out/lib/libplain.so": "",
@@ -118,8 +119,8 @@ var runpathRules = []rule{
 			"out/lib/libuser.so":  lib("libuser.so", "libcuda.so.1", "libdep.so"),
 			"deps/libdep.so":      lib("libdep.so"),
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{patch.WithCudaCompat(tr.p("compat")), patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithSearch(tr.p("deps"))}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{Policy: policy.Config{CudaCompat: tr.p("compat"), DriverLinkFor: policy.DriverLinkNone}, Search: []string{tr.p("deps")}}
 		},
 		want: map[string]string{"out/lib/libplain.so": "", "out/lib/libuser.so": "{root}/deps"},
 		deps: map[string]string{"out/lib/libuser.so libcuda.so.1": policy.HowDriver},
@@ -127,8 +128,10 @@ var runpathRules = []rule{
 	{
 		name:  "custom driver link",
 		files: map[string]cfix.Spec{"out/lib/libuser.so": lib("libuser.so", "libcuda.so.1")},
-		opts:  func(tr *tree) []patch.Option { return []patch.Option{patch.WithDriverLink("/usr/lib/nvidia")} },
-		want:  map[string]string{"out/lib/libuser.so": "/usr/lib/nvidia"},
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{Policy: policy.Config{DriverLink: "/usr/lib/nvidia"}}
+		},
+		want: map[string]string{"out/lib/libuser.so": "/usr/lib/nvidia"},
 	},
 	{
 		name: "i686 gets /run/opengl-driver-32/lib and no cuda_compat; matched by machine",
@@ -138,8 +141,8 @@ var runpathRules = []rule{
 			"deps64/libdep.so":  lib("libdep.so"),
 			"deps32/libdep.so":  {Arch: "i686", Soname: "libdep.so"},
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{patch.WithCudaCompat(tr.p("compat")), patch.WithSearch(tr.ps("deps64", "deps32")...)}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{Policy: policy.Config{CudaCompat: tr.p("compat")}, Search: tr.ps("deps64", "deps32")}
 		},
 		want: map[string]string{
 			"out/lib32/libi.so": "/run/opengl-driver-32/lib:{root}/deps32",
@@ -162,8 +165,8 @@ var runpathRules = []rule{
 			"nvidia-x11/lib/libnvidia-ptxjitcompiler.so.1": lib("libnvidia-ptxjitcompiler.so.1"),
 			"deps/libdep.so":                               lib("libdep.so"),
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{patch.WithSearch(tr.ps("cuda/lib/stubs", "abc-cuda_cudart-12.4-stubs/lib", "nvidia-x11/lib", "deps")...)}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{Search: tr.ps("cuda/lib/stubs", "abc-cuda_cudart-12.4-stubs/lib", "nvidia-x11/lib", "deps")}
 		},
 		want: map[string]string{"out/lib/libapp.so": drv + ":{root}/deps"},
 		deps: map[string]string{
@@ -183,7 +186,7 @@ var runpathRules = []rule{
 			"abc-cuda_cudart-12.4-stubs/lib/libdep.so": lib("libdep.so"),
 			"deps/libdep.so":                           lib("libdep.so"),
 		},
-		opts: func(tr *tree) []patch.Option { return []patch.Option{patch.WithPreserveOrigin(true)} },
+		opts: func(tr *tree) patch.Config { return patch.Config{Policy: policy.Config{PreserveOrigin: true}} },
 		want: map[string]string{"out/lib/libold.so": drv + ":{root}/deps:$ORIGIN/../lib"},
 	},
 	{
@@ -194,8 +197,8 @@ var runpathRules = []rule{
 			"glibc/lib/libm.so.6": lib("libm.so.6"),
 			"deps/libdep.so":      lib("libdep.so"),
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{patch.WithLibc(tr.p("glibc/lib")), patch.WithSearch(tr.ps("glibc/lib", "deps")...)}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{Libc: tr.p("glibc/lib"), Search: tr.ps("glibc/lib", "deps")}
 		},
 		want: map[string]string{"out/bin/app": drv + ":{root}/deps"},
 		deps: map[string]string{"out/bin/app libc.so.6": policy.HowLibc, "out/bin/app libm.so.6": policy.HowLibc},
@@ -208,8 +211,8 @@ var runpathRules = []rule{
 			"glibc/lib/libm.so.6": lib("libm.so.6"),
 			"deps/libdep.so":      lib("libdep.so"),
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{patch.WithLibc(tr.p("glibc/lib")), patch.WithKeepLibc(true), patch.WithSearch(tr.ps("glibc/lib", "deps")...)}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{Libc: tr.p("glibc/lib"), KeepLibc: true, Search: tr.ps("glibc/lib", "deps")}
 		},
 		want: map[string]string{"out/bin/app": drv + ":{root}/glibc/lib:{root}/deps"},
 		deps: map[string]string{"out/bin/app libc.so.6": policy.HowStore},
@@ -223,8 +226,8 @@ var runpathRules = []rule{
 			"glibc/lib/libc.so.6": lib("libc.so.6"),
 			"deps/libdep.so":      lib("libdep.so"),
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{patch.WithLibc(tr.p("glibc/lib")), patch.WithKeepLibc(true), patch.WithSearch(tr.p("deps"))}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{Libc: tr.p("glibc/lib"), KeepLibc: true, Search: []string{tr.p("deps")}}
 		},
 		want: map[string]string{"out/bin/app": drv + ":{root}/deps"},
 		deps: map[string]string{"out/bin/app libc.so.6": policy.HowLibc},
@@ -236,7 +239,7 @@ var runpathRules = []rule{
 			"abs/libabs.so":  lib(""),
 			"deps/libdep.so": lib("libdep.so"),
 		},
-		opts: func(tr *tree) []patch.Option { return []patch.Option{patch.WithSearch(tr.p("deps"))} },
+		opts: func(tr *tree) patch.Config { return patch.Config{Search: []string{tr.p("deps")}} },
 		want: map[string]string{"out/bin/app": drv + ":{root}/deps"},
 		deps: map[string]string{"out/bin/app {root}/abs/libabs.so": policy.HowAbsolute},
 	},
@@ -247,7 +250,7 @@ var runpathRules = []rule{
 			"out/lib/libdep.so": lib("libdep.so"),
 			"deps/libdep.so":    lib("libdep.so"),
 		},
-		opts: func(tr *tree) []patch.Option { return []patch.Option{patch.WithSearch(tr.p("deps"))} },
+		opts: func(tr *tree) patch.Config { return patch.Config{Search: []string{tr.p("deps")}} },
 		want: map[string]string{"out/bin/app": drv + ":{root}/out/lib"},
 	},
 	{
@@ -257,7 +260,7 @@ var runpathRules = []rule{
 			"s1/libx.so":  lib("libx.so"),
 			"s2/libx.so":  lib("libx.so"),
 		},
-		opts: func(tr *tree) []patch.Option { return []patch.Option{patch.WithSearch(tr.ps("s2", "s1")...)} },
+		opts: func(tr *tree) patch.Config { return patch.Config{Search: tr.ps("s2", "s1")} },
 		want: map[string]string{"out/bin/app": drv + ":{root}/s2"},
 	},
 	{
@@ -267,7 +270,7 @@ var runpathRules = []rule{
 			"s1/libx.so":  lib("libx.so"),
 			"s2/libx.so":  lib("libx.so"),
 		},
-		opts: func(tr *tree) []patch.Option { return []patch.Option{patch.WithSearch(tr.ps("s1", "s2")...)} },
+		opts: func(tr *tree) patch.Config { return patch.Config{Search: tr.ps("s1", "s2")} },
 		want: map[string]string{"out/bin/app": drv + ":{root}/s1"},
 	},
 	{
@@ -279,7 +282,7 @@ var runpathRules = []rule{
 			"hidden/liby.so": lib("liby.so"),
 			"s2/liby.so":     lib("liby.so"),
 		},
-		opts: func(tr *tree) []patch.Option { return []patch.Option{patch.WithSearch(tr.ps("s1", "s2")...)} },
+		opts: func(tr *tree) patch.Config { return patch.Config{Search: tr.ps("s1", "s2")} },
 		want: map[string]string{"out/bin/app": drv + ":{root}/s1:{root}/hidden:{root}/s2"},
 	},
 	{
@@ -293,7 +296,7 @@ var runpathRules = []rule{
 			"orp/libz.so":     lib("libz.so"),
 			"s1/liby.so":      lib("liby.so"),
 		},
-		opts: func(tr *tree) []patch.Option { return []patch.Option{patch.WithSearch(tr.p("s1"))} },
+		opts: func(tr *tree) patch.Config { return patch.Config{Search: []string{tr.p("s1")}} },
 		want: map[string]string{"out/bin/app": drv + ":{root}/out/lib:{root}/orp"},
 	},
 	{
@@ -314,7 +317,7 @@ var runpathRules = []rule{
 			"tree/x/lib/libr1.so":      lib("libr1.so"),
 			"tree/x/lib/libr2.so.1":    lib("libr2.so.1"),
 		},
-		opts: func(tr *tree) []patch.Option { return []patch.Option{patch.WithSearchRecursive(tr.p("tree"))} },
+		opts: func(tr *tree) patch.Config { return patch.Config{SearchRecursive: []string{tr.p("tree")}} },
 		want: map[string]string{"out/bin/app": drv + ":{root}/tree/x/lib:{root}/tree/y/deep/lib"},
 	},
 	{
@@ -324,8 +327,8 @@ var runpathRules = []rule{
 			"tree/x/lib/libr1.so": lib("libr1.so"),
 			"flat/libr1.so":       lib("libr1.so"),
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{patch.WithSearchRecursive(tr.p("tree")), patch.WithSearch(tr.p("flat"))}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{SearchRecursive: []string{tr.p("tree")}, Search: []string{tr.p("flat")}}
 		},
 		want: map[string]string{"out/bin/app": drv + ":{root}/flat"},
 	},
@@ -337,8 +340,8 @@ var runpathRules = []rule{
 			"x86/libm1.so":   {Arch: "i686", Soname: "libm1.so"},
 			"amd64/libm1.so": lib("libm1.so"),
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{patch.WithSearch(tr.ps("arm", "x86", "amd64")...)}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{Search: tr.ps("arm", "x86", "amd64")}
 		},
 		want: map[string]string{"out/bin/app": drv + ":{root}/amd64"},
 	},
@@ -355,8 +358,8 @@ var runpathRules = []rule{
 			"out/lib/libsysv.so": lib("libsysv.so", "libf.so"),
 			"fbsd/libf.so":       {Soname: "libf.so", OSABI: 9},
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{patch.WithSearch(tr.ps("fbsd", "gnu", "sysv")...)}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{Search: tr.ps("fbsd", "gnu", "sysv")}
 		},
 		want: map[string]string{
 			"out/lib/libgnu.so":  drv + ":{root}/gnu:{root}/sysv",
@@ -369,7 +372,7 @@ var runpathRules = []rule{
 			"out/bin/app":   exe("libfile.so"),
 			"s1/libfile.so": lib("libother.so"),
 		},
-		opts: func(tr *tree) []patch.Option { return []patch.Option{patch.WithSearch(tr.p("s1"))} },
+		opts: func(tr *tree) patch.Config { return patch.Config{Search: []string{tr.p("s1")}} },
 		want: map[string]string{"out/bin/app": drv + ":{root}/s1"},
 	},
 	{
@@ -383,7 +386,7 @@ var runpathRules = []rule{
 			tr.symlink("s1/libq.so", "{root}/real/libq.so")
 			tr.symlink("s1/libr.so.1", "libr.so.1.2")
 		},
-		opts: func(tr *tree) []patch.Option { return []patch.Option{patch.WithSearch(tr.p("s1"))} },
+		opts: func(tr *tree) patch.Config { return patch.Config{Search: []string{tr.p("s1")}} },
 		want: map[string]string{"out/bin/app": drv + ":{root}/real:{root}/s1"},
 	},
 	{
@@ -395,7 +398,7 @@ var runpathRules = []rule{
 			"s1/libdl2.so":   lib("libdl2.so"),
 			"s2/libdl1.so":   lib("libdl1.so"),
 		},
-		opts: func(tr *tree) []patch.Option { return []patch.Option{patch.WithSearch(tr.ps("deps", "s1", "s2")...)} },
+		opts: func(tr *tree) patch.Config { return patch.Config{Search: tr.ps("deps", "s1", "s2")} },
 		want: map[string]string{"out/lib/libplug.so": drv + ":{root}/deps:{root}/s2:{root}/s1"},
 		deps: map[string]string{"out/lib/libplug.so libdl1.so": policy.HowStore, "out/lib/libplug.so libdl2.so": policy.HowStore},
 	},
@@ -405,8 +408,8 @@ var runpathRules = []rule{
 			"out/lib/librp.so": {Soname: "librp.so", Needed: []string{"libdep.so"}, RPath: "/old:$ORIGIN/../lib"},
 			"deps/libdep.so":   lib("libdep.so"),
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{patch.WithSearch(tr.p("deps")), patch.WithPreserveOrigin(true)}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{Search: []string{tr.p("deps")}, Policy: policy.Config{PreserveOrigin: true}}
 		},
 		want: map[string]string{"out/lib/librp.so": drv + ":{root}/deps:$ORIGIN/../lib"},
 	},
@@ -418,8 +421,8 @@ var runpathRules = []rule{
 			"deps/libdep.so":  lib("libdep.so"),
 		},
 		setup: func(tr *tree) { tr.mkdir("out/plugins") },
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{patch.WithSearch(tr.p("deps")), patch.WithPreserveOrigin(true), patch.WithAppendRunpaths("/z")}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{Search: []string{tr.p("deps")}, Policy: policy.Config{PreserveOrigin: true, AppendRunpaths: []string{"/z"}}}
 		},
 		want: map[string]string{"out/bin/app": drv + ":$ORIGIN/../lib:{root}/deps:/z:$ORIGIN/../plugins"},
 	},
@@ -435,13 +438,15 @@ var runpathRules = []rule{
 			"store/ddd-compat/compat/libx.so": lib("libx.so"),
 		},
 		roots: []string{"store/aaa-app"},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{
-				patch.WithSearch(tr.ps("store/bbb-foo/lib", "store/ccc-bar/lib", "elsewhere/lib")...),
-				patch.WithCudaCompat(tr.p("store/ddd-compat/compat")),
-				patch.WithRelativeRpaths(tr.p("store")),
-				patch.WithRuntimeDependencies(tr.p("store/eee-rt/lib")),
-				patch.WithAppendRunpaths(tr.p("store/aaa-app/lib/extra"), "/opt/lib"),
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{
+				Search: tr.ps("store/bbb-foo/lib", "store/ccc-bar/lib", "elsewhere/lib"),
+				Policy: policy.Config{
+					CudaCompat:     tr.p("store/ddd-compat/compat"),
+					RelativeStore:  tr.p("store"),
+					RuntimeDeps:    []string{tr.p("store/eee-rt/lib")},
+					AppendRunpaths: []string{tr.p("store/aaa-app/lib/extra"), "/opt/lib"},
+				},
 			}
 		},
 		want: map[string]string{
@@ -456,9 +461,15 @@ var runpathRules = []rule{
 			"out/lib/libs/libfoo.so": lib("libfoo.so"),
 			"deps/libdep.so":         lib("libdep.so"),
 		},
-		opts: func(tr *tree) []patch.Option {
-			return []patch.Option{patch.WithSearch(tr.p("deps")), patch.WithRelativizeRpath(true), patch.WithDriverLinkFor(policy.DriverLinkNone),
-				patch.WithAppendRunpaths(tr.p("out/lib"), tr.p("out"))}
+		opts: func(tr *tree) patch.Config {
+			return patch.Config{
+				Search: []string{tr.p("deps")},
+				Policy: policy.Config{
+					RelativizeRoot: true,
+					DriverLinkFor:  policy.DriverLinkNone,
+					AppendRunpaths: []string{tr.p("out/lib"), tr.p("out")},
+				},
+			}
 		},
 		want: map[string]string{"out/lib/libbaz.so": "$ORIGIN/libs:{root}/deps:$ORIGIN:$ORIGIN/..", "out/lib/libs/libfoo.so": "$ORIGIN/..:$ORIGIN/../.."},
 	},
@@ -471,7 +482,7 @@ var runpathRules = []rule{
 			"out/bin/sub/libtop.so": lib("libtop.so"),
 		},
 		roots: []string{"out/bin"},
-		opts:  func(tr *tree) []patch.Option { return []patch.Option{patch.WithRecurse(false)} },
+		opts:  func(tr *tree) patch.Config { return patch.Config{NoRecurse: true} },
 		want:  map[string]string{"out/bin/app": drv + ":{root}/out/bin", "out/bin/sub/app2": "/untouched"},
 	},
 }
@@ -493,11 +504,11 @@ func TestRunpathRules(t *testing.T) {
 			if roots == nil {
 				roots = []string{"out"}
 			}
-			var opts []patch.Option
+			var opts patch.Config
 			if r.opts != nil {
 				opts = r.opts(tr)
 			}
-			rep := tr.mustPatch(roots, opts...)
+			rep := tr.mustPatch(roots, opts)
 			for rel, want := range r.want {
 				if got := tr.runpathOf(rel); got != tr.x(want) {
 					t.Errorf("%s: RUNPATH\n got %q\nwant %q", rel, got, tr.x(want))

@@ -18,7 +18,7 @@ import (
 
 // Another process changes the tree while the main job runs, at the moment
 // it matters most: after every file was decided, before a file is written
-// (patch.WithBeforeWrite). The promises: nothing outside the tree is
+// (patch.SetBeforeWrite). The promises: nothing outside the tree is
 // written, no byte another process wrote is lost, and a file that cannot
 // be written as decided fails with an error that names it and says why.
 
@@ -31,11 +31,11 @@ func TestDirSwappedForLinkOut(t *testing.T) {
 	// none (a run with more files than descriptors to spare: each is
 	// opened again, below the root, when written).
 	for _, held := range []int64{1 << 20, 0} {
-		t.Run(fmt.Sprintf("held=%d", held), func(t *testing.T) { dirSwapped(t, patch.WithHeldClaims(held)) })
+		t.Run(fmt.Sprintf("held=%d", held), func(t *testing.T) { dirSwapped(t, held) })
 	}
 }
 
-func dirSwapped(t *testing.T, held patch.Option) {
+func dirSwapped(t *testing.T, held int64) {
 	fx, dir := fsFixture(t)
 	outside := filepath.Join(dir, "outside")
 	if err := os.CopyFS(outside, os.DirFS(fx.LibDir)); err != nil {
@@ -45,7 +45,9 @@ func dirSwapped(t *testing.T, held patch.Option) {
 	before := hashes(t, append(outsideFiles, fx.Libs...)...)
 	moved := filepath.Join(fx.Dir, "lib.moved")
 	var once sync.Once
-	rep, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts(held, patch.WithBeforeWrite(func(string) {
+	cfg := fsConfig()
+	patch.SetHeldClaims(cfg, held)
+	patch.SetBeforeWrite(cfg, func(string) {
 		once.Do(func() {
 			if err := os.Rename(fx.LibDir, moved); err != nil {
 				t.Error(err)
@@ -54,7 +56,8 @@ func dirSwapped(t *testing.T, held patch.Option) {
 				t.Error(err)
 			}
 		})
-	}))...)
+	})
+	rep, err := patch.Run(context.Background(), cfg, []string{fx.Dir})
 	// The hashes were taken by path: the in-tree libraries are now below
 	// lib.moved.
 	for p, h := range before {
@@ -90,11 +93,11 @@ func dirSwapped(t *testing.T, held patch.Option) {
 // it, byte for byte.
 func TestAppenderDuringTheJob(t *testing.T) {
 	for _, held := range []int64{1 << 20, 0} {
-		t.Run(fmt.Sprintf("held=%d", held), func(t *testing.T) { appender(t, patch.WithHeldClaims(held)) })
+		t.Run(fmt.Sprintf("held=%d", held), func(t *testing.T) { appender(t, held) })
 	}
 }
 
-func appender(t *testing.T, held patch.Option) {
+func appender(t *testing.T, held int64) {
 	fx, _ := fsFixture(t)
 	victim := fx.Libs[0]
 	orig, err := os.ReadFile(victim)
@@ -102,7 +105,9 @@ func appender(t *testing.T, held patch.Option) {
 		t.Fatal(err)
 	}
 	rec := bytes.Repeat([]byte("a record a logger appends\n"), 100)
-	rep, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts(held, patch.WithBeforeWrite(func(p string) {
+	cfg := fsConfig()
+	patch.SetHeldClaims(cfg, held)
+	patch.SetBeforeWrite(cfg, func(p string) {
 		if p == victim {
 			f, err := os.OpenFile(victim, os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {
@@ -112,7 +117,8 @@ func appender(t *testing.T, held patch.Option) {
 			f.Write(rec)
 			f.Close()
 		}
-	}))...)
+	})
+	rep, err := patch.Run(context.Background(), cfg, []string{fx.Dir})
 	if !errors.Is(err, elfedit.ErrChanged) || !strings.Contains(err.Error(), victim+": ") {
 		t.Errorf("Patch: %v, want ErrChanged naming %s", err, victim)
 	}
@@ -137,17 +143,19 @@ func TestTwoRunsAtOnce(t *testing.T) {
 	fx, dir := fsFixture(t)
 	// As long as "out": the result names its tree (RUNPATH, note).
 	clean := fx.CopyTo(t, filepath.Join(dir, "cln"))
-	if _, err := patch.Run(context.Background(), []string{clean.Dir}, fsOpts()...); err != nil {
+	if _, err := patch.Run(context.Background(), fsConfig(), []string{clean.Dir}); err != nil {
 		t.Fatal(err)
 	}
 	var second *patch.Report
 	var secondErr error
 	var once sync.Once
-	_, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts(patch.WithBeforeWrite(func(string) {
+	cfg := fsConfig()
+	patch.SetBeforeWrite(cfg, func(string) {
 		once.Do(func() {
-			second, secondErr = patch.Run(context.Background(), []string{fx.Dir}, fsOpts()...)
+			second, secondErr = patch.Run(context.Background(), fsConfig(), []string{fx.Dir})
 		})
-	}))...)
+	})
+	_, err := patch.Run(context.Background(), cfg, []string{fx.Dir})
 	if err != nil {
 		t.Fatalf("first run: %v", err)
 	}
@@ -322,7 +330,7 @@ func TestAppenderThroughTheJob(t *testing.T) {
 				n++
 			}
 		}()
-		rep, _ := patch.Run(context.Background(), []string{fx.Dir}, fsOpts()...)
+		rep, _ := patch.Run(context.Background(), fsConfig(), []string{fx.Dir})
 		close(stop)
 		n := <-done
 		f.Close()
@@ -356,8 +364,7 @@ func TestFileGivenTwice(t *testing.T) {
 		tr.place("out/lib/libfoo.so", lib("libfoo.so", "libbar.so"))
 		tr.place("deps/libbar.so", lib("libbar.so"))
 		for i := 0; i < 20; i++ {
-			rep, err := patch.Run(context.Background(), []string{out, foo},
-				patch.WithSearch(tr.p("deps")), patch.WithDryRun(dry))
+			rep, err := patch.Run(context.Background(), &patch.Config{Search: []string{tr.p("deps")}, Write: patch.WriteOptions{DryRun: dry}}, []string{out, foo})
 			require.NoError(t, err, "dry run %v", dry)
 			require.Len(t, rep.Files, 1)
 		}
@@ -365,7 +372,7 @@ func TestFileGivenTwice(t *testing.T) {
 }
 
 // TestChangedAtTheCommit: between a file's last check and its commit
-// (patch.WithWriteHook), another process makes a hard link to it from
+// (patch.SetWriteHook), another process makes a hard link to it from
 // outside the tree, renames it and puts a copy at its path, or puts a
 // directory there. The file fails with one error naming it and what
 // changed, it is not counted patched, the run ends in an error, and no
@@ -389,7 +396,9 @@ func TestChangedAtTheCommit(t *testing.T) {
 				outside := filepath.Join(dir, "outside")
 				moved := victim + ".moved"
 				acted := false
-				rep, err := patch.Run(context.Background(), []string{fx.Dir}, fsOpts(patch.WithHeldClaims(held), patch.WithWriteHook(func(p, at string) {
+				cfg := fsConfig()
+				patch.SetHeldClaims(cfg, held)
+				patch.SetWriteHook(cfg, func(p, at string) {
 					if p != victim || at != "commit" {
 						return
 					}
@@ -404,7 +413,8 @@ func TestChangedAtTheCommit(t *testing.T) {
 						must(t, os.Rename(victim, moved))
 						must(t, os.Mkdir(victim, 0o755))
 					}
-				}))...)
+				})
+				rep, err := patch.Run(context.Background(), cfg, []string{fx.Dir})
 				if !acted {
 					t.Fatalf("the hook never ran before %s's commit", victim)
 				}

@@ -96,7 +96,7 @@ func relocatableStore(t *testing.T) *tree {
 	return tr
 }
 
-// TestRuntimeRelativeRpaths: with WithRelativeRpaths the program's RUNPATH
+// TestRuntimeRelativeRpaths: with Policy.RelativeStore the program's RUNPATH
 // names its dependencies relative to its real directory, and it runs
 // through a link in another directory, and after the whole store moved to
 // a deeper place; without it, the moved program does not find them.
@@ -104,16 +104,17 @@ func TestRuntimeRelativeRpaths(t *testing.T) {
 	loader := cachelessLoader(t)
 	for _, relative := range []bool{true, false} {
 		tr := relocatableStore(t)
-		opts := []patch.Option{
-			patch.WithSearch(tr.ps("store/hhh-foo/lib", "store/iii-bar/lib")...),
-			patch.WithInterpreter(loader), patch.WithLibc(hostLibcDir),
+		opts := patch.Config{
+			Search: tr.ps("store/hhh-foo/lib", "store/iii-bar/lib"),
+			Policy: policy.Config{Interpreter: loader},
+			Libc:   hostLibcDir,
 		}
 		want := drv + ":{root}/store/hhh-foo/lib:{root}/store/iii-bar/lib"
 		if relative {
-			opts = append(opts, patch.WithRelativeRpaths(tr.p("store")))
+			opts.Policy.RelativeStore = tr.p("store")
 			want = drv + ":$ORIGIN/../../hhh-foo/lib:$ORIGIN/../../iii-bar/lib"
 		}
-		tr.mustPatch([]string{"store/jjj-app"}, opts...)
+		tr.mustPatch([]string{"store/jjj-app"}, opts)
 		if got := tr.runpathOf("store/jjj-app/libexec/lib-check"); got != tr.x(want) {
 			t.Fatalf("relative %v: RUNPATH %q, want %q", relative, got, tr.x(want))
 		}
@@ -144,7 +145,7 @@ func TestRuntimeRelativeRpaths(t *testing.T) {
 
 // TestRuntimeRelativizeRpath: nixpkgs' test auto-patchelf-hook-relativize-
 // rpath. A bundle's libbaz.so needs libfoo.so from a subdirectory of the
-// same output; with WithRelativizeRpath the bundle, copied anywhere, still
+// same output; with Policy.RelativizeRoot the bundle, copied anywhere, still
 // loads (dlopen by path from a program elsewhere), while the dependency
 // outside the output stays absolute.
 func TestRuntimeRelativizeRpath(t *testing.T) {
@@ -154,12 +155,18 @@ func TestRuntimeRelativizeRpath(t *testing.T) {
 	cfix.Copy(t, foo, tr.p("bundle/lib/libs/libfoo.so"))
 	tr.place("bundle/lib/libbaz.so", cfix.Spec{Soname: "libbaz.so", Source: srcBaz, Link: []string{foo}})
 	tr.place("tools/dlopener", cfix.Spec{Exe: true, Libc: true, Source: srcDlopener})
-	tr.mustPatch([]string{"bundle"}, patch.WithRelativizeRpath(true), patch.WithDriverLinkFor(policy.DriverLinkNone),
-		patch.WithInterpreter(loader), patch.WithLibc(hostLibcDir))
+	tr.mustPatch([]string{"bundle"}, patch.Config{
+		Policy: policy.Config{
+			RelativizeRoot: true,
+			DriverLinkFor:  policy.DriverLinkNone,
+			Interpreter:    loader,
+		},
+		Libc: hostLibcDir,
+	})
 	if got := tr.runpathOf("bundle/lib/libbaz.so"); got != "$ORIGIN/libs" {
 		t.Fatalf("libbaz.so RUNPATH %q, want $ORIGIN/libs", got)
 	}
-	tr.mustPatch([]string{"tools"}, patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithInterpreter(loader), patch.WithLibc(hostLibcDir))
+	tr.mustPatch([]string{"tools"}, patch.Config{Policy: policy.Config{DriverLinkFor: policy.DriverLinkNone, Interpreter: loader}, Libc: hostLibcDir})
 	tr.mkdir("consumer/libs")
 	if err := os.Rename(tr.p("bundle/lib"), tr.p("consumer/libs/baz-bundle")); err != nil {
 		t.Fatal(err)

@@ -42,15 +42,17 @@ func busyTree(tr *tree) {
 	tr.write("out/share/doc", "text")
 }
 
-func busyOpts(tr *tree, jobs int) []patch.Option {
-	return []patch.Option{
-		patch.WithSearch(tr.ps("cuda/lib/stubs", "s1", "s0")...),
-		patch.WithCudaCompat("/nix/store/fff-cuda_compat/compat"),
-		patch.WithRuntimeDependencies("/nix/store/ggg-libGL/lib"),
-		patch.WithPreserveOrigin(true),
-		patch.WithAppendRunpaths("$ORIGIN/../extra"),
-		patch.WithInterpreter("/nix/store/hhh-glibc/lib/ld-linux-x86-64.so.2"),
-		patch.WithJobs(jobs),
+func busyConfig(tr *tree, jobs int) patch.Config {
+	return patch.Config{
+		Search: tr.ps("cuda/lib/stubs", "s1", "s0"),
+		Policy: policy.Config{
+			CudaCompat:     "/nix/store/fff-cuda_compat/compat",
+			RuntimeDeps:    []string{"/nix/store/ggg-libGL/lib"},
+			PreserveOrigin: true,
+			AppendRunpaths: []string{"$ORIGIN/../extra"},
+			Interpreter:    "/nix/store/hhh-glibc/lib/ld-linux-x86-64.so.2",
+		},
+		Jobs: jobs,
 	}
 }
 
@@ -70,7 +72,7 @@ func TestDeterministic(t *testing.T) {
 		tr := &tree{t: t, root: root}
 		busyTree(tr)
 		before := tr.snapshot()
-		rep := tr.mustPatch([]string{"out"}, busyOpts(tr, jobs)...)
+		rep := tr.mustPatch([]string{"out"}, busyConfig(tr, jobs))
 		got := tr.snapshot()
 		if i == 0 {
 			first = got
@@ -95,7 +97,9 @@ func TestDryRunWritesNothing(t *testing.T) {
 	tr := newTree(t)
 	busyTree(tr)
 	snap := tr.snapshot()
-	dry, err := tr.patch([]string{"out"}, append(busyOpts(tr, 4), patch.WithDryRun(true))...)
+	cfg := busyConfig(tr, 4)
+	cfg.Write.DryRun = true
+	dry, err := tr.patch([]string{"out"}, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +107,7 @@ func TestDryRunWritesNothing(t *testing.T) {
 	if dry.Written || dry.Changed != 21 {
 		t.Errorf("dry run: written %v, changed %d", dry.Written, dry.Changed)
 	}
-	real := tr.mustPatch([]string{"out"}, busyOpts(tr, 4)...)
+	real := tr.mustPatch([]string{"out"}, busyConfig(tr, 4))
 	for i, f := range dry.Files {
 		if f.Path != real.Files[i].Path || f.RunPath != real.Files[i].RunPath || f.Changed != real.Files[i].Changed {
 			t.Errorf("%s: dry run decided %q (%v), the run %q (%v)", f.Path, f.RunPath, f.Changed, real.Files[i].RunPath, real.Files[i].Changed)
@@ -124,7 +128,9 @@ func TestJSONReport(t *testing.T) {
 	busyTree(tr)
 	tr.place("out/bin/broken", exe("libnowhere.so"))
 	tr.place("out/bin/ignoring", exe("libignored.so.1"))
-	rep, err := tr.patch([]string{"out"}, append(busyOpts(tr, 2), patch.WithIgnoreMissing("libignored*"))...)
+	cfg := busyConfig(tr, 2)
+	cfg.Policy.IgnoreMissing = append(cfg.Policy.IgnoreMissing, "libignored*")
+	rep, err := tr.patch([]string{"out"}, cfg)
 	if !isErr(err, patch.ErrUnsatisfied) {
 		t.Fatalf("err %v", err)
 	}
@@ -186,12 +192,14 @@ func TestCanceledWritesNothing(t *testing.T) {
 		snap := tr.snapshot()
 		ctx, cancel := context.WithCancel(context.Background())
 		decided := 0
-		rep, err := patch.Run(ctx, tr.ps("out"), append(busyOpts(tr, jobs), patch.WithProgress(func(done, total int) {
+		cfg := busyConfig(tr, jobs)
+		cfg.Progress = func(done, total int) {
 			decided = done
 			if done == 2 {
 				cancel()
 			}
-		}))...)
+		}
+		rep, err := patch.Run(ctx, &cfg, tr.ps("out"))
 		cancel()
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("jobs %d: err %v, want context.Canceled", jobs, err)

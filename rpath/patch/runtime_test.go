@@ -107,15 +107,15 @@ func runApp(t *testing.T, path string) (string, error) {
 	return strings.TrimSpace(out.String()), err
 }
 
-func patchPrebuilt(t *testing.T, tr *tree, extra ...patch.Option) {
+func patchPrebuilt(t *testing.T, tr *tree, edit func(*patch.Config)) {
 	t.Helper()
-	opts := append([]patch.Option{
-		patch.WithSearch(tr.ps("deps/lib", "toolkit/lib/stubs")...),
-		patch.WithDriverLink(tr.p("driver")),
-		patch.WithInterpreter(hostLoader),
-		patch.WithLibc(hostLibcDir),
-	}, extra...)
-	tr.mustPatch([]string{"pkg"}, opts...)
+	opts := patch.Config{
+		Search: tr.ps("deps/lib", "toolkit/lib/stubs"),
+		Policy: policy.Config{DriverLink: tr.p("driver"), Interpreter: hostLoader},
+		Libc:   hostLibcDir,
+	}
+	edit(&opts)
+	tr.mustPatch([]string{"pkg"}, opts)
 }
 
 // TestRuntimeWhichLibcuda runs the patched programs and asserts which of
@@ -143,39 +143,41 @@ func TestRuntimeWhichLibcuda(t *testing.T) {
 	})
 	for _, c := range []struct {
 		name    string
-		opts    func(tr *tree) []patch.Option
+		edit    func(tr *tree, cfg *patch.Config)
 		direct  string
 		dlopen  string
 		runpath string // of app-direct
 	}{
-		{"driver without compat", func(*tree) []patch.Option { return nil },
+		{"driver without compat", func(*tree, *patch.Config) {},
 			"direct=driver foo=42", "dlopen=driver foo=42", "{root}/driver:{root}/pkg/lib"},
 		// With cuda_compat, the selector decides when each process starts:
 		// compat on a module older than it, the driver on a newer one.
-		{"compat on an older driver", func(tr *tree) []patch.Option { return compatOn(tr, "535.261.03") },
+		{"compat on an older driver", func(tr *tree, cfg *patch.Config) { compatOn(tr, cfg, "535.261.03") },
 			"direct=compat foo=42", "dlopen=compat foo=42", "{root}/selector:{root}/driver:{root}/pkg/lib"},
-		{"compat on a newer driver", func(tr *tree) []patch.Option { return compatOn(tr, "590.10.01") },
+		{"compat on a newer driver", func(tr *tree, cfg *patch.Config) { compatOn(tr, cfg, "590.10.01") },
 			"direct=driver foo=42", "dlopen=driver foo=42", "{root}/selector:{root}/driver:{root}/pkg/lib"},
-		{"compat on the same branch, newer driver", func(tr *tree) []patch.Option { return compatOn(tr, "580.159.04") },
+		{"compat on the same branch, newer driver", func(tr *tree, cfg *patch.Config) { compatOn(tr, cfg, "580.159.04") },
 			"direct=driver foo=42", "dlopen=driver foo=42", "{root}/selector:{root}/driver:{root}/pkg/lib"},
 		// Why the default is "all": libcudart-like libraries have no
 		// DT_NEEDED on libcuda, so "needed" without dlopen discovery leaves
 		// their dlopen nowhere to look. It still never finds the stub.
-		{"driver link for needed only, no dlopen discovery", func(*tree) []patch.Option {
-			return []patch.Option{patch.WithDriverLinkFor(policy.DriverLinkNeeded), patch.WithDlopen(policy.DlopenOff)}
+		{"driver link for needed only, no dlopen discovery", func(_ *tree, cfg *patch.Config) {
+			cfg.Policy.DriverLinkFor, cfg.Policy.Dlopen = policy.DriverLinkNeeded, policy.DlopenOff
 		}, "direct=driver foo=42", "dlopen=libcuda.so.1: cannot open shared object file: No such file or directory foo=42", "{root}/driver:{root}/pkg/lib"},
 		// Discovery (the default) reads "libcuda.so.1" in the loader
 		// library's read-only data: it needs the driver link too.
-		{"driver link for needed, dlopen discovered", func(*tree) []patch.Option { return []patch.Option{patch.WithDriverLinkFor(policy.DriverLinkNeeded)} },
+		{"driver link for needed, dlopen discovered", func(_ *tree, cfg *patch.Config) {
+			cfg.Policy.DriverLinkFor = policy.DriverLinkNeeded
+		},
 			"direct=driver foo=42", "dlopen=driver foo=42", "{root}/driver:{root}/pkg/lib"},
 		// Report finds it and changes nothing.
-		{"driver link for needed, dlopen report", func(*tree) []patch.Option {
-			return []patch.Option{patch.WithDriverLinkFor(policy.DriverLinkNeeded), patch.WithDlopen(policy.DlopenReport)}
+		{"driver link for needed, dlopen report", func(_ *tree, cfg *patch.Config) {
+			cfg.Policy.DriverLinkFor, cfg.Policy.Dlopen = policy.DriverLinkNeeded, policy.DlopenReport
 		}, "direct=driver foo=42", "dlopen=libcuda.so.1: cannot open shared object file: No such file or directory foo=42", "{root}/driver:{root}/pkg/lib"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tr := prebuilt(t)
-			patchPrebuilt(t, tr, c.opts(tr)...)
+			patchPrebuilt(t, tr, func(cfg *patch.Config) { c.edit(tr, cfg) })
 			if got := tr.runpathOf("pkg/bin/app-direct"); got != tr.x(c.runpath) {
 				t.Errorf("app-direct RUNPATH %q, want %q", got, tr.x(c.runpath))
 			}
@@ -189,9 +191,9 @@ func TestRuntimeWhichLibcuda(t *testing.T) {
 	}
 }
 
-// compatOn gives cuda_compat with its selector, on a fake machine whose
-// kernel module is module.
-func compatOn(tr *tree, module string) []patch.Option {
+// compatOn gives cfg cuda_compat with its selector, on a fake machine
+// whose kernel module is module.
+func compatOn(tr *tree, cfg *patch.Config, module string) {
 	tr.t.Helper()
 	proc := tr.p("machine/proc")
 	if err := os.MkdirAll(filepath.Join(proc, "driver/nvidia"), 0o755); err != nil {
@@ -201,11 +203,9 @@ func compatOn(tr *tree, module string) []patch.Option {
 	if err := os.WriteFile(filepath.Join(proc, "driver/nvidia/version"), []byte(line), 0o644); err != nil {
 		tr.t.Fatal(err)
 	}
-	return []patch.Option{
-		patch.WithCudaCompat(tr.p("compat")),
-		patch.WithCudaCompatSelector(tr.p("selector"), "gcc"),
-		patch.WithSelectorMachine(proc, tr.p("machine/sys")),
-	}
+	cfg.Policy.CudaCompat = tr.p("compat")
+	cfg.Selector = patch.CompatSelector{Dir: tr.p("selector"), CC: []string{"gcc"}}
+	patch.SetSelectorMachine(cfg, proc, tr.p("machine/sys"))
 }
 
 // TestCompatNeedsSelector: cuda_compat's own libcuda is never put first
@@ -213,10 +213,10 @@ func compatOn(tr *tree, module string) []patch.Option {
 // one line that says why and what to give.
 func TestCompatNeedsSelector(t *testing.T) {
 	tr := prebuilt(t)
-	_, err := patch.Run(context.Background(), []string{tr.p("pkg")}, patch.WithCudaCompat(tr.p("compat")), patch.WithDriverLink(tr.p("driver")))
+	_, err := patch.Run(context.Background(), &patch.Config{Policy: policy.Config{CudaCompat: tr.p("compat"), DriverLink: tr.p("driver")}}, []string{tr.p("pkg")})
 	require.ErrorContains(t, err, "is cuda_compat's own libcuda, which fails with CUDA error 803 on a driver not older than it")
 	require.ErrorContains(t, err, "--cuda-compat-selector")
 	require.NotContains(t, err.Error(), "\n")
-	_, err = patch.Run(context.Background(), []string{tr.p("pkg")}, patch.WithCudaCompatSelector(tr.p("selector")))
+	_, err = patch.Run(context.Background(), &patch.Config{Selector: patch.CompatSelector{Dir: tr.p("selector")}}, []string{tr.p("pkg")})
 	require.ErrorContains(t, err, "needs a cuda_compat directory")
 }

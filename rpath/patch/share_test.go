@@ -40,7 +40,9 @@ func TestLibraryReadOnceForIndexAndDecide(t *testing.T) {
 				tr.place(rel, s)
 			}
 			opens := map[string]int{}
-			_, err := patch.Run(context.Background(), tr.ps("out"), patch.WithJobs(1), patch.WithDryRun(true), patch.WithOpenCounter(opens))
+			cfg := patch.Config{Jobs: 1, Write: patch.WriteOptions{DryRun: true}}
+			patch.CountOpens(&cfg, opens)
+			_, err := patch.Run(context.Background(), &cfg, tr.ps("out"))
 			require.NoError(t, err)
 			want := map[string]int{}
 			for rel := range maps.Keys(tc.files) {
@@ -48,7 +50,7 @@ func TestLibraryReadOnceForIndexAndDecide(t *testing.T) {
 			}
 			assert.Equal(t, want, opens, "opens to read each file, to decide it and to probe it")
 			// And the run decides as the eager index does (mustPatch).
-			rep := tr.mustPatch([]string{"out"}, patch.WithJobs(1))
+			rep := tr.mustPatch([]string{"out"}, patch.Config{Jobs: 1})
 			assert.Equal(t, len(tc.files), rep.Changed)
 			for rel, s := range tc.files {
 				for _, n := range s.Needed {

@@ -8,7 +8,7 @@ import (
 // shrinkKept shrinks the search path a file keeps (cudapatch gives it no
 // RUNPATH of its own) as patchelf --shrink-rpath would, in the same edit:
 // nixpkgs' fixupPhase runs that on every ELF file (patchelf's setup hook),
-// and the hook takes that pass over with WithShrinkKept. Like patchelf, a
+// and the hook takes that pass over with WriteOptions.ShrinkKept. Like patchelf, a
 // DT_RPATH becomes DT_RUNPATH, and the path is not audited: it is the
 // vendor's, less some entries.
 func shrinkKept(info elfedit.Info, e *elfedit.Edit) {

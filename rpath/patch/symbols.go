@@ -14,7 +14,6 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/policy"
 
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
-	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/symcheck"
@@ -26,7 +25,7 @@ import (
 var ErrSymbols = errors.New("symbols the loader cannot bind")
 
 // SymbolsMode says what the main job does with the symbol check
-// (WithSymbols).
+// (Config.Symbols).
 type SymbolsMode string
 
 const (
@@ -39,7 +38,7 @@ const (
 	SymbolsOff SymbolsMode = "off"
 )
 
-// SymbolsModes are the modes WithSymbols takes.
+// SymbolsModes are the modes Config.Symbols takes.
 var SymbolsModes = []SymbolsMode{SymbolsOff, SymbolsWarn, SymbolsError}
 
 // Classes of a SymbolFinding.
@@ -100,38 +99,6 @@ func (s SymbolFinding) Name() string {
 		return s.Symbol
 	}
 	return s.Symbol + "@" + s.Version
-}
-
-// WithSymbols sets what the main job does with the symbol check: after
-// every file is decided, the undefined dynamic symbols and version needs
-// of every dynamic ELF file are bound over its closure as decided (the
-// RUNPATH, interpreter and resolution note it is to be written with) the
-// way glibc's loader binds them (rpath/symcheck). The default,
-// SymbolsError, makes a load-fatal finding an error.
-func WithSymbols(m SymbolsMode) Option {
-	return func(c *config) error {
-		if !slices.Contains(SymbolsModes, m) {
-			return fmt.Errorf("symbols mode %q: want off, warn or error", m)
-		}
-		c.symbols = m
-		return nil
-	}
-}
-
-// WithIgnoreSymbols ignores the symbol check's errors and warnings that a
-// Python fnmatch pattern matches: the symbol's name, name@version, or
-// @version (so "*@GLIBCXX_3.4.32" ignores that version need and every
-// symbol of that version), or the base name of the file checked.
-func WithIgnoreSymbols(patterns ...string) Option {
-	return func(c *config) error {
-		for _, p := range patterns {
-			if p == "" {
-				return fmt.Errorf("empty ignore-symbol pattern")
-			}
-			c.ignoreSymbols = append(c.ignoreSymbols, fnmatch.Compile(p))
-		}
-		return nil
-	}
 }
 
 func (c *job) symbolsMode() SymbolsMode {

@@ -43,13 +43,13 @@ func symbolTree(t *testing.T, build, run cfix.Spec, main string) (root, prog str
 	return root, prog
 }
 
-func symbolOptions(root string, opts ...patch.Option) []patch.Option {
-	return append([]patch.Option{
-		patch.WithSymbols(patch.SymbolsError),
-		patch.WithSearch(filepath.Join(root, "deps/lib")),
-		patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir),
-		patch.WithDriverLinkFor(policy.DriverLinkNone),
-	}, opts...)
+func symbolConfig(root string) patch.Config {
+	return patch.Config{
+		Symbols: patch.SymbolsError,
+		Search:  []string{filepath.Join(root, "deps/lib")},
+		Policy:  policy.Config{Interpreter: hostLoader, DriverLinkFor: policy.DriverLinkNone},
+		Libc:    hostLibcDir,
+	}
 }
 
 // findings lists a report's symbol findings as "base(file) class
@@ -92,7 +92,8 @@ func TestSymbolCheck(t *testing.T) {
 		name       string
 		build, run cfix.Spec
 		main       string
-		opts       []patch.Option
+		mode       patch.SymbolsMode // "": symbolConfig's
+		ignore     []string
 		wantErr    bool
 		want       []string
 		// runs: the written program starts and prints this; "" with
@@ -102,19 +103,19 @@ func TestSymbolCheck(t *testing.T) {
 		{name: "missing-version", build: verBuild, run: verRun, main: mainVer, wantErr: true,
 			want: []string{"prog fails-at-load @V2 error", "prog fails-when-called f2@V2 warning", ext}},
 		{name: "missing-version-ignored", build: verBuild, run: verRun, main: mainVer,
-			opts:    []patch.Option{patch.WithIgnoreSymbols("*@V2")},
+			ignore:  []string{"*@V2"},
 			want:    []string{"prog fails-at-load @V2 ignored *@V2", "prog fails-when-called f2@V2 ignored *@V2", ext},
 			loadErr: "version `V2' not found"},
 		{name: "missing-version-ignored-by-file", build: verBuild, run: verRun, main: mainVer,
-			opts:    []patch.Option{patch.WithIgnoreSymbols("prog")},
+			ignore:  []string{"prog"},
 			want:    []string{"prog fails-at-load @V2 ignored prog", "prog fails-when-called f2@V2 ignored prog", ext},
 			loadErr: "version `V2' not found"},
 		{name: "missing-version-warn", build: verBuild, run: verRun, main: mainVer,
-			opts:    []patch.Option{patch.WithSymbols(patch.SymbolsWarn)},
+			mode:    patch.SymbolsWarn,
 			want:    []string{"prog fails-at-load @V2 warning", "prog fails-when-called f2@V2 warning", ext},
 			loadErr: "version `V2' not found"},
 		{name: "missing-version-off", build: verBuild, run: verRun, main: mainVer,
-			opts: []patch.Option{patch.WithSymbols(patch.SymbolsOff)}, loadErr: "version `V2' not found"},
+			mode: patch.SymbolsOff, loadErr: "version `V2' not found"},
 		{name: "missing-function-lazy", build: fnBuild, run: fnRun, main: mainFn,
 			want: []string{"prog fails-when-called gone warning", ext}, runs: "1\n"},
 		{name: "missing-data", build: datBuild, run: datRun, main: mainDat, wantErr: true,
@@ -125,10 +126,16 @@ func TestSymbolCheck(t *testing.T) {
 			root, prog := symbolTree(t, c.build, c.run, c.main)
 			before, err := os.ReadFile(prog)
 			require.NoError(t, err)
-			opts := symbolOptions(root, c.opts...)
+			opts := symbolConfig(root)
+			opts.IgnoreSymbols = c.ignore
+			if c.mode != "" {
+				opts.Symbols = c.mode
+			}
 
 			// A dry run finds the same: the closure as decided.
-			dry, err := patch.Run(context.Background(), []string{filepath.Join(root, "out")}, append(opts, patch.WithDryRun(true))...)
+			cfg := opts
+			cfg.Write.DryRun = true
+			dry, err := patch.Run(context.Background(), &cfg, []string{filepath.Join(root, "out")})
 			require.Equal(t, c.wantErr, err != nil, "%v", err)
 			require.ElementsMatch(t, c.want, findings(dry))
 			for _, f := range dry.Files {
@@ -139,7 +146,7 @@ func TestSymbolCheck(t *testing.T) {
 				}
 			}
 
-			rep, err := patch.Run(context.Background(), []string{filepath.Join(root, "out")}, opts...)
+			rep, err := patch.Run(context.Background(), &opts, []string{filepath.Join(root, "out")})
 			require.ElementsMatch(t, c.want, findings(rep))
 			if c.wantErr {
 				require.ErrorIs(t, err, patch.ErrSymbols)
@@ -155,7 +162,7 @@ func TestSymbolCheck(t *testing.T) {
 
 			// Patched again, the files as written give the same findings:
 			// the check of a decision is the check of its result.
-			again, err := patch.Run(context.Background(), []string{filepath.Join(root, "out")}, opts...)
+			again, err := patch.Run(context.Background(), &opts, []string{filepath.Join(root, "out")})
 			require.NoError(t, err)
 			require.Zero(t, again.Changed)
 			require.ElementsMatch(t, c.want, findings(again))
@@ -189,25 +196,29 @@ func TestSymbolCheckDriverStub(t *testing.T) {
 	cfix.Place(t, cfix.Spec{Exe: true, Libc: true, Source: main, Link: []string{cfix.Build(t, stubBuild)}}, prog)
 	stubs := filepath.Join(root, "cuda_cudart-stubs/lib/stubs")
 	cfix.Place(t, stubRun, filepath.Join(stubs, "libcuda.so"))
-	base := []patch.Option{patch.WithSymbols(patch.SymbolsError), patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir), patch.WithDryRun(true)}
+	base := patch.Config{Symbols: patch.SymbolsError, Policy: policy.Config{Interpreter: hostLoader}, Libc: hostLibcDir, Write: patch.WriteOptions{DryRun: true}}
 
-	rep, err := patch.Run(context.Background(), []string{filepath.Join(root, "out")}, base...)
+	rep, err := patch.Run(context.Background(), &base, []string{filepath.Join(root, "out")})
 	require.NoError(t, err)
 	require.Equal(t, []string{"prog skipped-driver  info"}, findings(rep))
 	require.Equal(t, "libcuda.so.1", rep.Files[0].Symbols[0].Library)
 
-	rep, err = patch.Run(context.Background(), []string{filepath.Join(root, "out")}, append(base, patch.WithSearch(stubs))...)
+	cfg := base
+	cfg.Search = append(cfg.Search, stubs)
+	rep, err = patch.Run(context.Background(), &cfg, []string{filepath.Join(root, "out")})
 	require.NoError(t, err)
 	require.Equal(t, []string{"prog fails-when-called cuGone warning"}, findings(rep))
 
-	rep, err = patch.Run(context.Background(), []string{filepath.Join(root, "out")}, append(base, patch.WithSearchRecursive(filepath.Join(root, "cuda_cudart-stubs")))...)
+	cfg = base
+	cfg.SearchRecursive = append(cfg.SearchRecursive, filepath.Join(root, "cuda_cudart-stubs"))
+	rep, err = patch.Run(context.Background(), &cfg, []string{filepath.Join(root, "out")})
 	require.NoError(t, err)
 	require.Equal(t, []string{"prog fails-when-called cuGone warning"}, findings(rep))
 }
 
 func TestSymbolOptionsRefused(t *testing.T) {
-	_, err := patch.Run(context.Background(), []string{t.TempDir()}, patch.WithSymbols("loud"))
+	_, err := patch.Run(context.Background(), &patch.Config{Symbols: "loud"}, []string{t.TempDir()})
 	require.ErrorContains(t, err, `symbols mode "loud": want off, warn or error`)
-	_, err = patch.Run(context.Background(), []string{t.TempDir()}, patch.WithIgnoreSymbols(""))
+	_, err = patch.Run(context.Background(), &patch.Config{IgnoreSymbols: []string{""}}, []string{t.TempDir()})
 	require.ErrorContains(t, err, "empty ignore-symbol pattern")
 }

@@ -53,7 +53,7 @@ func TestUnnameableLibraryDirs(t *testing.T) {
 	cfix.Copy(t, evil, filepath.Join(cwd, "libbar.so"))
 	cases := []struct {
 		dir      string // of libbar.so, below the output
-		relative bool   // WithRelativizeRpath
+		relative bool   // Policy.RelativizeRoot
 		why      string // the refusal's reason, "" when it is patched
 	}{
 		{dir: "x:.", why: "the loader splits entries at ':'"},
@@ -77,10 +77,16 @@ func TestUnnameableLibraryDirs(t *testing.T) {
 			libDir := "out/" + c.dir
 			cfix.Copy(t, bar, tr.p(libDir+"/libbar.so"))
 			tr.place("out/bin/main", cfix.Spec{Exe: true, Libc: true, Source: srcBarMain, Link: []string{bar}})
-			opts := []patch.Option{patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir),
-				patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithRelativizeRpath(c.relative)}
+			opts := patch.Config{
+				Policy: policy.Config{
+					Interpreter:    hostLoader,
+					DriverLinkFor:  policy.DriverLinkNone,
+					RelativizeRoot: c.relative,
+				},
+				Libc: hostLibcDir,
+			}
 			snap := tr.snapshot()
-			rep, err := tr.patch([]string{"out"}, opts...)
+			rep, err := tr.patch([]string{"out"}, opts)
 			if c.why == "" {
 				if err != nil {
 					t.Fatalf("Patch: %v", err)
@@ -110,7 +116,7 @@ func TestUnnameableLibraryDirs(t *testing.T) {
 	}
 }
 
-// TestUnnameableSharedPart: with WithRelativizeRpath, a ':' or a token in
+// TestUnnameableSharedPart: with Policy.RelativizeRoot, a ':' or a token in
 // the part of the path the file's directory shares with the library's is
 // what $ORIGIN stands for: the entry written is safe, and the program
 // runs.
@@ -120,8 +126,14 @@ func TestUnnameableSharedPart(t *testing.T) {
 		tr := newTree(t)
 		cfix.Copy(t, bar, tr.p(top+"/lib/libbar.so"))
 		tr.place(top+"/bin/main", cfix.Spec{Exe: true, Libc: true, Source: srcBarMain, Link: []string{bar}})
-		tr.mustPatch([]string{top}, patch.WithInterpreter(hostLoader), patch.WithLibc(hostLibcDir),
-			patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithRelativizeRpath(true))
+		tr.mustPatch([]string{top}, patch.Config{
+			Policy: policy.Config{
+				Interpreter:    hostLoader,
+				DriverLinkFor:  policy.DriverLinkNone,
+				RelativizeRoot: true,
+			},
+			Libc: hostLibcDir,
+		})
 		if got := tr.runpathOf(top + "/bin/main"); got != "$ORIGIN/../lib" {
 			t.Errorf("%s: RUNPATH %q, want $ORIGIN/../lib", top, got)
 		}

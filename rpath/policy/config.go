@@ -1,5 +1,13 @@
 package policy
 
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
 // DefaultDriverLink is where NixOS links the running NVIDIA driver's
 // libraries.
 const DefaultDriverLink = "/run/opengl-driver/lib"
@@ -22,33 +30,114 @@ const (
 	DriverLinkNone DriverLinkPolicy = "none"
 )
 
-// Config is the RUNPATH policy's configuration: what the options of the
-// main job set that decides a file's RUNPATH, interpreter and note
-// entries once its dependencies are resolved.
+// Config is the RUNPATH policy's configuration: what decides a file's
+// RUNPATH, interpreter and note entries once its dependencies are
+// resolved. The main job (patch.Config.Policy) and lint (lint.Options.Policy)
+// take the same struct, so that the flags they share have one meaning:
+// lint is told what the main job was asked.
+//
+// The zero value of each field means its default; Resolved fills the
+// defaults in, and Decide wants a resolved Config.
 type Config struct {
-	// Interpreter is set on every file that has one ("" keeps it).
+	// Interpreter is set on every file that has one; "" keeps it. Lint
+	// reads the architecture of this interpreter file and skips the
+	// files the main job skips for theirs.
 	Interpreter string
-	// CudaCompat is a cuda_compat directory put ahead of the driver link.
+	// CudaCompat is a cuda_compat directory (absolute) put ahead of the
+	// driver link; "" is none.
 	CudaCompat string
-	// DriverLink and DriverLink32 are the driver link directories of
-	// 64-bit and 32-bit x86 files; DriverLinkFor says who gets one.
-	DriverLink    string
-	DriverLink32  string
+	// DriverLink is the driver link directory (absolute) of 64-bit
+	// files; "" means DefaultDriverLink.
+	DriverLink string
+	// DriverLink32 is the driver link of 32-bit x86 files; "" means
+	// DriverLink with /opengl-driver/ replaced by /opengl-driver-32/.
+	DriverLink32 string
+	// DriverLinkFor says which files get the driver link; "" means
+	// DriverLinkAll.
 	DriverLinkFor DriverLinkPolicy
-	// RuntimeDeps come first in the RUNPATH of executables.
+	// RuntimeDeps come first in the RUNPATH of executables, used as
+	// given (nixpkgs' runtimeDependencies, whose hook appends /lib).
 	RuntimeDeps []string
-	// AppendRunpaths are appended to every RUNPATH, verbatim.
+	// AppendRunpaths are appended to every RUNPATH, verbatim ($ORIGIN
+	// allowed).
 	AppendRunpaths []string
-	// PreserveOrigin keeps the old $ORIGIN entries.
+	// PreserveOrigin keeps the $ORIGIN entries of the old RUNPATH.
 	PreserveOrigin bool
-	// RelativeStore and RelativizeRoot make entries relative (see
-	// WithRelativeRpaths, WithRelativizeRpath).
-	RelativeStore  string
+	// RelativeStore, a store directory (absolute), makes the entries
+	// under it relative to a file under it too
+	// ("$ORIGIN/../../<hash>-dep/lib"), so that a copied closure can
+	// move: auto-patchelf's --relative-rpaths. The cuda_compat
+	// directory and the driver link stay absolute. "" is off.
+	RelativeStore string
+	// RelativizeRoot makes the entries under the path a file was found
+	// under (one given to the main job) relative to the file:
+	// auto-patchelf's --relativize-rpath.
 	RelativizeRoot bool
-	// BuildDirs are the directories no entry may point into (the audit).
+	// BuildDirs are the directories no entry may point into (the
+	// audit). nil means [/build], the Nix sandbox's build directory; an
+	// empty non-nil slice means none. Lint takes them as directories
+	// besides /build and /tmp.
 	BuildDirs []string
-	// Dlopen says what the names dlopen discovery found become.
+	// Dlopen says what the library names found by dlopen discovery
+	// (DiscoverDlopen) become; "" means DlopenResolve.
 	Dlopen DlopenMode
-	// ForceRPath writes the search path as DT_RPATH.
+	// ForceRPath writes the search path as DT_RPATH (patchelf
+	// --force-rpath).
 	ForceRPath bool
+	// IgnoreMissing are Python fnmatch patterns (rpath/fnmatch; "*"
+	// matches all) of the base names of missing dependencies that are
+	// no error of the main job and no finding of lint. Decide does not
+	// read them.
+	IgnoreMissing []string
+}
+
+// Validate reports every value of c that is wrong, in one joined error.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.CudaCompat != "" && !filepath.IsAbs(c.CudaCompat) {
+		errs = append(errs, fmt.Errorf("cuda_compat directory %q is not absolute", c.CudaCompat))
+	}
+	if c.DriverLink != "" && !filepath.IsAbs(c.DriverLink) {
+		errs = append(errs, fmt.Errorf("driver link %q is not absolute", c.DriverLink))
+	}
+	switch c.DriverLinkFor {
+	case "", DriverLinkAll, DriverLinkNeeded, DriverLinkNone:
+	default:
+		errs = append(errs, fmt.Errorf("driver link policy %q: want all, needed or none", c.DriverLinkFor))
+	}
+	if c.RelativeStore != "" && !filepath.IsAbs(c.RelativeStore) {
+		errs = append(errs, fmt.Errorf("store directory %q is not absolute", c.RelativeStore))
+	}
+	if slices.Contains(c.IgnoreMissing, "") {
+		errs = append(errs, errors.New("empty ignore-missing pattern"))
+	}
+	if c.Dlopen != "" && !slices.Contains(DlopenModes, c.Dlopen) {
+		errs = append(errs, fmt.Errorf("dlopen mode %q: want off, report or resolve", c.Dlopen))
+	}
+	return errors.Join(errs...)
+}
+
+// Resolved returns a copy of c with the defaults of its zero fields
+// filled in: what Decide reads. c is not changed.
+func (c *Config) Resolved() Config {
+	r := *c
+	if r.DriverLink == "" {
+		r.DriverLink = DefaultDriverLink
+	}
+	if r.DriverLink32 == "" {
+		r.DriverLink32 = strings.Replace(r.DriverLink, "/opengl-driver/", "/opengl-driver-32/", 1)
+	}
+	if r.DriverLinkFor == "" {
+		r.DriverLinkFor = DriverLinkAll
+	}
+	if r.BuildDirs == nil {
+		r.BuildDirs = []string{"/build"}
+	}
+	if r.Dlopen == "" {
+		r.Dlopen = DlopenResolve
+	}
+	if r.RelativeStore != "" {
+		r.RelativeStore = filepath.Clean(r.RelativeStore)
+	}
+	return r
 }

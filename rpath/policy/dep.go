@@ -87,8 +87,8 @@ type Dep struct {
 	Path   string `json:"path,omitempty"` // the library file chosen
 	Dir    string `json:"dir,omitempty"`  // the directory it was found in
 	// Entry is the RUNPATH entry that reaches Dir when it is not Dir
-	// itself: an old $ORIGIN entry kept by WithPreserveOrigin, or Dir made
-	// relative by WithRelativeRpaths or WithRelativizeRpath.
+	// itself: an old $ORIGIN entry kept by Config.PreserveOrigin, or Dir
+	// made relative by Config.RelativeStore or Config.RelativizeRoot.
 	Entry string `json:"entry,omitempty"`
 	// Pattern is the first ignore-missing pattern that matches a
 	// dependency nothing satisfied (or a driver library).

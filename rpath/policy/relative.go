@@ -41,7 +41,7 @@ func expandOrigin(file, e string) string {
 
 // sameDirOrigin returns the first old $ORIGIN entry of file that names the
 // same directory as dir once links are resolved, or "": with
-// WithPreserveOrigin a dependency found through its old relative entry
+// Config.PreserveOrigin a dependency found through its old relative entry
 // keeps that entry instead of an absolute path (auto-patchelf's
 // find_first_matching_rpath_with_origin).
 func sameDirOrigin(links Links, file, dir string, old []string) string {
@@ -55,8 +55,8 @@ func sameDirOrigin(links Links, file, dir string, old []string) string {
 }
 
 // relativeWithin returns the directory whose entries become relative for
-// one file, or "" when none do: the store with WithRelativeRpaths (when the
-// file is in it), else the file's root with WithRelativizeRpath.
+// one file, or "" when none do: the store with Config.RelativeStore (when
+// the file is in it), else the file's root with Config.RelativizeRoot.
 func (c *Config) relativeWithin(path, root string) string {
 	if c.RelativeStore != "" && under(filepath.Clean(path), c.RelativeStore) {
 		return c.RelativeStore

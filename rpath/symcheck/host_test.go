@@ -216,11 +216,14 @@ func TestLoaderAgreesOnCorpus(t *testing.T) {
 	// The driver link: the driver's libraries by their sonames.
 	driver := filepath.Join(tmp, "opengl-driver/lib")
 	require.NoError(t, os.MkdirAll(driver, 0o755))
-	opts := []patch.Option{
-		patch.WithInterpreter(strings.TrimSpace(string(interp))),
-		patch.WithLibc(filepath.Join(strings.TrimSpace(string(libc)), "lib")),
-		patch.WithDriverLink(driver), patch.WithIgnoreMissing("libcuda.so.1"),
-		patch.WithSymbols(patch.SymbolsWarn),
+	opts := patch.Config{
+		Policy: policy.Config{
+			Interpreter:   strings.TrimSpace(string(interp)),
+			DriverLink:    driver,
+			IgnoreMissing: []string{"libcuda.so.1"},
+		},
+		Libc:    filepath.Join(strings.TrimSpace(string(libc)), "lib"),
+		Symbols: patch.SymbolsWarn,
 	}
 	var paths []string
 	ents, err := os.ReadDir(store)
@@ -229,9 +232,9 @@ func TestLoaderAgreesOnCorpus(t *testing.T) {
 		d := filepath.Join(store, e.Name())
 		switch {
 		case strings.Contains(e.Name(), "-gcc-") && strings.HasSuffix(e.Name(), "-lib"):
-			opts = append(opts, patch.WithSearch(filepath.Join(d, "lib")))
+			opts.Search = append(opts.Search, filepath.Join(d, "lib"))
 		case strings.HasSuffix(e.Name(), "-stubs"):
-			opts = append(opts, patch.WithSearch(filepath.Join(d, "lib/stubs")))
+			opts.Search = append(opts.Search, filepath.Join(d, "lib/stubs"))
 		case strings.Contains(e.Name(), "-nvidia-x11-"):
 			libs, err := filepath.Glob(filepath.Join(d, "lib/nvidia/current/*.so.*"))
 			require.NoError(t, err)
@@ -250,7 +253,7 @@ func TestLoaderAgreesOnCorpus(t *testing.T) {
 			paths = append(paths, d)
 		}
 	}
-	rep, err := patch.Run(t.Context(), paths, opts...)
+	rep, err := patch.Run(t.Context(), &opts, paths)
 	require.NoError(t, err)
 	require.True(t, rep.Written)
 	mainJobAgrees(t, "CUDA corpus", rep)
@@ -271,10 +274,16 @@ func TestLoaderAgreesOnUsr(t *testing.T) {
 		out, err := exec.Command("cp", "-a", "--no-preserve=links", c[0], filepath.Join(tmp, c[1])).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 	}
-	rep, err := patch.Run(t.Context(), []string{filepath.Join(tmp, "bin"), filepath.Join(tmp, "lib")},
-		patch.WithSearch(filepath.Join(tmp, "lib")), patch.WithIgnoreMissing("*"),
-		patch.WithInterpreter("/lib64/ld-linux-x86-64.so.2"), patch.WithLibc("/lib/x86_64-linux-gnu"),
-		patch.WithDriverLinkFor(policy.DriverLinkNone), patch.WithSymbols(patch.SymbolsWarn))
+	rep, err := patch.Run(t.Context(), &patch.Config{
+		Search: []string{filepath.Join(tmp, "lib")},
+		Policy: policy.Config{
+			IgnoreMissing: []string{"*"},
+			Interpreter:   "/lib64/ld-linux-x86-64.so.2",
+			DriverLinkFor: policy.DriverLinkNone,
+		},
+		Libc:    "/lib/x86_64-linux-gnu",
+		Symbols: patch.SymbolsWarn,
+	}, []string{filepath.Join(tmp, "bin"), filepath.Join(tmp, "lib")})
 	require.NoError(t, err)
 	require.True(t, rep.Written)
 	mainJobAgrees(t, "/usr", rep)

@@ -336,7 +336,7 @@ func (b *builder) faultCases() {
 	b.tr.Cases = append(b.tr.Cases, Case{"dlopen-note-driver-link-missing", "CP001", plugin, h, false})
 	b.exe("driver-shadowed", "CP002", "cuda", str(DriverCp+":"+Driver+":"+LibFoo), rp, Interp)
 	b.exe("compat-after-driver", "CP003", "cuda", str(Driver+":"+Compat+":"+LibFoo), rp, Interp)
-	// Under a driver of CompatVersion (the tests' WithDriverVersion),
+	// Under a driver of CompatVersion (the tests' Options.DriverVersion),
 	// OldCompat's libcuda fails with error 803; Compat's, equal, does not.
 	b.exe("compat-older-than-driver", "CP021", "cuda", str(OldCompat+":"+Driver+":"+LibFoo), rp, Interp)
 	// Compat's selector takes the driver there, and says so.
