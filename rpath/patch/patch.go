@@ -674,9 +674,9 @@ func (c *job) dirOf(path string) *confine.Dir {
 	return best
 }
 
-// claimBudget bounds the claims (elfedit.Pending.Claim) decide keeps open for the
-// write phase: a descriptor each. Past it a claim is released after
-// deciding, and taken again, checked, when its file is written.
+// claimBudget bounds the claims (elfedit.Pending.Claim) decide keeps open
+// for the write phase: a descriptor each. Past it a claim is released
+// after deciding, and taken again, checked, when its file is written.
 type claimBudget struct{ left atomic.Int64 }
 
 // claimReserve is the descriptors left to everything else: the jobs'
