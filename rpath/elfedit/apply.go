@@ -355,7 +355,8 @@ func readBase(base io.ReaderAt, baseSize, size int64, b []byte, off int64) ([]by
 	return b, nil
 }
 
-// Options control EditFile.
+// Options control EditFile and Pending.Commit: how one edit of a path is
+// written.
 type Options struct {
 	// Sync flushes data to disk before the commit step and at the end, so
 	// that a power loss (not only a crash of this process) leaves the
@@ -386,21 +387,6 @@ type Options struct {
 	// they were (no hygiene steps): for programs that read their own
 	// headers at the old offsets (patchelf --no-clobber-old-sections).
 	KeepOldSections bool
-	// Buffers lends the buffers the file is read through (see Buffers);
-	// nil allocates them.
-	Buffers *Buffers
-	// Claim is the file, claimed (File.Claim) while it was planned:
-	// EditFile writes through the claim's descriptor, locked since, and
-	// not the path; it takes the claim over and closes it. The file must
-	// still be the one claimed, as it was read.
-	Claim *Claim
-	// Prepared is a plan File.Prepare made of this file for the same
-	// edit, detached from it. When the file still holds every byte the
-	// plan was made from, it is written without planning and verifying
-	// again; otherwise (the file changed since, or the plan is not
-	// detached) the file is planned afresh. Not used with
-	// KeepOldSections.
-	Prepared *Plan
 	// hook, set by tests (WithHook), runs in the write at the moments
 	// another process's change matters: "append" before bytes are
 	// appended (the size checked), "commit" before the check just before
@@ -411,8 +397,8 @@ type Options struct {
 
 // WithHook returns o with fn run at the moments of the write another
 // process's change matters (see Options.hook): for tests, here and in
-// the packages that write through EditFile, that change the file at
-// those moments.
+// the packages that write through EditFile or Pending.Commit, that
+// change the file at those moments.
 func WithHook(o Options, fn func(at string)) Options {
 	o.hook = fn
 	return o
@@ -438,12 +424,15 @@ func (l Link) stat() (*syscall.Stat_t, error) {
 	return &st, nil
 }
 
-// Result of EditFile.
+// Result of EditFile and Pending.Commit.
 type Result struct {
 	Plan    *Plan
 	Before  Info
 	After   Info
 	Changed bool
+	// Reused says the commit wrote the plan Batch.Prepare kept, without
+	// planning again (the file still read the same).
+	Reused bool
 }
 
 // EditFile edits the file at path in place: it reads the headers, plans the
@@ -456,14 +445,22 @@ type Result struct {
 // is edited, or with BreakHardLinks replaced by the edited copy, and the
 // link itself stays as it is.
 func EditFile(path string, e Edit, opt Options) (*Result, error) {
-	res, err := editFile(path, e, opt)
+	res, err := editFile(path, e, opt, batched{})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return res, nil
 }
 
-func editFile(path string, e Edit, opt Options) (*Result, error) {
+// editFile is EditFile, with what a Pending holds for its commit (in):
+// the file read through in.bufs; with in.claim, read and written through
+// the claim's descriptor, locked since the file was planned, and not the
+// path (the claim is taken over, and the file must still be the one
+// claimed, as it was read); with in.plan, that plan written without
+// planning and verifying again when the file still holds every byte it
+// was made from, else the file planned afresh (in.plan is not used with
+// KeepOldSections).
+func editFile(path string, e Edit, opt Options, in batched) (*Result, error) {
 	nofollow := 0
 	if opt.NoFollow {
 		nofollow = syscall.O_NOFOLLOW
@@ -472,13 +469,14 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	var st *syscall.Stat_t
 	var err error
 	var where func() (*syscall.Stat_t, error) // what path names now
-	if opt.Claim != nil {
+	if in.claim != nil {
 		// Read and written through the claim's descriptor: the file
-		// found and locked while deciding, whatever its path names now.
-		if rf, st, err = opt.Claim.take(); err != nil {
+		// found and locked while it was planned, whatever its path
+		// names now.
+		if rf, st, err = in.claim.take(); err != nil {
 			return nil, err
 		}
-		where = opt.Claim.where
+		where = in.claim.where
 	} else {
 		where = func() (*syscall.Stat_t, error) {
 			var st syscall.Stat_t
@@ -501,7 +499,7 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 			return nil, unwrapPath(err)
 		}
 	}
-	rc := newReadCache(rf, st.Size, opt.Buffers)
+	rc := newReadCache(rf, st.Size, in.bufs)
 	rc.editing = true
 	defer rc.Close()
 	if st.Mode&syscall.S_IFMT != syscall.S_IFREG {
@@ -509,11 +507,11 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 	}
 	var res *Result
 	var plan *Plan
-	if p := opt.Prepared; p != nil && p.fp != nil && !opt.KeepOldSections && rc.holdsAgain(p.fp, st, &e) {
-		// The plan File.Prepare made and verified from these very bytes,
+	if p := in.plan; p != nil && p.fp != nil && !opt.KeepOldSections && rc.holdsAgain(p.fp, st, &e) {
+		// The plan prepare made and verified from these very bytes,
 		// its steps rebuilt from them.
 		if steps, ok := rc.materialize(p, p.det); ok {
-			res = &Result{Plan: p, Before: p.fp.before, After: p.fp.after, Changed: !p.IsNoOp()}
+			res = &Result{Plan: p, Before: p.fp.before, After: p.fp.after, Changed: !p.IsNoOp(), Reused: true}
 			plan = &Plan{Strategy: p.Strategy, Steps: steps, OldSize: p.OldSize, NewSize: p.NewSize, Written: p.Written}
 		}
 	}
@@ -537,16 +535,16 @@ func editFile(path string, e Edit, opt Options) (*Result, error) {
 		return res, applyCopy(path, rc, st, plan, opt.Sync)
 	}
 	wf := rf
-	if opt.Claim == nil {
+	if in.claim == nil {
 		if wf, err = reopenForWriting(rf, path, nofollow); err != nil {
 			if opt.NoFollow && errors.Is(err, syscall.ELOOP) {
 				return nil, openErr(err, true)
 			}
 			return nil, forWriting(err)
 		}
-		// Locked as a claim locks it, so this write and a main job's
-		// (or another tool's that locks) do not interleave.
-		if err := (&Claim{id: identOf(st)}).lock(wf); err != nil {
+		// Locked as a claim locks it, so this write and a batch's (or
+		// another tool's that locks) do not interleave.
+		if err := (&fileClaim{id: identOf(st)}).lock(wf); err != nil {
 			wf.Close()
 			return nil, err
 		}

@@ -8,8 +8,8 @@ import (
 )
 
 // A tree is written only when every file of it can be, and a file only
-// over the bytes it was planned from. A Claim holds a file from its
-// planning to the end of its write: opened for writing (a file the user
+// over the bytes it was planned from. A claim (Pending.Claim) holds a
+// file from its planning to the end of its write: opened for writing (a file the user
 // may not write fails while deciding), locked with flock(LOCK_EX|LOCK_NB)
 // so a second run fails instead of interleaving, and its identity
 // (device, inode, link count, size, mtime, ctime) checked again before
@@ -28,10 +28,10 @@ var ErrLocked = errors.New("locked by another process (another cudapatch run?); 
 // this claim did).
 var ErrChanged = errors.New("changed by another process since it was read")
 
-// Claim is a file opened for writing and locked, from its planning to its
-// write (EditFile with Options.Claim, which takes it over), or released
-// meanwhile to spare descriptors and taken again, checked, when written.
-type Claim struct {
+// fileClaim is a file opened for writing and locked, from its planning to
+// its write (Pending.Commit, which takes it over), or released meanwhile
+// to spare descriptors and taken again, checked, when written.
+type fileClaim struct {
 	path string
 	fd   *fdFile // nil once released
 	id   fileIdent
@@ -41,11 +41,10 @@ type Claim struct {
 	where  func() (*syscall.Stat_t, error)
 }
 
-// Claim opens the file f reads for writing and locks it. It fails when
-// the user may not write it, another process holds its lock, or it
-// changed since f read it. f must have been opened from a path
-// (Buffers.Open, OpenForEdit or OpenIn).
-func (f *File) Claim() (*Claim, error) {
+// pathSource is the read cache and the descriptor of a file opened from
+// a path (Buffers.Open, OpenIn, Batch.OpenForEdit, OpenForEditIn); false
+// for another.
+func (f *File) pathSource() (*readCache, *fdFile, bool) {
 	r := f.r
 	if v, ok := r.(*recoveryView); ok {
 		// Read as the journal of an edit leaves it (NewFileToEdit): still the
@@ -58,10 +57,19 @@ func (f *File) Claim() (*Claim, error) {
 	if ok {
 		rf, ok = c.f.(*fdFile)
 	}
+	return c, rf, ok
+}
+
+// newClaim opens the file f reads for writing and locks it. It fails when
+// the user may not write it, another process holds its lock, or it
+// changed since f read it. f must have been opened from a path
+// (pathSource).
+func (f *File) newClaim() (*fileClaim, error) {
+	c, rf, ok := f.pathSource()
 	if !ok {
 		return nil, errors.New("claim: not a file opened from a path")
 	}
-	cl := &Claim{path: rf.name, id: c.opened, reopen: rf.reopen, where: rf.where}
+	cl := &fileClaim{path: rf.name, id: c.opened, reopen: rf.reopen, where: rf.where}
 	// Through /proc/self/fd the open reaches the very file rf has open
 	// (no path is resolved again), with the permission checks of an
 	// open by path; without /proc the path is opened again as it was.
@@ -81,7 +89,7 @@ func (f *File) Claim() (*Claim, error) {
 }
 
 // lock flocks wf and checks that it is the file claimed, as it was read.
-func (cl *Claim) lock(wf *fdFile) error {
+func (cl *fileClaim) lock(wf *fdFile) error {
 	for {
 		err := syscall.Flock(wf.fd, syscall.LOCK_EX|syscall.LOCK_NB)
 		if errors.Is(err, syscall.EINTR) {
@@ -105,7 +113,7 @@ func (cl *Claim) lock(wf *fdFile) error {
 
 // same checks that st is the claimed file with the identity it had when
 // read.
-func (cl *Claim) same(st *syscall.Stat_t) error {
+func (cl *fileClaim) same(st *syscall.Stat_t) error {
 	now := identOf(st)
 	switch {
 	case now.dev != cl.id.dev || now.ino != cl.id.ino:
@@ -121,9 +129,10 @@ func (cl *Claim) same(st *syscall.Stat_t) error {
 }
 
 // Release closes the claim's descriptor, and with it the lock; the write
-// (EditFile) takes both again and checks the file is the same. For runs
-// with more files to write than descriptors to hold.
-func (cl *Claim) Release() {
+// (Pending.Commit) takes both again and checks the file is the same. For
+// batches with more files to write than descriptors to hold. A nil claim
+// is a no-op.
+func (cl *fileClaim) Release() {
 	if cl != nil && cl.fd != nil {
 		cl.fd.Close()
 		cl.fd = nil
@@ -131,7 +140,7 @@ func (cl *Claim) Release() {
 }
 
 // Close releases the claim for good; a nil or released one is a no-op.
-func (cl *Claim) Close() error {
+func (cl *fileClaim) Close() error {
 	cl.Release()
 	return nil
 }
@@ -142,7 +151,7 @@ func (cl *Claim) Close() error {
 // the file: a directory on the way replaced by a link (or the file by
 // another) fails. The claim gives the descriptor up to the caller, with
 // its stat.
-func (cl *Claim) take() (*fdFile, *syscall.Stat_t, error) {
+func (cl *fileClaim) take() (*fdFile, *syscall.Stat_t, error) {
 	wf := cl.fd
 	cl.fd = nil
 	if wf == nil {

@@ -60,27 +60,32 @@ func TestClaimAgainstAppender(t *testing.T) {
 			orig := readFile(t, exe)
 			rec := []byte(strings.Repeat("log record\n", cmp.Or(tt.records, 300)))
 			e := elfedit.Edit{Interpreter: str(longInterp(t, c, 200)), SetPath: str(c.LibDir)}
-			f, err := (&elfedit.Buffers{}).OpenForEdit(exe)
+			var b elfedit.Batch
+			f, err := b.OpenForEdit(exe)
 			require.NoError(t, err)
-			cl, err := f.Claim()
+			pe, err := b.Prepare(f, e, keepNone)
 			require.NoError(t, err)
+			require.NoError(t, pe.Claim(f))
 			f.Close()
 			// A second claim, as a second run would take it, is refused.
-			f2, err := elfedit.Open(exe)
+			f2, err := b.Open(exe)
 			require.NoError(t, err)
-			_, err = f2.Claim()
+			pe2, err := b.Prepare(f2, e, nil)
+			require.NoError(t, err)
+			err = pe2.Claim(f2)
 			f2.Close()
+			pe2.Close()
 			require.ErrorIs(t, err, elfedit.ErrLocked)
 
 			if tt.at == "claimed" {
 				appendRecord(t, exe, rec)
 			}
-			opt := elfedit.WithHook(elfedit.Options{Claim: cl}, func(at string) {
+			opt := elfedit.WithHook(elfedit.Options{}, func(at string) {
 				if at == tt.at {
 					appendRecord(t, exe, rec)
 				}
 			})
-			res, err := elfedit.EditFile(exe, e, opt)
+			res, err := pe.Commit(opt)
 			got := readFile(t, exe)
 			if tt.wantErr == "" {
 				require.NoError(t, err)
@@ -115,18 +120,20 @@ func TestClaimAgainstAppender(t *testing.T) {
 // untouched); released, it is taken again by the write.
 func TestClaimLocks(t *testing.T) {
 	c := fixtures.ByName(t, "bfd-pie").Copy(t)
-	f, err := elfedit.Open(c.Exe)
+	var b elfedit.Batch
+	f, err := b.Open(c.Exe)
 	require.NoError(t, err)
-	cl, err := f.Claim()
+	pe, err := b.Prepare(f, elfedit.Edit{SetPath: str("/nix/store/x/lib")}, keepNone)
 	require.NoError(t, err)
+	require.NoError(t, pe.Claim(f))
 	f.Close()
 	orig := readFile(t, c.Exe)
 	_, err = elfedit.EditFile(c.Exe, elfedit.Edit{SetPath: str("/nix/store/x/lib")}, elfedit.Options{})
 	require.ErrorIs(t, err, elfedit.ErrLocked)
 	assert.Equal(t, orig, readFile(t, c.Exe))
 	// Released, the lock is gone; the write takes it again.
-	cl.Release()
-	_, err = elfedit.EditFile(c.Exe, elfedit.Edit{SetPath: str("/nix/store/x/lib")}, elfedit.Options{Claim: cl})
+	pe.Release()
+	_, err = pe.Commit(elfedit.Options{})
 	require.NoError(t, err)
 	// The lock ended with the write.
 	_, err = elfedit.EditFile(c.Exe, elfedit.Edit{SetPath: str("/nix/store/y/lib")}, elfedit.Options{})
@@ -155,15 +162,21 @@ func TestClaimJournaled(t *testing.T) {
 	}
 	require.NotEmpty(t, path, "no crash case journals its edit")
 
-	f, err := elfedit.Open(path)
+	// Read to be edited, as a batch reads it: as the journal's edit
+	// leaves it, still the file opened.
+	var b elfedit.Batch
+	f, err := b.OpenForEdit(path)
 	require.NoError(t, err)
 	defer f.Close()
-	cl, err := f.Claim()
+	pe, err := b.Prepare(f, elfedit.Edit{}, nil)
 	require.NoError(t, err)
-	g, err := elfedit.Open(path)
+	require.NoError(t, pe.Claim(f))
+	g, err := b.OpenForEdit(path)
 	require.NoError(t, err)
 	defer g.Close()
-	_, err = g.Claim()
-	require.ErrorIs(t, err, elfedit.ErrLocked)
-	cl.Release()
+	pg, err := b.Prepare(g, elfedit.Edit{}, nil)
+	require.NoError(t, err)
+	defer pg.Close()
+	require.ErrorIs(t, pg.Claim(g), elfedit.ErrLocked)
+	pe.Release()
 }

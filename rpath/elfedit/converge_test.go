@@ -243,15 +243,17 @@ func convergeApply(t *testing.T, path string, prepared []byte, e elfedit.Edit, s
 // and writes the file when the plan is not a no-op.
 func rerun(t *testing.T, path string, e elfedit.Edit) {
 	t.Helper()
-	f, err := (&elfedit.Buffers{}).OpenForEdit(path)
+	var b elfedit.Batch
+	f, err := b.OpenForEdit(path)
 	require.NoError(t, err)
-	p, err := f.Prepare(e, nil)
+	p, err := b.Prepare(f, e, nil)
 	require.NoError(t, err, "planning the next run")
 	require.NoError(t, f.Close())
-	if p.IsNoOp() {
+	if !p.Changed() {
+		p.Close()
 		return
 	}
-	_, err = elfedit.EditFile(path, e, elfedit.Options{Prepared: p})
+	_, err = p.Commit(elfedit.Options{})
 	require.NoError(t, err, "the next run")
 }
 

@@ -9,12 +9,12 @@ import (
 	"sort"
 )
 
-// A prepared plan (Prepare) is held while the rest of the tree is
+// A prepared plan (Batch.Prepare) is held while the rest of the batch is
 // planned, and most of what it writes is bytes the file already has
 // (moved tables, symbols renumbered by a byte or two, zeros). A detached
 // plan holds each step as pieces: the file's own bytes by offset (with
 // the few that differ), zeros, and only what is new as bytes of its own;
-// EditFile rebuilds the steps from the bytes it reads again for the
+// the commit rebuilds the steps from the bytes it reads again for the
 // fingerprint. A candidate source (the same offset, or a layout's hint)
 // is used only for the bytes it equals: a wrong hint costs memory, never
 // a byte of the result.

@@ -6,9 +6,30 @@
 // section headers work, and it reads only the headers, the dynamic section and
 // the dynamic string table: never the whole file.
 //
-// An edit is described by an [Edit], turned into a [Plan] by [File.Plan] and
-// written by [Plan.Apply] (or all at once by [EditFile]). The plan picks the
-// cheapest layout that keeps every loader invariant, in this order:
+// # Reading and writing
+//
+// The read side stands alone: [NewFile] reads a file through any
+// [io.ReaderAt], [Open] from a path, and a [Buffers] lends the buffers of
+// many files' reads ([Buffers.Open], [Buffers.OpenIn]) so that reading a
+// tree keeps the garbage collector idle. A [File] says what the loaders
+// see: [File.Info], [File.Notes], [File.Verify].
+//
+// The write side takes an [Edit], turned into a [Plan] by [File.Plan] and
+// written by [Plan.Apply]. [EditFile] does all of it for one file: it
+// reads, plans, verifies and writes. A [Batch] is for many files that are
+// written only if all of them could be planned: it embeds the Buffers
+// they are read through; [Batch.Prepare] plans and verifies a file's edit
+// and returns it as a [Pending], which may keep the plan (as far as the
+// caller's budget says) and claim the file ([Pending.Claim]: opened for
+// writing and locked until it is written); [Pending.Commit] writes it, as
+// EditFile would, without planning again while the file reads the same,
+// and [Pending.Close] lets it go unwritten. What a batch may hold at once
+// (kept plans, claimed descriptors) the caller bounds.
+//
+// # Layouts
+//
+// The plan picks the cheapest layout that keeps every loader invariant, in
+// this order:
 //
 //  1. [InPlace]: new strings overwrite old ones that are not shared with any
 //     other string reference, and new dynamic entries take spare DT_NULL slots.
@@ -54,7 +75,7 @@
 // written up to it, what is written after it, checksums), its trailer
 // first, in one write a kill cannot cut, then the body it vouches for;
 // its last step cuts it away. A file that ends in one (its process was
-// killed) is read by an edit ([NewFileToEdit], [Buffers.OpenForEdit],
+// killed) is read by an edit ([NewFileToEdit], [Batch.OpenForEdit],
 // [EditFile]) as its edit leaves it, finished when the commit's bytes are
 // in place, else undone, and every plan made from it writes that state
 // first ([Recover] when the edit asks nothing more): an edit run again

@@ -97,7 +97,7 @@ func NewCachedReader(src *CountingReader, size int64, bufs *Buffers) CachedReade
 	return newReadCache(src, size, bufs)
 }
 
-// NewEditingReader is the read cache EditFile and Buffers.OpenForEdit
+// NewEditingReader is the read cache EditFile and Batch.OpenForEdit
 // read a file about to be planned through: it prefetches the tables.
 func NewEditingReader(src *CountingReader, size int64, bufs *Buffers) CachedReader {
 	c := newReadCache(src, size, bufs)
@@ -111,8 +111,9 @@ func CommitHead(s Step) int64 { return s.head }
 
 // HeldOwnBytes is what a detached plan holds as bytes of its own: what
 // is new, and the patches of its copies (detach.go).
-func HeldOwnBytes(p *Plan) int64 {
-	if p.det == nil {
+func HeldOwnBytes(pe *Pending) int64 {
+	p := pe.plan
+	if p == nil || p.det == nil {
 		return 0
 	}
 	return int64(len(p.det.lit))
@@ -121,22 +122,46 @@ func HeldOwnBytes(p *Plan) int64 {
 // PreparedByIdentity reports whether a prepared plan's fingerprint is the
 // file's identity and the bytes its write takes from the file (a settled
 // file), rather than every byte the plan was made from.
-func PreparedByIdentity(p *Plan) bool { return p.fp != nil && p.fp.ident != nil }
+func PreparedByIdentity(pe *Pending) bool {
+	p := pe.plan
+	return p != nil && p.fp != nil && p.fp.ident != nil
+}
 
 // FingerprintBytes is how many bytes of its file a prepared plan's
-// fingerprint covers: what EditFile reads again before writing it.
-func FingerprintBytes(p *Plan) int64 {
+// fingerprint covers: what its commit reads again before writing it.
+func FingerprintBytes(pe *Pending) int64 {
 	var n int64
-	for _, s := range p.fp.spans {
+	for _, s := range pe.plan.fp.spans {
 		n += s.end - s.off
 	}
 	return n
 }
 
 // SpoilFingerprint makes a prepared plan's fingerprint disagree with any
-// file: what EditFile sees when the bytes it reads again have changed
+// file: what its commit sees when the bytes it reads again have changed
 // behind an identity that has not.
-func SpoilFingerprint(p *Plan) { p.fp.sum++ }
+func SpoilFingerprint(pe *Pending) { pe.plan.fp.sum++ }
+
+// KeptPlan is the plan a pending edit keeps for its commit (nil if none,
+// or once committed or closed): a Result whose Plan it is was written
+// from it.
+func KeptPlan(pe *Pending) *Plan { return pe.plan }
+
+// PrepareAny is Batch.Prepare for f read from anything (NewFile), to be
+// committed to the file at path: what the fingerprint allows, which the
+// API, binding an edit to the file it was read from, does not.
+func PrepareAny(b *Batch, f *File, e Edit, keep func(held int64) bool, path string) (*Pending, error) {
+	return b.prepare(f, e, keep, path, fileIdent{})
+}
+
+// CommitAs commits pe as the edit e of the file at path, which need not
+// be what it was prepared for: for tests of what the commit checks
+// before it writes a kept plan (the edit, the bytes), which the API
+// never lets differ.
+func CommitAs(pe *Pending, path string, e Edit, opt Options) (*Result, error) {
+	pe.path, pe.edit = path, e
+	return pe.Commit(opt)
+}
 
 // SettleTime is how long a file must go unchanged before it is read for
 // its prepared plan to be fingerprinted by identity (prepare.go).

@@ -41,6 +41,10 @@ const maxWindows = 8
 // collections, the page faults of memory handed back to the kernel and
 // taken again. The zero value is ready to use, and it is safe for
 // concurrent use. A nil *Buffers allocates.
+//
+// Buffers is the read side on its own: Open and OpenIn read files through
+// it. A Batch, the write side, embeds the Buffers its files are read
+// through, which readers of the same files may share.
 type Buffers struct {
 	pool    sync.Pool
 	scratch [scratchClasses]sync.Pool // by size class: 512 bytes << i
@@ -138,12 +142,16 @@ func (b *Buffers) open(path string, editing bool) (*File, error) {
 	return b.openFD(fd, st, at, editing)
 }
 
-// OpenIn is Open (OpenForEdit with edit set) for a file below dir,
-// opened from dir's descriptor without following any symbolic link
-// (confine.Dir): a link anywhere on the way fails. A Claim of the file
-// reopens it the same way. As Open, it refuses what is not a regular file
-// before opening it (a FIFO would wait for a writer, a device act).
-func (b *Buffers) OpenIn(dir *confine.Dir, path string, edit bool) (*File, error) {
+// OpenIn is Open for a file below dir, opened from dir's descriptor
+// without following any symbolic link (confine.Dir): a link anywhere on
+// the way fails. As Open, it refuses what is not a regular file before
+// opening it (a FIFO would wait for a writer, a device act).
+func (b *Buffers) OpenIn(dir *confine.Dir, path string) (*File, error) {
+	return b.openInDir(dir, path, false)
+}
+
+// openInDir is OpenIn, or Batch.OpenForEditIn with edit set.
+func (b *Buffers) openInDir(dir *confine.Dir, path string, edit bool) (*File, error) {
 	pre, err := dir.Stat(path)
 	if err != nil {
 		return nil, err
@@ -213,15 +221,6 @@ func (b *Buffers) openFD(fd *fdFile, st *syscall.Stat_t, at time.Time, editing b
 	return f, nil
 }
 
-// OpenForEdit is Open for a file about to be planned (File.Plan,
-// File.Prepare): the dynamic-linking tables a plan reads come in one
-// read where they lie together (see File.prefetchTables), not a read
-// each. Reading only the headers and names (print, an index's probes),
-// Open reads less.
-func (b *Buffers) OpenForEdit(path string) (*File, error) {
-	return b.open(path, true)
-}
-
 // openRegular opens path for reading if it is a regular file, and returns
 // its fstat and the time just before it. A FIFO, socket or device is
 // refused with ErrNotRegular before it is opened: opening a FIFO for
@@ -278,7 +277,7 @@ type fdFile struct {
 	// otherwise.
 	reopen func(flags int) (*fdFile, error)
 	where  func() (*syscall.Stat_t, error)
-	// locked says the descriptor holds a flock (Claim), which Close
+	// locked says the descriptor holds a flock (a claim), which Close
 	// drops first: a child forked meanwhile and not yet exec'd shares
 	// the open file description, and would otherwise hold the lock on.
 	locked bool
@@ -566,7 +565,7 @@ type readCache struct {
 	// replaced, in scratch lent until Close.
 	big []window
 	// editing says the file is about to be planned (EditFile,
-	// Buffers.OpenForEdit): its dynamic-linking tables are read in one
+	// Batch.OpenForEdit): its dynamic-linking tables are read in one
 	// read when they lie together (File.prefetchTables).
 	editing bool
 	bypass  bool
@@ -574,7 +573,7 @@ type readCache struct {
 	// lent is the scratch lent through the cache (File.scratch), given
 	// back to bufs on Close.
 	lent [][]byte
-	// opened is the file's identity when it was opened (a Claim checks
+	// opened is the file's identity when it was opened (a claim checks
 	// the file still has it).
 	opened fileIdent
 	// settled is the file's identity when it was opened, if its ctime

@@ -274,14 +274,16 @@ func TestClosedFileReadsNothingStale(t *testing.T) {
 func TestScratchGoesWithItsFile(t *testing.T) {
 	t.Parallel()
 	fx := fixtures.ByName(t, "bfd-pie").Copy(t)
-	var bufs elfedit.Buffers
+	var bufs elfedit.Batch
 	e := elfedit.Edit{SetPath: str(pad(300, "/nix/store/x/lib"))}
 	f, err := bufs.Open(fx.Exe)
 	require.NoError(t, err)
 	tied, err := f.Plan(e)
 	require.NoError(t, err)
-	kept, err := f.Prepare(e, nil)
+	pe, err := bufs.Prepare(f, e, nil)
 	require.NoError(t, err)
+	kept := elfedit.KeptPlan(pe)
+	require.NotNil(t, kept, "kept")
 	require.True(t, kept.Prepared(), planString(kept))
 	require.NoError(t, f.Close())
 	// Lend the scratch again, and scribble on it through another plan.
@@ -300,7 +302,7 @@ func TestScratchGoesWithItsFile(t *testing.T) {
 	_, err = tied.Result()
 	assert.ErrorContains(t, err, "plan again")
 
-	res, err := elfedit.EditFile(fx.Exe, e, elfedit.Options{Prepared: kept, Buffers: &bufs})
+	res, err := pe.Commit(elfedit.Options{})
 	require.NoError(t, err)
 	assert.Same(t, kept, res.Plan, "the kept plan is written")
 	other := fixtures.ByName(t, "bfd-pie").Copy(t)
@@ -354,14 +356,16 @@ func TestTablesReadTogether(t *testing.T) {
 
 	// The prefetched range is part of what a prepared plan was made
 	// from: read again whole, it lets the write reuse the plan.
-	var bufs elfedit.Buffers
+	var bufs elfedit.Batch
 	f, err := bufs.OpenForEdit(lib)
 	require.NoError(t, err)
-	p, err := f.Prepare(e, nil)
+	pe, err := bufs.Prepare(f, e, nil)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
+	p := elfedit.KeptPlan(pe)
+	require.NotNil(t, p, "kept")
 	require.True(t, p.Prepared(), planString(p))
-	res, err := elfedit.EditFile(lib, e, elfedit.Options{Prepared: p, Buffers: &bufs})
+	res, err := pe.Commit(elfedit.Options{})
 	require.NoError(t, err)
 	assert.Same(t, p, res.Plan, "the prepared plan is written")
 	assert.True(t, bytes.Equal(editingOut, readFile(t, lib)), "as planned")

@@ -58,16 +58,18 @@ func TestCommitIdentity(t *testing.T) {
 					other := filepath.Join(t.TempDir(), "other")
 					moved := exe + ".moved"
 					var opt elfedit.Options
+					var pe *elfedit.Pending
 					if how != "by path" {
-						f, err := (&elfedit.Buffers{}).OpenForEdit(exe)
+						var b elfedit.Batch
+						f, err := b.OpenForEdit(exe)
 						require.NoError(t, err)
-						cl, err := f.Claim()
+						pe, err = b.Prepare(f, e, keepNone) // planned again at the write, as by path
 						require.NoError(t, err)
+						require.NoError(t, pe.Claim(f))
 						f.Close()
 						if how == "claim released" {
-							cl.Release()
+							pe.Release()
 						}
-						opt.Claim = cl
 					}
 					// What the other process left at exe's path, if anything.
 					var atPath []byte
@@ -101,7 +103,12 @@ func TestCommitIdentity(t *testing.T) {
 							require.NoError(t, f.Close())
 						}
 					})
-					_, err := elfedit.EditFile(exe, e, opt)
+					var err error
+					if pe != nil {
+						_, err = pe.Commit(opt)
+					} else {
+						_, err = elfedit.EditFile(exe, e, opt)
+					}
 					require.True(t, acted, "the hook never ran at %q", tt.at)
 					require.Error(t, err)
 					t.Log(err)

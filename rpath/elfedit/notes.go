@@ -141,7 +141,7 @@ func noteAlign(a uint64) uint64 {
 // The result is read once per File (a File's bytes do not change under it):
 // Info, Verify and the planner each ask for it, several times per edit.
 // Callers only read it (a copy per call would be allocation on every
-// job's hot path); its capacity is its length, so an append copies rather
+// caller's hot path); its capacity is its length, so an append copies rather
 // than writes into the memo.
 func (f *File) allNotes() ([]parsedNote, error) {
 	if !f.notes.read {

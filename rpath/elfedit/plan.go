@@ -69,7 +69,7 @@ type Plan struct {
 	Written int64 `json:"bytes_written"`
 
 	f  *File
-	fp *fingerprint // set by Prepare when the plan is detached from f
+	fp *fingerprint // set by prepare when the plan is detached from f
 	// hints name the steps' bytes that are copies of the file's (a
 	// layout's moved tables), and det what a detached plan holds instead
 	// of its steps' bytes (detach.go).

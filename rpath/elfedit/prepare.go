@@ -12,10 +12,10 @@ import (
 	"time"
 )
 
-// A tree is written only when every file of it has been planned without
+// A batch is written only when every file of it has been planned without
 // error, so a caller plans every file first and writes them later. Planning
 // and verifying each file twice doubles most of the work on small files;
-// Prepare lets the write reuse the first plan, and only when the file
+// Batch.Prepare lets the commit reuse the first plan, and only when the file
 // still holds, in every byte the plan was made from, what it held then.
 // A plan is a function of those bytes, the file's size and the edit, so
 // the plan made again would be the same: reusing it skips the work, not
@@ -70,20 +70,20 @@ type fingerprint struct {
 	size  int64
 	ident *fileIdent
 	edit  Edit
-	// The file's values before and after the plan, which EditFile reports.
+	// The file's values before and after the plan, which the commit reports.
 	before, after Info
 }
 
-// Prepare plans e as Plan does and, when it can, detaches the plan from
+// prepare plans e as Plan does and, when it can, detaches the plan from
 // the file for a later write: when the file was read through a read cache
 // that still holds every byte it read, the result is verified as EditFile
 // verifies it, and, if keep (nil keeps all) accepts the bytes the plan
 // would hold (HeldBytes), the plan keeps its writes as pieces (detach.go)
-// and a fingerprint of what it was made from. EditFile with
-// Options.Prepared then writes it without planning again while the file
+// and a fingerprint of what it was made from. A commit given it
+// (batched.plan) then writes it without planning again while the file
 // reads the same. Otherwise the plan is returned tied to the file. keep is
 // asked first with 0: a keep that refuses that is not asked again.
-func (f *File) Prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
+func (f *File) prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
 	p, err := f.Plan(e)
 	if err != nil || p.IsNoOp() {
 		return p, err
@@ -139,7 +139,7 @@ func (f *File) Prepare(e Edit, keep func(held int64) bool) (*Plan, error) {
 }
 
 // Prepared reports whether the plan is detached from its file, with a
-// fingerprint EditFile can check (see Prepare).
+// fingerprint its commit can check (see Batch.Prepare).
 func (p *Plan) Prepared() bool { return p.fp != nil }
 
 // HeldBytes is the memory a prepared plan's data takes: its pieces, the

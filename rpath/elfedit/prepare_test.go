@@ -17,26 +17,27 @@ import (
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 )
 
-// TestPrepared: a plan File.Prepare detached from its file is what
-// EditFile writes when the file still reads the same, for the same edit;
-// a file changed since, or another edit, is planned afresh. Either way
-// the file ends with the values of the edit EditFile was given, runs, and
-// Verify finds nothing new.
+// TestPrepared: a plan Batch.Prepare kept, detached from its file, is
+// what the commit writes when the file still reads the same, for the same
+// edit; a file changed since, or another edit, is planned afresh. Either
+// way the file ends with the values of the edit the commit was given,
+// runs, and Verify finds nothing new.
 func TestPrepared(t *testing.T) {
 	t.Parallel()
-	prepare := func(t *testing.T, path string, e elfedit.Edit) *elfedit.Plan {
+	prepare := func(t *testing.T, path string, e elfedit.Edit) *elfedit.Pending {
 		f, err := elfedit.Open(path)
 		require.NoError(t, err)
 		defer f.Close()
-		p, err := f.Prepare(e, nil)
+		p, err := new(elfedit.Batch).Prepare(f, e, nil)
 		require.NoError(t, err)
-		require.True(t, p.Prepared(), "a small file read through the cache: %s", planString(p))
+		require.True(t, p.Kept(), "a small file read through the cache: %s", pendingString(p))
+		require.True(t, elfedit.KeptPlan(p).Prepared(), "a small file read through the cache: %s", pendingString(p))
 		return p
 	}
 	for _, c := range []struct {
 		name   string
-		change func(t *testing.T, fx fixtures.Fixture, path string) // between Prepare and EditFile
-		other  bool                                                 // EditFile gets another edit
+		change func(t *testing.T, fx fixtures.Fixture, path string) // between Prepare and Commit
+		other  bool                                                 // the commit gets another edit
 		reused bool
 	}{
 		{name: "unchanged", reused: true},
@@ -57,7 +58,7 @@ func TestPrepared(t *testing.T) {
 			path := fx.Exe
 			e := elfedit.Edit{SetPath: str(pad(300, fx.LibDir)), SetNote: cacheNote("prep", 200), Derived: []elfedit.NoteID{cacheID}}
 			p := prepare(t, path, e)
-			_, err := p.Result()
+			_, err := elfedit.KeptPlan(p).Result()
 			assert.Error(t, err, "a detached plan does not read its file")
 			if c.change != nil {
 				c.change(t, fx, path)
@@ -72,7 +73,7 @@ func TestPrepared(t *testing.T) {
 
 // TestPrepareRefused: keep is asked first with 0, then with the bytes
 // the detached plan would hold; a plan it refuses stays tied to its file
-// (nothing for EditFile to reuse), and the same edit written afresh gives
+// (nothing for the commit to reuse), and the same edit written afresh gives
 // the same file as the accepted plan does. A keep that refuses 0 is not
 // asked again.
 func TestPrepareRefused(t *testing.T) {
@@ -80,35 +81,41 @@ func TestPrepareRefused(t *testing.T) {
 	fx := fixtures.ByName(t, "bfd-pie").Copy(t)
 	other := fixtures.ByName(t, "bfd-pie").Copy(t)
 	e := elfedit.Edit{SetPath: str(pad(300, fx.LibDir)), SetNote: cacheNote("prep", 200), Derived: []elfedit.NoteID{cacheID}}
-	prepare := func(path string, keep func(int64) bool) *elfedit.Plan {
+	prepare := func(path string, keep func(int64) bool) *elfedit.Pending {
 		f, err := elfedit.Open(path)
 		require.NoError(t, err)
 		defer f.Close()
-		p, err := f.Prepare(e, keep)
+		p, err := new(elfedit.Batch).Prepare(f, e, keep)
 		require.NoError(t, err)
 		return p
 	}
 	var asked []int64
 	refused := prepare(fx.Exe, func(held int64) bool { asked = append(asked, held); return held == 0 })
-	assert.False(t, refused.Prepared(), "refused: %s", planString(refused))
+	assert.False(t, refused.Kept(), "refused: %s", pendingString(refused))
+	assert.Zero(t, refused.HeldBytes(), "nothing held")
 	require.Len(t, asked, 2)
 	assert.Zero(t, asked[0], "asked first with 0")
 	held := asked[1]
 	assert.Positive(t, held)
 	kept := prepare(other.Exe, func(n int64) bool { return n == 0 || n == held })
-	require.True(t, kept.Prepared(), "the same held bytes accepted: %s", planString(kept))
+	require.True(t, kept.Kept(), "the same held bytes accepted: %s", pendingString(kept))
+	require.True(t, elfedit.KeptPlan(kept).Prepared(), "the same held bytes accepted: %s", pendingString(kept))
 	assert.Equal(t, held, kept.HeldBytes())
+	assert.Equal(t, held, elfedit.KeptPlan(kept).HeldBytes())
 	var asks int
 	none := prepare(fixtures.ByName(t, "bfd-pie").Copy(t).Exe, func(int64) bool { asks++; return false })
-	assert.False(t, none.Prepared())
+	assert.False(t, none.Kept())
 	assert.Equal(t, 1, asks, "a keep that refuses 0 is asked once")
+	require.NoError(t, none.Close())
 
-	res, err := elfedit.EditFile(fx.Exe, e, elfedit.Options{Prepared: refused})
+	res, err := refused.Commit(elfedit.Options{})
 	require.NoError(t, err)
-	assert.NotSame(t, refused, res.Plan, "a refused plan is planned again")
-	res, err = elfedit.EditFile(other.Exe, e, elfedit.Options{Prepared: kept})
+	assert.False(t, res.Reused, "a refused plan is planned again")
+	keptPlan := elfedit.KeptPlan(kept)
+	res, err = kept.Commit(elfedit.Options{})
 	require.NoError(t, err)
-	assert.Same(t, kept, res.Plan)
+	assert.Same(t, keptPlan, res.Plan)
+	assert.True(t, res.Reused)
 	assert.Equal(t, readFile(t, other.Exe), readFile(t, fx.Exe), "the same bytes either way")
 }
 
@@ -156,25 +163,29 @@ func TestDetachedPlansWriteTheSameBytes(t *testing.T) {
 			}
 			f, err := elfedit.Open(pa)
 			require.NoError(t, err)
-			p, err := f.Prepare(j.edit, nil)
+			p, err := new(elfedit.Batch).Prepare(f, j.edit, nil)
 			require.NoError(t, err)
 			require.NoError(t, f.Close())
-			if p.IsNoOp() {
+			if !p.Changed() {
+				require.NoError(t, p.Close())
 				continue
 			}
 			what := fmt.Sprintf("%s %s settled=%v %s", j.orig.Name, j.name, j.settled, pa)
-			require.True(t, p.Prepared(), what)
+			require.True(t, p.Kept(), what)
+			kept := elfedit.KeptPlan(p)
+			require.True(t, kept.Prepared(), what)
 			if j.settled {
 				require.True(t, elfedit.PreparedByIdentity(p), what)
 			}
-			res, err := elfedit.EditFile(pa, j.edit, elfedit.Options{Prepared: p})
+			own := elfedit.HeldOwnBytes(p)
+			res, err := p.Commit(elfedit.Options{})
 			require.NoError(t, err)
-			require.Same(t, p, res.Plan, "%s: the detached plan written", what)
+			require.Same(t, kept, res.Plan, "%s: the detached plan written", what)
 			_, err = elfedit.EditFile(pb, j.edit, elfedit.Options{})
 			require.NoError(t, err)
 			require.Equal(t, readFile(t, pb), readFile(t, pa), what)
-			held += elfedit.HeldOwnBytes(p)
-			written += p.Written
+			held += own
+			written += kept.Written
 		}
 	}
 	t.Logf("fixtures: detached plans hold %d bytes of their own, write %d", held, written)
@@ -187,16 +198,17 @@ func TestDetachedPlansWriteTheSameBytes(t *testing.T) {
 	libc := hostLibc(t)
 	e := elfedit.Edit{SetPath: str(pad(300, "/nix/store/lib")), SetNote: cacheNote("detach", 200), Derived: []elfedit.NoteID{cacheID}}
 	path, p := preparedCopy(t, libc, e, false)
-	require.True(t, p.Prepared())
-	t.Logf("%s: the detached plan holds %d bytes of its own (%d in all), writes %d", libc, elfedit.HeldOwnBytes(p), p.HeldBytes(), p.Written)
-	assert.Less(t, elfedit.HeldOwnBytes(p)*10, p.Written)
+	require.True(t, p.Kept())
+	require.True(t, elfedit.KeptPlan(p).Prepared())
+	t.Logf("%s: the detached plan holds %d bytes of its own (%d in all), writes %d", libc, elfedit.HeldOwnBytes(p), p.HeldBytes(), elfedit.KeptPlan(p).Written)
+	assert.Less(t, elfedit.HeldOwnBytes(p)*10, elfedit.KeptPlan(p).Written)
 	writesAsFresh(t, libc, path, e, p)
 }
 
 // TestPreparedSettled: a file that went unchanged for longer than the
 // kernel's timestamps are coarse before it was read is fingerprinted by
 // its identity (device, inode, size, mtime, ctime) and by the bytes the
-// write takes from it, which are all EditFile reads again; any change of
+// write takes from it, which are all the commit reads again; any change of
 // the file since (a write, even of the same bytes, a touch, another file
 // renamed over it) shows in the identity, and the file is planned afresh;
 // bytes that differ behind an unchanged identity fail the comparison.
@@ -209,31 +221,31 @@ func TestPreparedSettled(t *testing.T) {
 	}
 	for _, c := range []struct {
 		name      string
-		change    func(t *testing.T, fx fixtures.Fixture, path string, p *elfedit.Plan) // between Prepare and EditFile
-		other     bool                                                                  // EditFile gets another edit
-		reader    bool                                                                  // prepared through a reader, not Open
+		change    func(t *testing.T, fx fixtures.Fixture, path string, p *elfedit.Pending) // between Prepare and Commit
+		other     bool                                                                     // the commit gets another edit
+		reader    bool                                                                     // prepared through a reader, not Open
 		reused    bool
 		unchecked bool // the change leaves a file that need not run
 	}{
 		{name: "unchanged", reused: true},
-		{name: "rewritten", unchecked: true, change: func(t *testing.T, _ fixtures.Fixture, path string, _ *elfedit.Plan) {
+		{name: "rewritten", unchecked: true, change: func(t *testing.T, _ fixtures.Fixture, path string, _ *elfedit.Pending) {
 			b := readFile(t, path)
 			b[len(b)/2] ^= 0xff
 			require.NoError(t, os.WriteFile(path, b, 0o755))
 		}},
-		{name: "same-bytes-rewritten", change: func(t *testing.T, _ fixtures.Fixture, path string, _ *elfedit.Plan) {
+		{name: "same-bytes-rewritten", change: func(t *testing.T, _ fixtures.Fixture, path string, _ *elfedit.Pending) {
 			require.NoError(t, os.WriteFile(path, readFile(t, path), 0o755))
 		}},
-		{name: "touched", change: func(t *testing.T, _ fixtures.Fixture, path string, _ *elfedit.Plan) {
+		{name: "touched", change: func(t *testing.T, _ fixtures.Fixture, path string, _ *elfedit.Pending) {
 			st, err := os.Stat(path)
 			require.NoError(t, err)
 			require.NoError(t, os.Chtimes(path, st.ModTime(), st.ModTime())) // only the ctime moves
 		}},
-		{name: "replaced", change: func(t *testing.T, fx fixtures.Fixture, path string, _ *elfedit.Plan) {
+		{name: "replaced", change: func(t *testing.T, fx fixtures.Fixture, path string, _ *elfedit.Pending) {
 			other := fixtures.ByName(t, "bfd-pie").Copy(t).Exe
 			require.NoError(t, os.Rename(other, path))
 		}},
-		{name: "bytes-differ", change: func(t *testing.T, _ fixtures.Fixture, _ string, p *elfedit.Plan) {
+		{name: "bytes-differ", change: func(t *testing.T, _ fixtures.Fixture, _ string, p *elfedit.Pending) {
 			elfedit.SpoilFingerprint(p)
 		}},
 		{name: "other-edit", other: true},
@@ -245,23 +257,27 @@ func TestPreparedSettled(t *testing.T) {
 			path := fx.Exe
 			time.Sleep(elfedit.SettleTime + 50*time.Millisecond)
 			e := e(fx)
-			var p *elfedit.Plan
+			var p *elfedit.Pending
 			if c.reader {
 				b := readFile(t, path)
 				src := &elfedit.CountingReader{R: bytes.NewReader(b)}
 				f, err := elfedit.NewFile(elfedit.NewCachedReader(src, int64(len(b)), nil), int64(len(b)))
 				require.NoError(t, err)
-				p, err = f.Prepare(e, nil)
+				_, err = new(elfedit.Batch).Prepare(f, e, nil)
+				require.Error(t, err, "a batch prepares a file read from a path")
+				p, err = elfedit.PrepareAny(new(elfedit.Batch), f, e, nil, path)
 				require.NoError(t, err)
-				require.True(t, p.Prepared(), planString(p))
+				require.True(t, p.Kept(), pendingString(p))
+				require.True(t, elfedit.KeptPlan(p).Prepared(), pendingString(p))
 				assert.False(t, elfedit.PreparedByIdentity(p), "no identity without a file")
 			} else {
 				f, err := elfedit.Open(path)
 				require.NoError(t, err)
-				p, err = f.Prepare(e, nil)
+				p, err = new(elfedit.Batch).Prepare(f, e, nil)
 				require.NoError(t, err)
 				require.NoError(t, f.Close())
-				require.True(t, p.Prepared(), planString(p))
+				require.True(t, p.Kept(), pendingString(p))
+				require.True(t, elfedit.KeptPlan(p).Prepared(), pendingString(p))
 				require.True(t, elfedit.PreparedByIdentity(p), "a file unchanged for %v", elfedit.SettleTime)
 			}
 			if c.change != nil {
@@ -354,7 +370,7 @@ func hostLibc(t *testing.T) string {
 
 // preparedCopy copies src into a temporary directory, lets it settle
 // (elfedit.SettleTime) if asked, and prepares e for the copy.
-func preparedCopy(t *testing.T, src string, e elfedit.Edit, settle bool) (string, *elfedit.Plan) {
+func preparedCopy(t *testing.T, src string, e elfedit.Edit, settle bool) (string, *elfedit.Pending) {
 	path := filepath.Join(t.TempDir(), filepath.Base(src))
 	require.NoError(t, os.WriteFile(path, readFile(t, src), 0o755))
 	if settle {
@@ -362,19 +378,21 @@ func preparedCopy(t *testing.T, src string, e elfedit.Edit, settle bool) (string
 	}
 	f, err := elfedit.Open(path)
 	require.NoError(t, err)
-	p, err := f.Prepare(e, nil)
+	p, err := new(elfedit.Batch).Prepare(f, e, nil)
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 	return path, p
 }
 
-// writesAsFresh writes the prepared plan p of e to path, a copy of src,
-// and requires that the plan was reused and that the file then equals a
-// fresh copy of src edited with e without a prepared plan.
-func writesAsFresh(t *testing.T, src, path string, e elfedit.Edit, p *elfedit.Plan) {
-	res, err := elfedit.EditFile(path, e, elfedit.Options{Prepared: p})
+// writesAsFresh commits p, the edit e of path prepared, to path, a copy
+// of src, and requires that its kept plan was reused and that the file
+// then equals a fresh copy of src edited with e without a prepared plan.
+func writesAsFresh(t *testing.T, src, path string, e elfedit.Edit, p *elfedit.Pending) {
+	kept := elfedit.KeptPlan(p)
+	require.NotNil(t, kept, "a plan kept")
+	res, err := p.Commit(elfedit.Options{})
 	require.NoError(t, err)
-	require.Same(t, p, res.Plan)
+	require.Same(t, kept, res.Plan)
 	fresh := filepath.Join(t.TempDir(), filepath.Base(src))
 	require.NoError(t, os.WriteFile(fresh, readFile(t, src), 0o755))
 	_, err = elfedit.EditFile(fresh, e, elfedit.Options{})
@@ -391,17 +409,21 @@ func runnableCopy(t *testing.T) fixtures.Fixture {
 	return fx
 }
 
-// writePrepared writes e to fx's main with the prepared plan p and checks
-// that the plan was reused or not as expected, and that the file carries
-// e's values, has no new problems and (with run) runs.
-func writePrepared(t *testing.T, fx fixtures.Fixture, e elfedit.Edit, p *elfedit.Plan, reused, run bool) {
+// writePrepared commits p as the edit e of fx's main (e need not be the
+// edit p was prepared for: CommitAs) and checks that the kept plan was
+// reused or not as expected, and that the file carries e's values, has
+// no new problems and (with run) runs.
+func writePrepared(t *testing.T, fx fixtures.Fixture, e elfedit.Edit, p *elfedit.Pending, reused, run bool) {
 	t.Helper()
 	path := fx.Exe
 	probs := problems(t, path)
 	before := info(t, path)
-	res, err := elfedit.EditFile(path, e, elfedit.Options{Prepared: p})
+	kept := elfedit.KeptPlan(p)
+	require.NotNil(t, kept, "a plan kept")
+	res, err := elfedit.CommitAs(p, path, e, elfedit.Options{})
 	require.NoError(t, err)
-	assert.Equal(t, reused, res.Plan == p, "prepared plan reused")
+	assert.Equal(t, reused, res.Plan == kept, "prepared plan reused")
+	assert.Equal(t, reused, res.Reused, "prepared plan reused")
 	assert.True(t, res.Changed)
 	checkWant(t, path, expect(before, e))
 	noNewProblems(t, probs, path)
@@ -413,7 +435,7 @@ func writePrepared(t *testing.T, fx fixtures.Fixture, e elfedit.Edit, p *elfedit
 // TestPreparedOnFuzzCorpus: on every input of FuzzEdit's corpus (seed
 // files of each linker, the fuzzer's crashers, the mutation sweeps'
 // finds), with the corpus entry's edit and each of FuzzEdit's seed edits,
-// a plan prepared from the settled file and written with EditFile gives
+// a plan prepared from the settled file and committed gives
 // what EditFile gives without one, byte for byte, or fails as it fails.
 func TestPreparedOnFuzzCorpus(t *testing.T) {
 	t.Parallel()
@@ -457,16 +479,21 @@ func TestPreparedOnFuzzCorpus(t *testing.T) {
 	time.Sleep(elfedit.SettleTime + 50*time.Millisecond)
 	var byIdentity, written int
 	for _, j := range jobs {
-		var p *elfedit.Plan
+		var p *elfedit.Pending
 		if f, err := elfedit.Open(j.path); err == nil {
-			p, _ = f.Prepare(j.e, nil)
+			p, _ = new(elfedit.Batch).Prepare(f, j.e, nil)
 			require.NoError(t, f.Close())
 		}
 		if p != nil && elfedit.PreparedByIdentity(p) {
 			byIdentity++
 		}
 		_, errFresh := elfedit.EditFile(j.fresh, j.e, elfedit.Options{})
-		_, err := elfedit.EditFile(j.path, j.e, elfedit.Options{Prepared: p})
+		var err error
+		if p != nil {
+			_, err = p.Commit(elfedit.Options{})
+		} else {
+			_, err = elfedit.EditFile(j.path, j.e, elfedit.Options{})
+		}
 		require.Equal(t, errFresh == nil, err == nil, "%s: with a prepared plan %v, without %v", j.what, err, errFresh)
 		require.Equal(t, readFile(t, j.fresh), readFile(t, j.path), j.what)
 		if err == nil {

@@ -7,8 +7,8 @@ func (f *File) StringTableSize() int { return len(f.strtab) }
 
 // HeldBytes is the memory the file holds while it is open: what its read
 // cache read (head, windows, tables) and the scratch lent to its planning.
-// A caller that keeps files open for later (rpath parks a library the index
-// read for the job that will plan it) bounds what they hold with it.
+// A caller that keeps files open for later (one read of a file for two
+// of its uses, the second to come) bounds what they hold with it.
 func (f *File) HeldBytes() int64 {
 	c, ok := f.r.(*readCache)
 	if !ok {

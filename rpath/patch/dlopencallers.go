@@ -55,9 +55,7 @@ func (c *job) dlopenCallers(ctx context.Context, fs []*fileWork, files []found, 
 	for i := range fs {
 		if len(inherit[i]) > 0 {
 			redo = append(redo, i)
-			c.unclaim(fs[i])
-			c.kept.give(fs[i].plan)
-			fs[i].plan = nil
+			c.drop(fs[i])
 		}
 	}
 	return c.big.gatedParallel(ctx, c.jobs, len(redo), func(k int, held bool) bool {

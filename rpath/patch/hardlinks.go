@@ -17,7 +17,7 @@ import (
 // writing it would change what it must not, and every name is refused.
 
 // linkClaims are the files with several hard links that one of their
-// names has claimed (File.claim): a second claim of the same file, by
+// names has claimed (job.claim): a second claim of the same file, by
 // another name, would find it locked by the first.
 type linkClaims struct {
 	mu   sync.Mutex
@@ -40,15 +40,15 @@ func (l *linkClaims) first(id elfedit.Identity) bool {
 	return true
 }
 
-// unclaim closes f's claim, if any, so that f may be decided again (and
-// another name of it claim it).
-func (c *job) unclaim(f *fileWork) {
-	if f.claim == nil {
-		return
-	}
-	f.claim.Close()
-	f.claim = nil
-	if f.ident.Links > 1 {
+// drop lets f's pending edit go unwritten: it gives back what its kept
+// plan took and closes its claim, if any, so that f may be decided again
+// (and another name of it claim it).
+func (c *job) drop(f *fileWork) {
+	claimed := f.pending.Claimed()
+	c.kept.give(f.pending)
+	f.pending.Close()
+	f.pending = nil
+	if claimed && f.ident.Links > 1 {
 		c.links.mu.Lock()
 		delete(c.links.held, [2]uint64{f.ident.Dev, f.ident.Ino})
 		c.links.mu.Unlock()
@@ -86,20 +86,19 @@ func (c *job) hardLinks(files []*fileWork) {
 				if f.Changed || all {
 					f.addError(ErrorHardLinks, err)
 				}
-				c.unclaim(f)
-				c.kept.give(f.plan)
-				f.plan = nil
+				c.drop(f)
 			}
 			continue
 		}
 		first := names[0]
 		for _, f := range names[1:] {
-			if f.claim != nil {
-				first.claim, f.claim = f.claim, nil
+			if f.pending.Claimed() {
+				if err := first.pending.ClaimFrom(f.pending); err != nil {
+					first.addError(ErrorClaim, err)
+				}
 				first.claimedAs = f.Path
 			}
-			c.kept.give(f.plan)
-			f.plan = nil
+			c.drop(f)
 			f.SameFileAs = first.Path
 			first.aliases = append(first.aliases, f)
 		}

@@ -15,7 +15,8 @@ type job struct {
 	*config
 	big     *bigGate
 	kept    *planBudget      // the bytes the plans kept for the write phase may take
-	bufs    *elfedit.Buffers // lent to every file read, by every worker
+	batch   *elfedit.Batch   // the files' edits, prepared by decide, committed by write
+	bufs    *elfedit.Buffers // batch's, lent to every file read, by every worker
 	share   *share           // one read of a library for its probe and its decide
 	libcHas *sync.Map        // name → whether the libc directory has it
 	sym     *symbolCheck     // the symbol check; nil when off
@@ -31,16 +32,17 @@ type job struct {
 }
 
 func newJob(c *config) *job {
-	j := &job{config: c, bufs: &elfedit.Buffers{}, libcHas: &sync.Map{}}
+	b := &elfedit.Batch{}
+	j := &job{config: c, batch: b, bufs: &b.Buffers, libcHas: &sync.Map{}}
 	j.open = func(path string, edit bool) (*elfedit.File, error) {
 		// A file to decide (edit) is opened below its root without
 		// following a link; the index's other reads follow the links
 		// libraries are found by.
 		if d := j.dirOf(path); edit && d != nil {
-			return j.bufs.OpenIn(d, path, true)
+			return j.batch.OpenForEditIn(d, path)
 		}
 		if edit {
-			return j.bufs.OpenForEdit(path)
+			return j.batch.OpenForEdit(path)
 		}
 		return j.bufs.Open(path)
 	}

@@ -95,17 +95,19 @@ type fileWork struct {
 	// addNeeded are the DT_NEEDED names the edit adds (Config.DlopenNeeded).
 	addNeeded []string
 	edit      elfedit.Edit
-	plan      *elfedit.Plan  // the prepared plan the write phase reuses, if kept
-	claim     *elfedit.Claim // the file opened for writing and locked while decided
-	strSize   int            // dynamic string table size when decided, for the write phase's gate
-	size      int64          // file size when decided, for the write phase's order
-	loaded    *ldso.Object   // what the symbol check's loader reads of it, as decided
+	// pending is the edit as decided, for the write phase: the plan kept
+	// for it, if any, and the claim (the file opened for writing and
+	// locked while decided).
+	pending *elfedit.Pending
+	strSize int          // dynamic string table size when decided, for the write phase's gate
+	size    int64        // file size when decided, for the write phase's order
+	loaded  *ldso.Object // what the symbol check's loader reads of it, as decided
 	// ident is the file's identity when it has several hard links
 	// (Links > 1), by which hardLinks finds its other names.
 	ident elfedit.Identity
 	// aliases are the file's other names, written with it (hardLinks).
 	aliases []*fileWork
-	// claimedAs is the name claim was taken under, when it is not Path
+	// claimedAs is the name the claim was taken under, when it is not Path
 	// (another name of the file got there first: hardLinks).
 	claimedAs string
 }
@@ -191,8 +193,8 @@ func Run(ctx context.Context, cfg *Config, paths []string) (*Report, error) {
 	work := make([]*fileWork, len(files))
 	defer func() {
 		for _, w := range work {
-			if w != nil && w.claim != nil {
-				w.claim.Close() // not written: released
+			if w != nil {
+				w.pending.Close() // not written: its claim released
 			}
 		}
 	}()
@@ -350,18 +352,17 @@ func (c *job) write(ctx context.Context, rep *Report, work []*fileWork, step fun
 			c.beforeWrite(f.Path)
 		}
 		// Written through the descriptor decide opened below the root and
-		// locked, which must still be the file at f.Path (elfedit.Claim).
-		opt := elfedit.Options{Sync: c.sync, NoFollow: true, Buffers: c.bufs, Prepared: f.plan, KeepOldSections: c.keepOld, Claim: f.claim}
+		// locked, which must still be the file at f.Path
+		// (elfedit.Pending.Claim), with the plan decide kept.
+		opt := elfedit.Options{Sync: c.sync, NoFollow: true, KeepOldSections: c.keepOld}
 		opt.Links = c.otherLinks(f)
 		if c.writeHook != nil {
 			opt = elfedit.WithHook(opt, func(at string) { c.writeHook(f.Path, at) })
 		}
-		res, err := elfedit.EditFile(f.Path, f.edit, opt)
-		f.claim.Close()
-		f.claim = nil
-		c.kept.give(f.plan)
-		reused := res != nil && f.plan != nil && res.Plan == f.plan
-		f.plan = nil
+		res, err := f.pending.Commit(opt)
+		c.kept.give(f.pending)
+		f.pending = nil
+		reused := res != nil && res.Reused
 		if err != nil {
 			f.addError(ErrorWrite, withoutPath(f.Path, err))
 			wmu.Lock()
@@ -425,7 +426,7 @@ func writeOrder(files []*fileWork) []int {
 }
 
 // The write phase writes the plans decide prepared when the files still
-// hold the bytes they were made from (elfedit.File.Prepare: for a file
+// hold the bytes they were made from (elfedit.Batch.Prepare: for a file
 // unchanged since well before it was read, its identity and the bytes the
 // write takes from it say so; for another, every byte read again), instead
 // of reading, planning and verifying every file a second time. What a kept
@@ -451,8 +452,8 @@ type planBudget struct {
 }
 
 // take reports whether a plan holding held bytes may be kept, and if so
-// counts it; asked with 0 (elfedit.File.Prepare does before it detaches a
-// plan), whether the budget has keptPlanMin left. A nil budget keeps
+// counts it; asked with 0 (elfedit.Batch.Prepare does before it detaches
+// a plan), whether the budget has keptPlanMin left. A nil budget keeps
 // nothing.
 func (b *planBudget) take(held int64) bool {
 	if b == nil || held > keptPlanMax {
@@ -470,8 +471,9 @@ func (b *planBudget) take(held int64) bool {
 	return true
 }
 
-// give returns what a kept plan took (nothing for nil).
-func (b *planBudget) give(p *elfedit.Plan) {
+// give returns what the plan a pending edit kept took (nothing for nil,
+// or when it kept none).
+func (b *planBudget) give(p *elfedit.Pending) {
 	if b != nil && p != nil {
 		b.mu.Lock()
 		b.left += p.HeldBytes()
@@ -681,9 +683,9 @@ func (c *job) dirOf(path string) *confine.Dir {
 	return best
 }
 
-// claimBudget bounds the claims (elfedit.Claim) decide keeps open for the
-// write phase: a descriptor each. Past it a claim is released after
-// deciding, and taken again, checked, when its file is written.
+// claimBudget bounds the claims (elfedit.Pending.Claim) decide keeps open
+// for the write phase: a descriptor each. Past it a claim is released
+// after deciding, and taken again, checked, when its file is written.
 type claimBudget struct{ left atomic.Int64 }
 
 // claimReserve is the descriptors left to everything else: the jobs'
@@ -848,21 +850,20 @@ func (c *job) prepare(f *elfedit.File, info elfedit.Info, noteNames []string, ou
 	// held the file's tables, so a verifier failure stops the tree before
 	// anything is written. The write phase reuses the plans the budget
 	// keeps; it plans and verifies the others again.
-	plan, err := f.Prepare(e, c.kept.take)
+	pending, err := c.batch.Prepare(f, e, c.kept.take)
 	if err != nil {
 		out.addError(ErrorPlan, err)
 		return
 	}
-	out.Changed = !plan.IsNoOp()
-	out.Strategy = plan.Strategy
+	out.Changed = pending.Changed()
+	out.Strategy = pending.Strategy()
 	if msg := c.pageSizeProblem(info.ELFMachine()); out.Changed && msg != "" {
 		out.addError(ErrorPageSize, errors.New(msg))
+		pending.Close()
 		return
 	}
 	out.edit = e
-	if out.Changed && plan.Prepared() {
-		out.plan = plan
-	}
+	out.pending = pending
 	// A file with other hard links is written once for all its names
 	// when every one is in the outputs and gets this edit, and refused
 	// otherwise (writing it would change the others too): hardLinks
@@ -995,17 +996,14 @@ func sameFile(a, b string) bool {
 // holds, fails before anything is written. A dry run only asks, and lets
 // go.
 func (c *job) claim(f *elfedit.File, out *fileWork) {
-	cl, err := f.Claim()
+	err := out.pending.Claim(f)
 	switch {
 	case err != nil:
 		out.addError(ErrorClaim, err)
 	case c.dryRun:
-		cl.Close()
-	default:
-		if !c.claims.take() {
-			cl.Release()
-		}
-		out.claim = cl
+		out.pending.Close()
+	case !c.claims.take():
+		out.pending.Release()
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 //   - deciding a library records what a probe of it would read (seed), so a
 //     later probe reads nothing;
 //   - a probe of a library not yet decided reads it as deciding does
-//     (elfedit.Buffers.OpenForEdit) and parks it, open, for its decide to
+//     (elfedit.Batch.OpenForEdit) and parks it, open, for its decide to
 //     take, as long as what parked files hold stays within a budget.
 //
 // Neither waits for the other: a decide that finds nothing parked, or a
