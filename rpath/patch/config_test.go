@@ -56,3 +56,36 @@ func TestConfigValidate(t *testing.T) {
 	require.EqualError(t, rerr, err.Error())
 	require.Equal(t, before.Policy, bad.Policy, "Run changes no field of the Config")
 }
+
+// TestRunLeavesConfig: a run that patches files fills in its defaults
+// (driver link, build directories, jobs, symbols mode) and compiles its
+// patterns in a copy of its own: every field of the caller's Config,
+// slices included, is as it was, and a second run with it decides the
+// same.
+func TestRunLeavesConfig(t *testing.T) {
+	tr := newTree(t)
+	tr.place("out/bin/app", exe("libaa.so", "libzz.so"))
+	tr.place("deps/a/libaa.so", lib("libaa.so"))
+	mk := func() patch.Config {
+		return patch.Config{
+			Policy: policy.Config{
+				RuntimeDeps:    []string{"/rt/lib"},
+				AppendRunpaths: []string{"$ORIGIN/../share"},
+				IgnoreMissing:  []string{"libzz*"},
+			},
+			Search:        tr.ps("deps/a"),
+			IgnoreSymbols: []string{"*"},
+		}
+	}
+	cfg := mk()
+	rep, err := patch.Run(context.Background(), &cfg, tr.ps("out"))
+	require.NoError(t, err)
+	require.Equal(t, 1, rep.Changed)
+	require.Equal(t, mk(), cfg)
+	require.Equal(t, drv+":/rt/lib:"+tr.p("deps/a")+":$ORIGIN/../share", tr.runpathOf("out/bin/app"))
+
+	rep, err = patch.Run(context.Background(), &cfg, tr.ps("out"))
+	require.NoError(t, err)
+	require.Equal(t, 0, rep.Changed, "the second run decides as the first did")
+	require.Equal(t, mk(), cfg)
+}
