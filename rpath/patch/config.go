@@ -232,6 +232,9 @@ type testHooks struct {
 	// discovering runs when decide reads a file's read-only data for
 	// dlopen discovery.
 	discovering func(path string)
+	// tablesOpened runs when the symbol check opens a file to read its
+	// tables whole (symcheck.Options.OpenTables).
+	tablesOpened func(path string)
 	// heldClaims, when set, bounds the claims decide holds (else the
 	// descriptors left).
 	heldClaims *int64

@@ -407,6 +407,17 @@ func CountDiscovers(cfg *Config, reads map[string]int) {
 	}
 }
 
+// CountTableOpens counts, by path, how often the symbol check of Run with
+// cfg opens a file to read its tables whole.
+func CountTableOpens(cfg *Config, opens map[string]int) {
+	var mu sync.Mutex
+	cfg.hooks.tablesOpened = func(path string) {
+		mu.Lock()
+		opens[path]++
+		mu.Unlock()
+	}
+}
+
 // SetBigTable sets the string table size from which a file is decided
 // and written alone (defaultBigTable otherwise): at 1, every file is big.
 func SetBigTable(cfg *Config, n int) { cfg.hooks.bigTable = n }

@@ -133,7 +133,16 @@ func (c *job) checkSymbols(ctx context.Context, rep *Report, work []*fileWork) e
 	// is the check's of each closure that holds the file.
 	err := parallel(ctx, c.jobs, len(todo), func(i int) { _ = sc.chk.Read(todo[i].Path) })
 	if err == nil {
-		err = parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i]) })
+		// Every closure is resolved before any is bound: resolving reads
+		// each library of the closures, and with it learns the names its
+		// references use, so that a library's summary, made for the
+		// names known then, is made again at most once (symcheck's
+		// summaryOf), not at each closure that brings new names.
+		trees := make([]resolvedTree, len(todo))
+		err = parallel(ctx, c.jobs, len(todo), func(i int) { trees[i] = sc.resolveSafe(todo[i]) })
+		if err == nil {
+			err = parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i], trees[i]) })
+		}
 	}
 	for _, f := range work {
 		f.loaded = nil // not needed past the check
@@ -190,6 +199,7 @@ func (c *job) newSymbolCheck() *symbolCheck {
 		StandIn:      sc.standIn,
 		OnlyProblems: true,
 		Open:         c.bufs.Open,
+		OpenTables:   c.openTables,
 		Binding:      true,
 		// What the check keeps of a file is a few percent of its tables
 		// (symcheck's summaries): the budget only bounds a tree far
@@ -197,6 +207,14 @@ func (c *job) newSymbolCheck() *symbolCheck {
 		CacheBytes: 32 << 20,
 	})
 	return sc
+}
+
+// openTables opens a file for the symbol check to read its tables whole.
+func (c *job) openTables(path string) (*elfedit.File, error) {
+	if c.tablesOpened != nil {
+		c.tablesOpened(path)
+	}
+	return elfedit.OpenDynamic(path)
 }
 
 // decide makes the loader simulation's view of the files as decided.
@@ -389,22 +407,41 @@ func (sc *symbolCheck) loaderConfig(class elf.Class, m elf.Machine) (ldso.Config
 	return cfg, err
 }
 
-// checkSafe is check, with a bug in the check reported against the file
-// instead of killing a whole build.
-func (sc *symbolCheck) checkSafe(f *fileWork) {
+// resolvedTree is a file's closure as the loader simulation resolves it
+// under the file's loader configuration, or why it could not be.
+type resolvedTree struct {
+	cfg  ldso.Config
+	tree *ldso.Tree
+	err  error
+}
+
+// resolveSafe resolves f's closure as decided; a bug in the resolution is
+// the error, which checkSafe reports against the file.
+func (sc *symbolCheck) resolveSafe(f *fileWork) (r resolvedTree) {
+	defer func() {
+		if x := recover(); x != nil {
+			r.err = fmt.Errorf("internal error (please report): %v", x)
+		}
+	}()
+	r.cfg, r.err = sc.loaderConfig(f.facts.class, f.facts.machine)
+	if r.err == nil {
+		r.tree, r.err = ldso.Resolve(r.cfg, sc.read, f.Path)
+	}
+	return r
+}
+
+// checkSafe is check of the closure resolveSafe resolved, with a bug in
+// the check reported against the file instead of killing a whole build.
+func (sc *symbolCheck) checkSafe(f *fileWork, r resolvedTree) {
 	defer func() {
 		if r := recover(); r != nil {
 			f.Symbols = append(f.Symbols, SymbolFinding{File: f.Path, Class: ClassNotChecked, Severity: SeverityWarning,
 				Message: fmt.Sprintf("symbols not checked: internal error (please report): %v", r)})
 		}
 	}()
-	cfg, err := sc.loaderConfig(f.facts.class, f.facts.machine)
-	var tree *ldso.Tree
+	err := r.err
 	if err == nil {
-		tree, err = ldso.Resolve(cfg, sc.read, f.Path)
-	}
-	if err == nil {
-		err = sc.check(f, cfg, tree)
+		err = sc.check(f, r.cfg, r.tree)
 	}
 	switch {
 	case errors.Is(err, symcheck.ErrOutOfBounds):

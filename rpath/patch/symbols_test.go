@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/patch"
 	"github.com/cudapatch/cudapatch/rpath/policy"
 	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
@@ -221,4 +222,40 @@ func TestSymbolOptionsRefused(t *testing.T) {
 	require.ErrorContains(t, err, `symbols mode "loud": want off, warn or error`)
 	_, err = patch.Run(context.Background(), &patch.Config{IgnoreSymbols: []string{""}}, []string{t.TempDir()})
 	require.ErrorContains(t, err, "empty ignore-symbol pattern")
+}
+
+// TestSymbolSummaryMadeOnce: a library outside the outputs that several
+// closures share is summarized for the names known when it is read; each
+// closure that brings a library with new names (libq's g2, libr's g3)
+// would have it summarized again, opening it each time. Every closure is
+// resolved before any is bound, so it is opened again at most once.
+// libs.so has no .gnu.hash, so no Bloom filter spares it a lookup, and it
+// comes first in every scope.
+func TestSymbolSummaryMadeOnce(t *testing.T) {
+	root := t.TempDir()
+	lib := filepath.Join(root, "deps/lib")
+	libs := fixtures.Compile(t, fixtures.C{Source: "int s0(void) { return 0; }\n",
+		Args: []string{"-shared", "-fPIC", "-Wl,--hash-style=sysv", "-Wl,-soname,libs.so"}})
+	fixtures.CopyFile(t, libs, filepath.Join(lib, "libs.so"))
+	libp := cfix.Spec{Soname: "libp.so", Source: "int p0(void) { return 0; } int g2(void) { return 2; } int g3(void) { return 3; }"}
+	libq := cfix.Spec{Soname: "libq.so", Source: "int g2(void); int q(void) { return g2(); }", Link: []string{cfix.Build(t, libp)}}
+	libr := cfix.Spec{Soname: "libr.so", Source: "int g3(void); int r(void) { return g3(); }", Link: []string{cfix.Build(t, libp)}}
+	for _, s := range []cfix.Spec{libp, libq, libr} {
+		cfix.Place(t, s, filepath.Join(lib, s.Soname))
+	}
+	for name, c := range map[string]struct {
+		call string
+		lib  cfix.Spec
+	}{"a": {"p0", libp}, "b": {"q", libq}, "c": {"r", libr}} {
+		src := "int s0(void); int " + c.call + "(void); int main(void) { return s0() + " + c.call + "(); }"
+		cfix.Place(t, cfix.Spec{Exe: true, Libc: true, Source: src, Link: []string{libs, cfix.Build(t, c.lib)}}, filepath.Join(root, "out/bin", name))
+	}
+	cfg := symbolConfig(root)
+	cfg.Jobs = 1 // a, b, c in turn: b and c bring new names
+	opens := map[string]int{}
+	patch.CountTableOpens(&cfg, opens)
+	rep, err := patch.Run(context.Background(), &cfg, []string{filepath.Join(root, "out")})
+	require.NoError(t, err)
+	require.Empty(t, findings(rep))
+	require.LessOrEqual(t, opens[filepath.Join(lib, "libs.so")], 1, "libs.so opened again: %v", opens)
 }

@@ -128,6 +128,11 @@ type Options struct {
 	// Open opens a file to read (nil: elfedit.Open); a caller that reads
 	// many files lends its buffers (elfedit.Buffers.Open).
 	Open func(path string) (*elfedit.File, error)
+	// OpenTables opens a file whose symbol tables are read whole, after
+	// the Reader's open: by Read, for a summary made again for names
+	// learned since, and for references read late (nil:
+	// elfedit.OpenDynamic).
+	OpenTables func(path string) (*elfedit.File, error)
 	// Binding reads every file's binding tables in the Reader's open, not
 	// only an executable's: for a check that binds every closure's
 	// symbols, not only versions.
@@ -164,6 +169,9 @@ func New(opts Options) *Checker {
 	}
 	if opts.Open == nil {
 		opts.Open = elfedit.Open
+	}
+	if opts.OpenTables == nil {
+		opts.OpenTables = elfedit.OpenDynamic
 	}
 	return &Checker{opts: opts, files: map[fileID]*entry{}, alias: map[string]fileID{}, memo: map[string][]int{}}
 }
@@ -333,12 +341,12 @@ func (c *Checker) CheckVersions(cfg ldso.Config, tree *ldso.Tree) (*Result, erro
 
 // Read reads what a check reads of the file at path, unless it was read
 // already: a file its caller has read and judged (an output, as decided),
-// opened with elfedit.OpenDynamic. The names its references use are known
+// opened with Options.OpenTables. The names its references use are known
 // from then on, and its summary of its definitions is made from the same
 // tables, for the names known then: a caller that reads every file it will
 // check first opens few of them again (summaryOf).
 func (c *Checker) Read(path string) error {
-	_, err := c.readWith(elfedit.OpenDynamic, path, readSummary)
+	_, err := c.readWith(c.opts.OpenTables, path, readSummary)
 	return err
 }
 
@@ -506,7 +514,7 @@ func (c *Checker) bindAll(tree *ldso.Tree, order []*loadedObj, missing bool) ([]
 		if l.o == nil {
 			continue
 		}
-		if err := l.o.loadBinding(&c.names, &c.scratch); err != nil {
+		if err := l.o.loadBinding(c.opts.OpenTables, &c.names, &c.scratch); err != nil {
 			return nil, err
 		}
 		c.resized(l.o)
@@ -767,7 +775,7 @@ func (c *Checker) summaryOf(o *object, n *symName) (*summary, error) {
 	sc := c.scratch.get()
 	defer c.scratch.put(sc)
 	// The string table is read with the others, or a name at a time.
-	f, err := elfedit.OpenDynamic(o.path)
+	f, err := c.opts.OpenTables(o.path)
 	if err != nil {
 		return nil, err
 	}

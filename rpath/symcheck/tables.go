@@ -303,14 +303,14 @@ func readObject(open func(string) (*elfedit.File, error), path string, what read
 }
 
 // loadBinding reads the references, once, from a file read before.
-func (o *object) loadBinding(ns *names, sp *scratchPool) error {
+func (o *object) loadBinding(open func(string) (*elfedit.File, error), ns *names, sp *scratchPool) error {
 	o.bindOnce.Do(func() {
 		if o.bound {
 			return
 		}
 		s := sp.get()
 		defer sp.put(s)
-		f, err := elfedit.OpenDynamic(o.path)
+		f, err := open(o.path)
 		if err != nil {
 			o.bindErr = err
 			return
