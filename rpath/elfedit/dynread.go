@@ -82,7 +82,8 @@ func (f *File) checkedOff(addr, n uint64, what string) (uint64, error) {
 }
 
 // ReadMappedInto is ReadMapped into buf's storage when its capacity holds n
-// bytes (a new slice otherwise), read past the file's read cache: for a
+// bytes (a new slice otherwise), copied from the file's read cache when it
+// holds them all and otherwise read past it, adding nothing to it: for a
 // reader of many files' tables that keeps what it derives from them, not
 // the tables, and reads each once. The bytes are not among those a plan's
 // fingerprint covers (an edit does not depend on them).
@@ -97,6 +98,9 @@ func (f *File) ReadMappedInto(buf []byte, addr, n uint64, what string) ([]byte, 
 	buf = buf[:n]
 	r := f.r
 	if c, ok := r.(*readCache); ok {
+		if c.cachedOnly(buf, int64(off)) {
+			return buf, nil
+		}
 		r = c.f
 	}
 	if err := readInto(r, buf, off, what); err != nil {

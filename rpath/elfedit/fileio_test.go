@@ -370,3 +370,48 @@ func TestTablesReadTogether(t *testing.T) {
 	assert.Same(t, p, res.Plan, "the prepared plan is written")
 	assert.True(t, bytes.Equal(editingOut, readFile(t, lib)), "as planned")
 }
+
+// TestReadMappedFromTheCache: ReadMappedInto copies a table the read
+// cache holds (a small file's, in the head) with no read of the file, and
+// reads one it does not hold (past the 64 KiB head of a big file) in one
+// read past the cache; the bytes are the file's either way.
+func TestReadMappedFromTheCache(t *testing.T) {
+	t.Parallel()
+	var big strings.Builder
+	for i := range 3000 {
+		fmt.Fprintf(&big, "int exported_function_with_a_long_name_%04d(void) { return %d; }\n", i, i)
+	}
+	for _, tc := range []struct {
+		name   string
+		source string
+		calls  int // reads of the file for the table
+	}{
+		{"small", "int f(void) { return 1; }\n", 0},
+		{"big", big.String(), 1},
+	} {
+		raw, err := os.ReadFile(fixtures.Compile(t, fixtures.C{Source: tc.source, Args: []string{"-shared", "-fPIC", "-s"}}))
+		require.NoError(t, err)
+		ef, err := elf.NewFile(bytes.NewReader(raw))
+		require.NoError(t, err)
+		dynstr := ef.Section(".dynstr")
+		require.NotNil(t, dynstr)
+		want, err := dynstr.Data()
+		require.NoError(t, err)
+		if tc.name == "big" {
+			require.Greater(t, len(raw), 2*65536, "the big library is read a window at a time")
+			require.Greater(t, dynstr.Offset, uint64(65536), "the big library's .dynstr lies past the head")
+		}
+		counter := &elfedit.CountingReader{R: bytes.NewReader(raw)}
+		r := elfedit.NewCachedReader(counter, int64(len(raw)), &elfedit.Buffers{})
+		f, err := elfedit.NewFile(r, int64(len(raw)))
+		require.NoError(t, err)
+		addr, ok := f.DynValue(elf.DT_STRTAB)
+		require.True(t, ok)
+		before := counter.Calls()
+		got, err := f.ReadMappedInto(nil, addr, dynstr.Size, "string table")
+		require.NoError(t, err)
+		assert.Equal(t, want, got, tc.name)
+		assert.Equal(t, tc.calls, counter.Calls()-before, "%s: reads of the file for its string table", tc.name)
+		require.NoError(t, r.Close())
+	}
+}
