@@ -209,12 +209,14 @@ func (c *job) newSymbolCheck() *symbolCheck {
 	return sc
 }
 
-// openTables opens a file for the symbol check to read its tables whole.
+// openTables opens a file for the symbol check to read its tables whole:
+// through the job's buffers, whose head read holds the whole of a small
+// file, so that its tables are copied from it, not read one by one.
 func (c *job) openTables(path string) (*elfedit.File, error) {
 	if c.tablesOpened != nil {
 		c.tablesOpened(path)
 	}
-	return elfedit.OpenDynamic(path)
+	return c.bufs.Open(path)
 }
 
 // decide makes the loader simulation's view of the files as decided.
