@@ -246,7 +246,6 @@ func resolve(o *Options) (*config, error) {
 	}
 	c := &config{
 		root:           o.Root,
-		driverLink:     o.Policy.DriverLink,
 		storeDir:       o.StoreDir,
 		buildDirs:      []string{"/build", "/tmp"},
 		enable:         slices.Clone(o.Enable),
@@ -266,10 +265,11 @@ func resolve(o *Options) (*config, error) {
 		}
 		c.target = &t
 	}
-	if c.driverLink == "" {
-		c.driverLink = policy.DefaultDriverLink
-	}
-	c.driverLinks = []string{c.driverLink, driverLink32(c.driverLink)}
+	// The driver links as the main job resolves them: the default, and
+	// the 32-bit one beside the 64-bit one.
+	links := o.Policy.Resolved()
+	c.driverLink = links.DriverLink
+	c.driverLinks = []string{links.DriverLink, links.DriverLink32}
 	if c.storeDir == "" {
 		c.storeDir = "/nix/store"
 	}
@@ -287,20 +287,8 @@ func resolve(o *Options) (*config, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	for _, p := range o.Policy.IgnoreMissing {
-		c.ignoreMissing = append(c.ignoreMissing, fnmatch.Compile(p))
-	}
+	c.ignoreMissing = compile(o.Policy.IgnoreMissing)
 	return c, nil
-}
-
-func driverLink32(link string) string {
-	const a, b = "/opengl-driver/", "/opengl-driver-32/"
-	for i := 0; i+len(a) <= len(link); i++ {
-		if link[i:i+len(a)] == a {
-			return link[:i] + b + link[i+len(a):]
-		}
-	}
-	return link
 }
 
 // ruleSet is the effective selection and severities for one tree.
