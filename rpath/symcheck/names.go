@@ -116,13 +116,15 @@ func (ns *names) intern(b []byte) *symName {
 	if n := ns.lookup(b); n != nil {
 		return n
 	}
+	// Made before taking mu, which every job's new names wait for.
+	s := string(b)
+	n := &symName{s: s, gnu: elfedit.GNUHash(s), sysv: elfedit.SysVHash(s)}
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	if n := ns.lookup(b); n != nil {
-		return n
+	if old := ns.lookup(b); old != nil {
+		return old
 	}
-	s := string(b)
-	n := &symName{s: s, gnu: elfedit.GNUHash(s), sysv: elfedit.SysVHash(s), id: ns.count.Load()}
+	n.id = ns.count.Load()
 	ns.shards[shardOf(b)].getOrAdd(s, n) // new: intern holds mu
 	ns.publish(n)
 	g := ns.gnu.Load()
