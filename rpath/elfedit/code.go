@@ -12,11 +12,25 @@ import (
 // the immediate operands of its instructions, is there and nowhere in its
 // data. The sections are read in chunks past the read cache, each once.
 func (f *File) CodeHolds(words [][]byte) ([]bool, error) {
-	return f.codeHolds(words, roChunk)
+	return f.codeHolds(words, 0, 1, roChunk)
 }
 
-// codeHolds is CodeHolds in chunks of at most the given size.
-func (f *File) codeHolds(words [][]byte, size uint64) ([]bool, error) {
+// CodeHoldsPart is CodeHolds over the part-th (from 0) of parts equal
+// shares of the file's executable bytes, in file order: a word that starts
+// in the share is found there, whichever share it ends in, so the parts'
+// answers or-ed together are CodeHolds'. The parts of one File may be
+// scanned at the same time, each on a goroutine of its own: the code that
+// forms a library's name may be hundreds of MiB (PyTorch's), and one core
+// reading it would keep the others waiting.
+func (f *File) CodeHoldsPart(words [][]byte, part, parts int) ([]bool, error) {
+	if parts < 1 || part < 0 || part >= parts {
+		return nil, fmt.Errorf("code: part %d of %d", part, parts)
+	}
+	return f.codeHolds(words, part, parts, roChunk)
+}
+
+// codeHolds is CodeHoldsPart in chunks of at most the given size.
+func (f *File) codeHolds(words [][]byte, part, parts int, size uint64) ([]bool, error) {
 	found := make([]bool, len(words))
 	longest := 0
 	for _, w := range words {
@@ -39,12 +53,31 @@ func (f *File) codeHolds(words [][]byte, size uint64) ([]bool, error) {
 			}
 		}
 	}
-	var largest uint64
+	var total uint64
 	for _, s := range spans {
 		if err := inFile(f.size, s.off, s.n, "code"); err != nil {
 			return found, err
 		}
-		largest = max(largest, s.n)
+		total += s.n
+	}
+	// The share's bytes: where words may start, [lo, hi) counted over the
+	// spans in turn; each piece read runs longest-1 bytes past the share's
+	// end (within its span), where a word starting in it ends.
+	share := total / uint64(parts)
+	lo, hi := share*uint64(part), share*uint64(part+1)
+	if part == parts-1 {
+		hi = total
+	}
+	var pieces []span
+	var largest, at uint64
+	for _, s := range spans {
+		if a, b := max(at, lo), min(at+s.n, hi); a < b {
+			start, stop := s.off+(a-at), s.off+(b-at)
+			stop = min(stop+uint64(longest-1), s.off+s.n)
+			pieces = append(pieces, span{start, stop - start})
+			largest = max(largest, stop-start)
+		}
+		at += s.n
 	}
 	if largest == 0 {
 		return found, nil
@@ -54,7 +87,7 @@ func (f *File) codeHolds(words [][]byte, size uint64) ([]bool, error) {
 	chunk := max(min(largest, size), uint64(2*longest))
 	buf := f.scratchToRead(chunk)
 	left := len(words)
-	for _, s := range spans {
+	for _, s := range pieces {
 		for pos, end := s.off, s.off+s.n; pos < end && left > 0; {
 			b := buf[:min(uint64(len(buf)), end-pos)]
 			if err := f.readUncached(b, pos); err != nil {

@@ -14,7 +14,9 @@ import (
 // TestCodeHolds holds CodeHolds to bytes.Contains over each executable
 // section debug/elf reads, for words taken from the code at offsets that
 // fall across chunk boundaries, a string of the read-only data, and bytes
-// found nowhere, at every chunk size down to twice a word's length.
+// found nowhere, at every chunk size down to twice a word's length; and
+// CodeHoldsPart, its parts or-ed, to the same, with words across the
+// parts' boundaries too.
 func TestCodeHolds(t *testing.T) {
 	for _, fx := range dynamic(t) {
 		t.Run(fx.Name, func(t *testing.T) {
@@ -62,6 +64,47 @@ func TestCodeHolds(t *testing.T) {
 						require.NoError(t, err)
 						require.Equal(t, want, got, "%s: chunk %d, %q", path, chunk, ws)
 					}
+				}
+				// In parts: words across each share's end, and the
+				// parts' answers or-ed are the whole's.
+				total := 0
+				for _, c := range code {
+					total += len(c)
+				}
+				across := slices.Clone(words)
+				for _, parts := range []int{2, 3, 5, 7} {
+					for k := 1; k < parts; k++ {
+						b, at := total/parts*k, 0
+						for _, c := range code {
+							if b-3 >= at && b+5 <= at+len(c) {
+								across = append(across, c[b-3-at:b+5-at])
+							}
+							at += len(c)
+						}
+					}
+				}
+				want := make([]bool, len(across))
+				for i, w := range across {
+					for _, c := range code {
+						want[i] = want[i] || bytes.Contains(c, w)
+					}
+				}
+				for _, parts := range []int{1, 2, 3, 5, 7} {
+					for _, chunk := range []uint64{1 << 20, 64, 16} {
+						got := make([]bool, len(across))
+						for k := range parts {
+							part, err := elfedit.CodeHoldsPartChunked(f, across, k, parts, chunk)
+							require.NoError(t, err)
+							for i, ok := range part {
+								got[i] = got[i] || ok
+							}
+						}
+						require.Equal(t, want, got, "%s: %d parts, chunk %d", path, parts, chunk)
+					}
+				}
+				for _, bad := range [][2]int{{0, 0}, {-1, 2}, {2, 2}} {
+					_, err := f.CodeHoldsPart(across, bad[0], bad[1])
+					require.Error(t, err, "part %d of %d", bad[0], bad[1])
 				}
 				got, err := f.CodeHolds(nil)
 				require.NoError(t, err)

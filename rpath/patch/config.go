@@ -244,6 +244,9 @@ type testHooks struct {
 	// selectorProc and selectorSys are where the selector reads the
 	// machine ("": /proc and /sys).
 	selectorProc, selectorSys string
+	// codeShare, when not 0, is the least code a part of codeHeld reads
+	// (else minCodeShare).
+	codeShare int64
 }
 
 // openFunc opens a file Run reads, to be planned (edit) or only read.

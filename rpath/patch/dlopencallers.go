@@ -449,18 +449,12 @@ func (c *job) siblingNeeds(ctx context.Context, fs []*fileWork, files []found, a
 		}
 	}
 	readers := slices.Sorted(maps.Keys(words))
-	held := make([]map[string]bool, len(readers))
-	errs := make([]error, len(readers))
-	if err := parallel(ctx, c.jobs, len(readers), func(k int) {
-		held[k], errs[k] = c.codeHolds(fs[readers[k]].Path, words[readers[k]])
-	}); err != nil {
+	held, err := c.codeHeld(ctx, fs, readers, words)
+	if err != nil {
 		return err
 	}
 	at := map[int]int{}
 	for k, h := range readers {
-		if errs[k] != nil {
-			return errs[k]
-		}
 		at[h] = k
 	}
 	for _, cd := range cands {
@@ -476,9 +470,56 @@ func (c *job) siblingNeeds(ctx context.Context, fs []*fileWork, files []found, a
 	return nil
 }
 
+// codeHeld says, for each reader (an index of fs), which of its words its
+// executable code holds (elfedit.CodeHolds). Fewer readers than jobs have
+// their code read in parts at once, as many as the jobs allow and at most
+// one for each minCodeShare bytes of the file (whose size bounds its
+// code's): one reader is often one big library (libnvrtc, libtorch_cuda),
+// which would keep one job busy and the others waiting.
+func (c *job) codeHeld(ctx context.Context, fs []*fileWork, readers []int, words map[int][]string) ([]map[string]bool, error) {
+	share := int64(minCodeShare)
+	if c.codeShare > 0 {
+		share = c.codeShare
+	}
+	type item struct{ k, part, parts int }
+	var items []item
+	for k, h := range readers {
+		parts := max(1, min(c.jobs/len(readers), int(fs[h].size/share)))
+		for p := range parts {
+			items = append(items, item{k, p, parts})
+		}
+	}
+	found := make([][]bool, len(items))
+	errs := make([]error, len(items))
+	if err := parallel(ctx, c.jobs, len(items), func(i int) {
+		it := items[i]
+		found[i], errs[i] = c.codeHolds(fs[readers[it.k]].Path, words[readers[it.k]], it.part, it.parts)
+	}); err != nil {
+		return nil, err
+	}
+	held := make([]map[string]bool, len(readers))
+	for i, it := range items {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if held[it.k] == nil {
+			held[it.k] = map[string]bool{}
+		}
+		for j, ok := range found[i] {
+			w := words[readers[it.k]][j]
+			held[it.k][w] = held[it.k][w] || ok
+		}
+	}
+	return held, nil
+}
+
+// minCodeShare is the least code a part of codeHeld reads: a part costs an
+// open and a read of the file's head.
+const minCodeShare = 8 << 20
+
 // codeHolds says which of words the executable code of the file at path
-// holds (elfedit.CodeHolds).
-func (c *job) codeHolds(path string, words []string) (map[string]bool, error) {
+// holds, in the part-th of parts shares of it (elfedit.CodeHoldsPart).
+func (c *job) codeHolds(path string, words []string, part, parts int) ([]bool, error) {
 	f, err := c.open(path, false)
 	if err != nil {
 		return nil, fileError(path, err)
@@ -488,15 +529,11 @@ func (c *job) codeHolds(path string, words []string) (map[string]bool, error) {
 	for i, w := range words {
 		bs[i] = []byte(w)
 	}
-	found, err := f.CodeHolds(bs)
+	found, err := f.CodeHoldsPart(bs, part, parts)
 	if err != nil {
 		return nil, fileError(path, fmt.Errorf("reading its code: %w", err))
 	}
-	out := map[string]bool{}
-	for i, ok := range found {
-		out[words[i]] = ok
-	}
-	return out, nil
+	return found, nil
 }
 
 // inRoot reports whether dir is root or below it.

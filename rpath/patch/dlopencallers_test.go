@@ -444,7 +444,32 @@ func TestDlopenCallerOutputNeeded(t *testing.T) {
 			tr, loader, plugin := loaderTree(t)
 			tr.place("pkg/lib/libwrap.so", cfix.Spec{Soname: "libwrap.so", Source: "int wrap(void) { return 0; }\n", Link: []string{plugin}})
 			tr.place("pkg/bin/app", cfix.Spec{Exe: true, Libc: true, Source: c.app, Link: []string{loader}})
+			// First dry runs with the code read in parts at once (as a
+			// big library's is): the two readers (libloader and the app)
+			// in 1 to 5 parts each, the app opened for each part;
+			// each decides as the whole does.
+			var dry []*patch.File
+			var opened []int
+			for _, jobs := range []int{2, 4, 6, 8, 10} {
+				cfg := dlopenConfig(tr, c.mode)
+				cfg.Jobs, cfg.Write.DryRun = jobs, true
+				patch.SetCodeShare(&cfg, 1)
+				opens := map[string]int{}
+				patch.CountOpens(&cfg, opens)
+				r, err := tr.patch([]string{"pkg"}, cfg)
+				require.NoError(t, err)
+				dry = append(dry, tr.file(r, "pkg/lib/libloader.so"))
+				opened = append(opened, opens[tr.p("pkg/bin/app")])
+			}
 			rep := tr.mustPatch([]string{"pkg"}, dlopenConfig(tr, c.mode))
+			for k, d := range dry {
+				require.Equal(t, tr.file(rep, "pkg/lib/libloader.so").Deps, d.Deps, "%d parts", k+1)
+				if c.mode == policy.DlopenResolve {
+					// Each scan of the app's code opens it once a part.
+					require.Greater(t, opened[1], opened[0])
+					require.Equal(t, opened[0]+k*(opened[1]-opened[0]), opened[k], "the app opened for each of %d parts", k+1)
+				}
+			}
 			require.Equal(t, tr.x(c.loaderRunpath), tr.runpathOf("pkg/lib/libloader.so"))
 			var got []string
 			for _, d := range tr.file(rep, "pkg/lib/libloader.so").Deps {

@@ -396,6 +396,11 @@ func CountOpens(cfg *Config, opens map[string]int) {
 	}
 }
 
+// SetCodeShare sets the least code a part of the sibling rule's code scan
+// reads (8 MiB otherwise): at 1, a reader's code is read in as many parts
+// as the jobs allow.
+func SetCodeShare(cfg *Config, n int64) { cfg.hooks.codeShare = n }
+
 // CountDiscovers counts, by path, how often decide reads a file's
 // read-only data for dlopen discovery in Run with cfg.
 func CountDiscovers(cfg *Config, reads map[string]int) {
