@@ -19,9 +19,9 @@ func (f *File) CodeHolds(words [][]byte) ([]bool, error) {
 // shares of the file's executable bytes, in file order: a word that starts
 // in the share is found there, whichever share it ends in, so the parts'
 // answers or-ed together are CodeHolds'. The parts of one File may be
-// scanned at the same time, each on a goroutine of its own: the code that
-// forms a library's name may be hundreds of MiB (PyTorch's), and one core
-// reading it would keep the others waiting.
+// scanned at the same time, each on a goroutine of its own: a library's
+// code may be hundreds of MiB, and one core reading it would keep the
+// others waiting.
 func (f *File) CodeHoldsPart(words [][]byte, part, parts int) ([]bool, error) {
 	if parts < 1 || part < 0 || part >= parts {
 		return nil, fmt.Errorf("code: part %d of %d", part, parts)
