@@ -60,7 +60,7 @@ func TestCodeHolds(t *testing.T) {
 					require.Contains(t, want, false, "the fixture's premise")
 					require.Contains(t, want, true, "the fixture's premise")
 					for _, chunk := range []uint64{1 << 20, 4096, 64, 20, 16} {
-						got, err := elfedit.CodeHoldsChunked(f, ws, chunk)
+						got, err := elfedit.CodeHoldsPartChunked(f, ws, 0, 1, chunk)
 						require.NoError(t, err)
 						require.Equal(t, want, got, "%s: chunk %d, %q", path, chunk, ws)
 					}

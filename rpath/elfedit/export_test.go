@@ -205,11 +205,6 @@ func SymbolCount(f *File) (uint64, error) {
 	return f.symbolCount(symtab, es)
 }
 
-// CodeHoldsChunked is CodeHolds in chunks of the given size.
-func CodeHoldsChunked(f *File, words [][]byte, chunk uint64) ([]bool, error) {
-	return f.codeHolds(words, 0, 1, chunk)
-}
-
 // CodeHoldsPartChunked is CodeHoldsPart in chunks of the given size.
 func CodeHoldsPartChunked(f *File, words [][]byte, part, parts int, chunk uint64) ([]bool, error) {
 	return f.codeHolds(words, part, parts, chunk)

@@ -117,15 +117,16 @@ func (f *fsys) findCanonical(p string) string {
 		// A clean path whose last component is no link is its
 		// directory's canonical path and that name: one lstat, the
 		// directory's from the cache, not one a component.
-		if a := f.abs(p); a != "/" && a == path.Clean(a) {
+		a := f.abs(p)
+		if a != "/" && a == path.Clean(a) {
 			if fi, err := os.Lstat(a); err == nil && fi.Mode()&fs.ModeSymlink == 0 {
 				return path.Join(f.canonical(path.Dir(a)), path.Base(a))
 			}
 		}
-		if r, err := filepath.EvalSymlinks(f.abs(p)); err == nil {
+		if r, err := filepath.EvalSymlinks(a); err == nil {
 			return r
 		}
-		return path.Clean(f.abs(p))
+		return path.Clean(a)
 	}
 	if r, err := f.realpath(p); err == nil {
 		return r

@@ -448,19 +448,14 @@ func (c *job) siblingNeeds(ctx context.Context, fs []*fileWork, files []found, a
 			}
 		}
 	}
-	readers := slices.Sorted(maps.Keys(words))
-	held, err := c.codeHeld(ctx, fs, readers, words)
+	held, err := c.codeHeld(ctx, fs, words)
 	if err != nil {
 		return err
-	}
-	at := map[int]int{}
-	for k, h := range readers {
-		at[h] = k
 	}
 	for _, cd := range cands {
 		w := policy.CodeWord(cd.dep.Name)
 		for _, h := range formers[cd.cl] {
-			if held[at[h]][w] {
+			if held[h][w] {
 				cd.dep.Evidence = policy.Evidence{File: fs[h].Path, String: w, Kind: policy.EvidenceCode}
 				inherit[cd.cl] = append(inherit[cd.cl], cd.dep)
 				break
@@ -470,44 +465,45 @@ func (c *job) siblingNeeds(ctx context.Context, fs []*fileWork, files []found, a
 	return nil
 }
 
-// codeHeld says, for each reader (an index of fs), which of its words its
-// executable code holds (elfedit.CodeHolds). Fewer readers than jobs have
-// their code read in parts at once, as many as the jobs allow and at most
-// one for each minCodeShare bytes of the file (whose size bounds its
-// code's): one reader is often one big library (libnvrtc, libtorch_cuda),
-// which would keep one job busy and the others waiting.
-func (c *job) codeHeld(ctx context.Context, fs []*fileWork, readers []int, words map[int][]string) ([]map[string]bool, error) {
+// codeHeld says, for each reader (an index of fs, with the words to look
+// for in it), which of its words its executable code holds
+// (elfedit.CodeHolds). Fewer readers than jobs have their code read in
+// parts at once, as many as the jobs allow and at most one for each
+// minCodeShare bytes of the file (whose size bounds its code's): one
+// reader is often one big library (libnvrtc, libtorch_cuda), which would
+// keep one job busy and the others waiting.
+func (c *job) codeHeld(ctx context.Context, fs []*fileWork, words map[int][]string) (map[int]map[string]bool, error) {
 	share := int64(minCodeShare)
 	if c.codeShare > 0 {
 		share = c.codeShare
 	}
-	type item struct{ k, part, parts int }
+	type item struct{ h, part, parts int }
 	var items []item
-	for k, h := range readers {
-		parts := max(1, min(c.jobs/len(readers), int(fs[h].size/share)))
+	for _, h := range slices.Sorted(maps.Keys(words)) {
+		parts := max(1, min(c.jobs/len(words), int(fs[h].size/share)))
 		for p := range parts {
-			items = append(items, item{k, p, parts})
+			items = append(items, item{h, p, parts})
 		}
 	}
 	found := make([][]bool, len(items))
 	errs := make([]error, len(items))
 	if err := parallel(ctx, c.jobs, len(items), func(i int) {
 		it := items[i]
-		found[i], errs[i] = c.codeHolds(fs[readers[it.k]].Path, words[readers[it.k]], it.part, it.parts)
+		found[i], errs[i] = c.codeHolds(fs[it.h].Path, words[it.h], it.part, it.parts)
 	}); err != nil {
 		return nil, err
 	}
-	held := make([]map[string]bool, len(readers))
+	held := make(map[int]map[string]bool, len(words))
 	for i, it := range items {
 		if errs[i] != nil {
 			return nil, errs[i]
 		}
-		if held[it.k] == nil {
-			held[it.k] = map[string]bool{}
+		if held[it.h] == nil {
+			held[it.h] = map[string]bool{}
 		}
 		for j, ok := range found[i] {
-			w := words[readers[it.k]][j]
-			held[it.k][w] = held[it.k][w] || ok
+			w := words[it.h][j]
+			held[it.h][w] = held[it.h][w] || ok
 		}
 	}
 	return held, nil
