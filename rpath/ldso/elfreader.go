@@ -37,19 +37,22 @@ func elfReaderOpen(open func(string) (*elfedit.File, error), also func(path stri
 	if open == nil {
 		open = elfedit.Open
 	}
+	// One entry a path, read once: jobs resolving closures that share
+	// a library ask for it at the same time, and each would read it.
 	type result struct {
-		o   *Object
-		err error
+		once sync.Once
+		o    *Object
+		err  error
 	}
-	var m sync.Map
+	var m sync.Map // path → *result
 	return func(path string) (*Object, error) {
-		if v, ok := m.Load(path); ok {
-			r := v.(result)
-			return r.o, r.err
+		v, ok := m.Load(path)
+		if !ok {
+			v, _ = m.LoadOrStore(path, new(result))
 		}
-		o, err := readElfedit(open, path, also, discover)
-		m.Store(path, result{o, err})
-		return o, err
+		r := v.(*result)
+		r.once.Do(func() { r.o, r.err = readElfedit(open, path, also, discover) })
+		return r.o, r.err
 	}
 }
 
