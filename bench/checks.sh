@@ -13,7 +13,9 @@
 # draw a smaller one, as CI does) and the CUDA corpus ($CPCORPUS, default
 # /tmp/cpcorpus, when built; CORPUS=0 leaves it out). RUNS defaults to 5,
 # WORKDIR to /tmp/cudapatch-checks (use tmpfs for steadier figures). Needs
-# bash, coreutils, python3 and GNU time. Findings: bench/HISTORY.md.
+# bash, coreutils and python3; bench/timed.py times each run, its CPU in
+# microseconds (a no-op of CI's tree takes tens of milliseconds, GNU
+# time's resolution is ten). Findings: bench/HISTORY.md.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=bench/corpus-args.sh
@@ -49,7 +51,7 @@ run() {
 	shift 4
 	local a
 	mapfile -t a < <(args "$t" "$copy")
-	if ! /usr/bin/time -f "$t $side $kind %e %U %S" -a -o "$W/runs" "$BIN" "$@" "${a[@]}" >/dev/null 2>"$W/err"; then
+	if ! python3 "$HERE/timed.py" "$W/runs" "$t $side $kind" -- "$BIN" "$@" "${a[@]}" >/dev/null 2>"$W/err"; then
 		echo "checks.sh: $t $side $kind failed:" >&2
 		tail -3 "$W/err" >&2
 		exit 1
@@ -74,7 +76,7 @@ import statistics, sys
 runs = {}
 for line in open(sys.argv[1]):
     f = line.split()
-    if len(f) == 6 and not line.startswith("Command"):
+    if len(f) == 6:
         t, side, kind, wall, user, sys_ = f
         runs.setdefault((t, kind, side), []).append((float(wall), float(user) + float(sys_)))
 target = {"patch": 1.4, "no-op": 1.5}
