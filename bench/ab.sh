@@ -26,6 +26,9 @@ CORPUS=${CPCORPUS:-/tmp/cpcorpus}
 read -r -a EXTRA_A <<<"${AB_ARGS_A:-}"
 read -r -a EXTRA_B <<<"${AB_ARGS_B:-}"
 rm -rf "${W:?}" && mkdir -p "$W"
+# What the run copies is gigabytes, often on tmpfs: removed at exit
+# (KEEP=1 keeps it), so that it does not starve the next run of memory.
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "${W:?}"' EXIT
 echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# A=$A ${EXTRA_A[*]}"
 echo "# B=$B ${EXTRA_B[*]}"

@@ -25,6 +25,9 @@ RUNS=${2:-5}
 W=${3:-/tmp/cudapatch-checks}
 CORPUS_DIR=${CPCORPUS:-/tmp/cpcorpus}
 rm -rf "${W:?}" && mkdir -p "$W"
+# What the run copies is gigabytes, often on tmpfs: removed at exit
+# (KEEP=1 keeps it), so that it does not starve the next run of memory.
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "${W:?}"' EXIT
 echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); $("$BIN" --version 2>&1 | head -1)"
 
 trees=()

@@ -20,6 +20,9 @@ W=${4:-/tmp/jobs-ab}
 MAXJ=$(nproc)
 ARGS=(--driver-link-for all --ignore-missing '*' --libc /lib/x86_64-linux-gnu)
 rm -rf "${W:?}" && mkdir -p "$W"
+# What the run copies is gigabytes, often on tmpfs: removed at exit
+# (KEEP=1 keeps it), so that it does not starve the next run of memory.
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "${W:?}"' EXIT
 python3 "$HERE/mktree.py" "$W/pristine" --count 10000 --max-size 1048576 >/dev/null
 for _ in $(seq "$RUNS"); do
 	for b in "$A" "$B"; do

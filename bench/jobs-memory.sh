@@ -19,6 +19,9 @@ MAXJ=$(nproc)
 ARGS=(--driver-link-for all --ignore-missing '*' --libc /lib/x86_64-linux-gnu)
 read -r -a SETTINGS <<<"${SETTINGS:-- GOGC=100,GOMEMLIMIT=64MiB GOMEMLIMIT=128MiB GOMEMLIMIT=256MiB GOGC=off,GOMEMLIMIT=4GiB}"
 rm -rf "$W" && mkdir -p "$W"
+# What the run copies is gigabytes, often on tmpfs: removed at exit
+# (KEEP=1 keeps it), so that it does not starve the next run of memory.
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "${W:?}"' EXIT
 python3 "$HERE/mktree.py" "$W/pristine" --count "$COUNT" --max-size 1048576 >&2
 fresh() { rm -rf "$W/copy" && cp -a "$W/pristine" "$W/copy" && sync; }
 # one ENV CMD...: "wall_ms cpu_ms maxrss_kib" of one run (ENV: a,b,c or -)

@@ -34,6 +34,9 @@ COUNT=${COUNT:-10000}
 MAXJ=$(nproc)
 ARGS=(--driver-link-for all --ignore-missing '*' --libc /lib/x86_64-linux-gnu)
 rm -rf "$W" && mkdir -p "$W"
+# What the run copies is gigabytes, often on tmpfs: removed at exit
+# (KEEP=1 keeps it), so that it does not starve the next run of memory.
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "${W:?}"' EXIT
 if [ "${TREE:-}" = usr ]; then
 	mkdir -p "$W/pristine/store/00000000000000000000000000000000-usr-lib/lib" "$W/pristine/store/11111111111111111111111111111111-usr-bin/bin"
 	copy() { # copy the ELF regular files of $1 (one level) to $2

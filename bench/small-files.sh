@@ -32,6 +32,9 @@ BUILDS=("$CP")
 name() { if [ "$1" = "$CP" ]; then echo after; else echo before; fi; }
 ARGS=(--jobs "$JOBS" --driver-link-for all --ignore-missing '*' --libc /lib/x86_64-linux-gnu)
 rm -rf "$W" && mkdir -p "$W/pristine/store/00000000000000000000000000000000-usr-lib/lib" "$W/pristine/store/11111111111111111111111111111111-usr-bin/bin"
+# What the run copies is gigabytes, often on tmpfs: removed at exit
+# (KEEP=1 keeps it), so that it does not starve the next run of memory.
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "${W:?}"' EXIT
 copy() { # copy the ELF regular files of $1 (one level) to $2
 	find "$1" -maxdepth 1 -type f -size +0 -print0 | while IFS= read -r -d '' f; do
 		if [ "$(head -c4 "$f" 2>/dev/null | od -An -c | tr -d ' ')" = '177ELF' ]; then cp "$f" "$2/" 2>/dev/null || true; fi
