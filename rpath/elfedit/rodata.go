@@ -18,7 +18,18 @@ import (
 func (f *File) ImportsSymbol(names ...string) (bool, error) {
 	// The string table offsets at which one of the names starts: a
 	// symbol has one of the names exactly when its st_name is one of them.
-	at := nameOffsets(f.strtab, names)
+	var at []uint64
+	for _, n := range names {
+		pat := []byte(n + "\x00")
+		for i := 0; n != "" && i < len(f.strtab); {
+			j := bytes.Index(f.strtab[i:], pat)
+			if j < 0 {
+				break
+			}
+			at = append(at, uint64(i+j))
+			i += j + 1
+		}
+	}
 	if len(at) == 0 {
 		return false, nil
 	}
@@ -79,32 +90,6 @@ func (f *File) ImportsSymbol(names ...string) (bool, error) {
 		i += m
 	}
 	return false, nil
-}
-
-// nameOffsets returns the offsets in strtab at which one of names (none
-// empty, none holding a NUL) starts and ends at a NUL: the st_name values
-// of symbols so named, a linker's tail-merged strings included ("dlopen"
-// inside "__libc_dlopen"). Each string is a suffix of one NUL-terminated
-// run, so the table is walked once, run by run, whatever the number of
-// names: a file's loader imports are asked of every output, and a search
-// per name went over the largest tables (several MiB) up to seven times.
-func nameOffsets(strtab []byte, names []string) []uint64 {
-	var at []uint64
-	for start := 0; start < len(strtab); {
-		end := bytes.IndexByte(strtab[start:], 0)
-		if end < 0 {
-			break // an unterminated tail names no symbol
-		}
-		end += start
-		run := strtab[start:end]
-		for _, n := range names {
-			if n != "" && len(n) <= len(run) && string(run[len(run)-len(n):]) == n {
-				at = append(at, uint64(end-len(n)))
-			}
-		}
-		start = end + 1
-	}
-	return at
 }
 
 // roChunk is how much of the read-only data ReadOnlyStrings reads at once:
