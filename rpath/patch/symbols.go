@@ -410,11 +410,40 @@ func (sc *symbolCheck) loaderConfig(class elf.Class, m elf.Machine) (ldso.Config
 }
 
 // resolvedTree is a file's closure as the loader simulation resolves it
-// under the file's loader configuration, or why it could not be.
+// under the file's loader configuration, or why it could not be. Every
+// file's closure is kept until all are resolved (checkSymbols), so it
+// keeps only what the symbol check reads of each need: a whole ldso.Need
+// is four times that, and on a tree of thousands of files the kept needs
+// alone take a fifth of the heap's limit, which then collects back to
+// back.
 type resolvedTree struct {
-	cfg  ldso.Config
-	tree *ldso.Tree
-	err  error
+	cfg   ldso.Config
+	path  string
+	needs []keptNeed
+	err   error
+}
+
+// keptNeed is what symcheck.Checker.Check reads of an ldso.Need.
+type keptNeed struct{ name, requester, path string }
+
+// keep makes t the kept closure.
+func (r *resolvedTree) keep(t *ldso.Tree) {
+	r.path = t.Path
+	r.needs = make([]keptNeed, len(t.Needs))
+	for i, n := range t.Needs {
+		r.needs[i] = keptNeed{n.Name, n.Requester, n.Path}
+	}
+}
+
+// tree is the kept closure as an ldso.Tree, for the check of one file.
+func (r *resolvedTree) tree() *ldso.Tree {
+	needs := make([]ldso.Need, len(r.needs))
+	t := &ldso.Tree{Path: r.path, Needs: make([]*ldso.Need, len(r.needs))}
+	for i, n := range r.needs {
+		needs[i] = ldso.Need{Name: n.name, Requester: n.requester, Path: n.path}
+		t.Needs[i] = &needs[i]
+	}
+	return t
 }
 
 // resolveSafe resolves f's closure as decided; a bug in the resolution is
@@ -427,7 +456,10 @@ func (sc *symbolCheck) resolveSafe(f *fileWork) (r resolvedTree) {
 	}()
 	r.cfg, r.err = sc.loaderConfig(f.facts.class, f.facts.machine)
 	if r.err == nil {
-		r.tree, r.err = ldso.Resolve(r.cfg, sc.read, f.Path)
+		var t *ldso.Tree
+		if t, r.err = ldso.Resolve(r.cfg, sc.read, f.Path); r.err == nil {
+			r.keep(t)
+		}
 	}
 	return r
 }
@@ -443,7 +475,7 @@ func (sc *symbolCheck) checkSafe(f *fileWork, r resolvedTree) {
 	}()
 	err := r.err
 	if err == nil {
-		err = sc.check(f, r.cfg, r.tree)
+		err = sc.check(f, r.cfg, r.tree())
 	}
 	switch {
 	case errors.Is(err, symcheck.ErrOutOfBounds):

@@ -1,0 +1,84 @@
+package patch
+
+import (
+	"debug/elf"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/rpath/ldso"
+	"github.com/cudapatch/cudapatch/rpath/symcheck"
+)
+
+// TestKeptTreeChecksTheSame: the closure kept between resolving and
+// binding (resolvedTree) gives the symbol check the result the whole
+// tree gives, every binding and version need included, on programs and
+// libraries of this machine spread evenly over /usr/bin and /usr/lib;
+// and a name found nowhere stays found nowhere.
+func TestKeptTreeChecksTheSame(t *testing.T) {
+	var files []string
+	for _, root := range []string{"/usr/bin", "/usr/lib/x86_64-linux-gnu"} {
+		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() && (root == "/usr/bin" || strings.Contains(d.Name(), ".so")) {
+				files = append(files, p)
+			}
+			return nil
+		})
+	}
+	slices.Sort(files)
+	cfg, err := ldso.DefaultConfig("", elf.ELFCLASS64, elf.EM_X86_64)
+	require.NoError(t, err)
+	cfg.Loader = ldso.LoaderStock
+	read := ldso.ElfReader()
+	// Every binding, and as the job checks: problems only, each
+	// library's own references bound once in its own closure (which
+	// the requesters give).
+	chks := []*symcheck.Checker{
+		symcheck.New(symcheck.Options{CacheBytes: 8 << 20}),
+		symcheck.New(symcheck.Options{CacheBytes: 8 << 20, OnlyProblems: true, Binding: true}),
+	}
+	const want = 60
+	compared := 0
+	for i := 0; i < len(files) && compared < want; i += max(1, len(files)/(2*want)) {
+		ef, err := elf.Open(files[i])
+		if err != nil {
+			continue
+		}
+		dyn := ef.Class == elf.ELFCLASS64 && ef.Machine == elf.EM_X86_64 && ef.Section(".dynamic") != nil
+		ef.Close()
+		if !dyn {
+			continue
+		}
+		whole, err := ldso.Resolve(cfg, read, files[i])
+		if err != nil {
+			continue
+		}
+		var r resolvedTree
+		r.keep(whole)
+		for _, chk := range chks {
+			a, errA := chk.Check(cfg, whole)
+			b, errB := chk.Check(cfg, r.tree())
+			require.Equal(t, errA, errB, files[i])
+			require.Equal(t, a, b, files[i])
+		}
+		compared++
+	}
+	require.GreaterOrEqual(t, compared, want/2, "too few ELF files compared on this machine")
+
+	var r resolvedTree
+	r.keep(&ldso.Tree{Path: "/x/app", Needs: []*ldso.Need{
+		{Name: "libz.so.1", Requester: "/x/app", Path: "/x/lib/libz.so.1", Step: ldso.StepRunPath, Depth: 1},
+		{Name: "libnone.so.1", Requester: "/x/app", Depth: 1},
+	}})
+	kept := r.tree()
+	require.Equal(t, "/x/app", kept.Path)
+	require.Len(t, kept.Needs, 2)
+	require.True(t, kept.Needs[0].Found())
+	require.Equal(t, "/x/lib/libz.so.1", kept.Needs[0].Path)
+	require.False(t, kept.Needs[1].Found())
+	require.Equal(t, []*ldso.Need{kept.Needs[1]}, kept.Missing())
+}
