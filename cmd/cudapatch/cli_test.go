@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/urfave/cli/v3"
+
+	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
 )
 
 // testVersion stands in for the build's version, so outputs that show it
@@ -406,28 +409,36 @@ func TestSummaryWriteFailure(t *testing.T) {
 }
 
 // TestMemoryLimitFollowsJobs: the main job's heap limit grows with --jobs
-// (memoryPerJob), never below memoryLimit, and is only set by the patch
-// command.
+// (memoryPerJob), never below memoryLimit, and with the ELF files decided
+// (memoryPerFile, not counting other files); only the patch command sets it.
 func TestMemoryLimitFollowsJobs(t *testing.T) {
 	for _, tc := range []struct {
-		jobs int
-		want int64
-	}{{1, 56 << 20}, {2, 56 << 20}, {3, 56 << 20}, {4, 64 << 20}, {8, 128 << 20}, {16, 256 << 20}} {
-		assert.Equal(t, tc.want, memoryLimitFor(tc.jobs), "jobs %d", tc.jobs)
+		jobs, files int
+		want        int64
+	}{
+		{1, 0, 56 << 20}, {2, 0, 56 << 20}, {3, 0, 56 << 20}, {4, 0, 64 << 20}, {8, 0, 128 << 20}, {16, 0, 256 << 20},
+		{2, 2048, 56<<20 + 32<<20}, {8, 64, 128<<20 + 1<<20},
+	} {
+		assert.Equal(t, tc.want, memoryLimitFor(tc.jobs, tc.files), "jobs %d, files %d", tc.jobs, tc.files)
 	}
-	dir := t.TempDir()
+	tr := newCLITree(t)
+	for i := range 3 {
+		tr.place(fmt.Sprintf("lib/libm%d.so", i), cfix.Spec{Soname: fmt.Sprintf("libm%d.so", i)})
+	}
+	tr.write("share/readme.txt", "not ELF")
+	empty := t.TempDir()
 	for _, tc := range []struct {
 		args []string
-		want int64
+		want []int64 // each call, in order
 	}{
-		{[]string{"cudapatch", "--dry-run", "-j", "16", dir}, 256 << 20},
-		{[]string{"cudapatch", "patch", "--dry-run", "--jobs", "1", dir}, 56 << 20},
-		{[]string{"cudapatch", "print", dir}, -1},
+		{[]string{"cudapatch", "--dry-run", "-j", "16", empty}, []int64{256 << 20, 256 << 20}},
+		{[]string{"cudapatch", "patch", "--dry-run", "--jobs", "1", tr.root}, []int64{56 << 20, 56<<20 + 3*16<<10}},
+		{[]string{"cudapatch", "print", tr.root}, nil},
 	} {
 		var stdout, stderr bytes.Buffer
 		g := newGlobals(&stdout, &stderr, nil)
-		got := int64(-1)
-		g.setMemoryLimit = func(n int64) { got = n }
+		var got []int64
+		g.setMemoryLimit = func(n int64) { got = append(got, n) }
 		g.main(context.Background(), tc.args)
 		assert.Equal(t, tc.want, got, "%q: %s", tc.args, stderr.String())
 	}

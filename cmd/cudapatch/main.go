@@ -46,7 +46,8 @@ func withCode(code int, err error) error {
 // The work is headers and string tables, a few MiB per file; with the limit
 // the collector returns garbage before the heap doubles, which keeps peak
 // RSS near what is live, and under 64 MiB at the default jobs of a small
-// machine. The main job raises it with its --jobs (memoryLimitFor).
+// machine whatever the file sizes. The main job raises it with its --jobs
+// and the ELF files it decided (memoryLimitFor).
 const memoryLimit = 56 << 20
 
 // memoryPerJob is the main job's heap limit per job, above memoryLimit.
@@ -57,9 +58,19 @@ const memoryLimit = 56 << 20
 // memoryLimit up to 3 jobs, memoryPerJob a job beyond.
 const memoryPerJob = 16 << 20
 
-// memoryLimitFor is the heap limit of a main job with the given jobs.
-func memoryLimitFor(jobs int) int64 {
-	return max(memoryLimit, int64(jobs)*memoryPerJob)
+// memoryPerFile is the main job's heap limit per ELF file decided, on top.
+// What stays live until the end grows with the files: each one's decision
+// and kept plan, and the symbol check's tables and closures, about 16 KiB
+// a file on a tree of small libraries. Under a fixed limit a tree of
+// thousands of files fills the heap with what is live, and the collector
+// runs back to back for nothing (bench/HISTORY.md, "The heap limit grows
+// with the files").
+const memoryPerFile = 16 << 10
+
+// memoryLimitFor is the heap limit of a main job with the given jobs and
+// ELF files decided.
+func memoryLimitFor(jobs, elfFiles int) int64 {
+	return max(memoryLimit, int64(jobs)*memoryPerJob) + int64(elfFiles)*memoryPerFile
 }
 
 // gcPercent is GOGC unless the environment sets it. What is live is small

@@ -127,7 +127,7 @@ func (g *globals) patchConfig(cmd *cli.Command) (*patch.Config, error) {
 	if !cmd.IsSet("jobs") {
 		jobs = runtime.NumCPU()
 	}
-	g.setMemoryLimit(memoryLimitFor(jobs))
+	g.setMemoryLimit(memoryLimitFor(jobs, 0))
 	buildDirs := []string{"/build"}
 	if top := g.getenv("NIX_BUILD_TOP"); top != "" {
 		buildDirs = append(buildDirs, top)
@@ -168,8 +168,9 @@ func (g *globals) patchConfig(cmd *cli.Command) (*patch.Config, error) {
 			KeepOldSections: pf.keepOld,
 			PageSize:        pf.pageSize,
 		},
-		Jobs:   jobs,
-		Logger: g.log,
+		Jobs:    jobs,
+		Logger:  g.log,
+		Decided: func(n int) { g.setMemoryLimit(memoryLimitFor(jobs, n)) },
 	}
 	if err := sharedPolicy(cmd, &cfg.Policy); err != nil {
 		return nil, err

@@ -94,6 +94,12 @@ type Config struct {
 	Logger *slog.Logger
 	// Progress, if set, is called after each file is done.
 	Progress func(done, total int)
+	// Decided, if set, is called once every file is decided, before the
+	// symbol check, with the number of ELF files among them. What the
+	// rest of the run keeps live (each file's decision and plan, the
+	// check's tables and closures) grows with that number, so a caller
+	// may size a heap limit to it, as cudapatch does.
+	Decided func(elfFiles int)
 
 	// hooks are what tests inject (export_test.go); zero in normal use.
 	// Unexported, so that they are no part of the API.
@@ -204,6 +210,7 @@ type config struct {
 	jobs     int
 	log      *slog.Logger
 	progress func(done, total int)
+	decided  func(elfFiles int)
 	bigTable int // the string table size from which a file needs big
 	testHooks
 }
@@ -282,6 +289,7 @@ func resolve(cfg *Config) (*config, error) {
 		jobs:      cfg.Jobs,
 		log:       cfg.Logger,
 		progress:  cfg.Progress,
+		decided:   cfg.Decided,
 		bigTable:  cfg.hooks.bigTable,
 		testHooks: cfg.hooks,
 	}

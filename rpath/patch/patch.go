@@ -212,6 +212,15 @@ func Run(ctx context.Context, cfg *Config, paths []string) (*Report, error) {
 	}
 	c.hardLinks(work)
 	c.logDecisions(ctx, rep.Files)
+	if c.decided != nil {
+		n := 0
+		for _, f := range work {
+			if f.Kind != "" {
+				n++
+			}
+		}
+		c.decided(n)
+	}
 	errs := tally(rep)
 	if err := c.checkSymbols(ctx, rep, work); err != nil {
 		errs = append(errs, err)
@@ -247,11 +256,11 @@ func (c *job) start(ctx context.Context, files []found, dirs []*confine.Dir, roo
 		}
 	}
 	// A dry run writes nothing, and a write that keeps old sections plans
-	// afresh: no plan is kept for either. Nor with the symbol check, which
-	// runs between decide and the write: kept through it, the plans make
-	// each collection of the check's allocations mark them, which costs
-	// more than planning again.
-	if !c.dryRun && !c.keepOld && c.sym == nil {
+	// afresh: no plan is kept for either. With the symbol check on, the
+	// plans are kept through it: the heap limit grows with the files
+	// decided (Config.Decided), which leaves them room beside the
+	// check's tables.
+	if !c.dryRun && !c.keepOld {
 		c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
 	}
 	return ix, target, nil
