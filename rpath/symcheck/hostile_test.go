@@ -5,9 +5,11 @@ import (
 	"debug/elf"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -405,4 +407,46 @@ func TestSparseStringsSummarizeTheSame(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSymRefsMerge: the relocations' uses merge into one entry a symbol,
+// in index order, its kinds or'ed, whether the indices are dense (gathered
+// by index) or one lies far past the others (sorted), and a scratch
+// reused after either answers the same.
+func TestSymRefsMerge(t *testing.T) {
+	rng := rand.New(rand.NewSource(43))
+	var s scratch
+	dense, sparse := 0, 0
+	for round := range 400 {
+		n := rng.Intn(300)
+		span := 1 + rng.Intn(2000)
+		var all []uint64
+		want := map[uint32]refKind{}
+		for range n {
+			i := uint32(1 + rng.Intn(span))
+			if round%4 == 3 && rng.Intn(50) == 0 {
+				i = uint32(1<<24 + rng.Intn(1<<30)) // far past the others
+			}
+			k := []refKind{refFunc, refData, refCopy}[rng.Intn(3)]
+			all = append(all, uint64(i)<<8|uint64(k))
+			want[i] |= k
+		}
+		if top := slices.Max(append([]uint32{0}, slices.Collect(maps.Keys(want))...)); uint64(top) >= uint64(n)*8+4096 {
+			sparse++
+		} else if n > 0 {
+			dense++
+		}
+		var wantRefs []symRef
+		for _, i := range slices.Sorted(maps.Keys(want)) {
+			wantRefs = append(wantRefs, symRef{idx: i, kind: want[i]})
+		}
+		got := slices.Clone(s.symRefs(all))
+		if len(wantRefs) == 0 {
+			require.Empty(t, got, "round %d", round)
+			continue
+		}
+		require.Equal(t, wantRefs, got, "round %d", round)
+	}
+	require.Positive(t, dense, "the premise: dense rounds")
+	require.Positive(t, sparse, "the premise: sparse rounds")
 }

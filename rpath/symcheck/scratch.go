@@ -32,6 +32,7 @@ type scratch struct {
 	relocs []uint64
 	refs   []symRef
 	built  []ref
+	kinds  []refKind // by symbol index (readRelocs)
 }
 
 // read reads n bytes at virtual address addr of f into buffer k.
@@ -74,6 +75,7 @@ func (sp *scratchPool) put(s *scratch) {
 	s.relocs = upTo(s.relocs, maxKept/8)
 	s.refs = upTo(s.refs, maxKept/8)
 	s.built = upTo(s.built, maxKept/8)
+	s.kinds = upTo(s.kinds, maxKept)
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if len(sp.idle) < maxIdle {

@@ -980,9 +980,38 @@ func (o *object) readRelocs(f *elfedit.File, s *scratch) ([]symRef, error) {
 			all = o.relocRefs(all, b, es, t.plt, copyT, slotT)
 		}
 	}
-	slices.Sort(all)
+	return s.symRefs(all), nil
+}
+
+// symRefs merges the relocations' uses (symbol index << 8 | kind) into one
+// entry a symbol, in index order, in s's storage. Most symbols are used by
+// a relocation or two and the indices are dense: the kinds are gathered by
+// index in one pass; sparse ones (an index far past the others, as only a
+// hostile file has) are sorted.
+func (s *scratch) symRefs(all []uint64) []symRef {
 	out := s.refs[:0]
 	defer func() { s.refs = out[:0] }()
+	top := uint32(0)
+	for _, v := range all {
+		top = max(top, uint32(v>>8))
+	}
+	if len(all) > 0 && uint64(top) < uint64(len(all))*8+4096 {
+		if cap(s.kinds) <= int(top) {
+			s.kinds = make([]refKind, int(top)+1)
+		}
+		kinds := s.kinds[:int(top)+1]
+		clear(kinds)
+		for _, v := range all {
+			kinds[v>>8] |= refKind(v)
+		}
+		for i, k := range kinds {
+			if k != 0 {
+				out = append(out, symRef{idx: uint32(i), kind: k})
+			}
+		}
+		return out
+	}
+	slices.Sort(all)
 	for _, v := range all {
 		i, k := uint32(v>>8), refKind(v)
 		if n := len(out); n > 0 && out[n-1].idx == i {
@@ -991,7 +1020,7 @@ func (o *object) readRelocs(f *elfedit.File, s *scratch) ([]symRef, error) {
 		}
 		out = append(out, symRef{idx: i, kind: k})
 	}
-	return out, nil
+	return out
 }
 
 // relocWindow is how much of a relocation table readRelocs reads at once.
