@@ -207,12 +207,18 @@ type config struct {
 	ignoreSymbols   []*fnmatch.Pattern
 	dlopenNeeded    bool // Config.DlopenNeeded
 	writeOptions
-	jobs     int
-	log      *slog.Logger
-	progress func(done, total int)
-	decided  func(elfFiles int)
+	jobs int
+	log  *slog.Logger
+	observers
 	bigTable int // the string table size from which a file needs big
 	testHooks
+}
+
+// observers are what the caller is told as the run goes (Config.Progress,
+// Config.Decided).
+type observers struct {
+	progress func(done, total int)
+	decided  func(elfFiles int)
 }
 
 // writeOptions are how the write phase writes.
@@ -288,8 +294,7 @@ func resolve(cfg *Config) (*config, error) {
 		},
 		jobs:      cfg.Jobs,
 		log:       cfg.Logger,
-		progress:  cfg.Progress,
-		decided:   cfg.Decided,
+		observers: observers{progress: cfg.Progress, decided: cfg.Decided},
 		bigTable:  cfg.hooks.bigTable,
 		testHooks: cfg.hooks,
 	}
