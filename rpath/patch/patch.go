@@ -257,9 +257,9 @@ func (c *job) start(ctx context.Context, files []found, dirs []*confine.Dir, roo
 	}
 	// A dry run writes nothing, and a write that keeps old sections plans
 	// afresh: no plan is kept for either. With the symbol check on, the
-	// plans are kept through it: the heap limit grows with the files
-	// decided (Config.Decided), which leaves them room beside the
-	// check's tables.
+	// plans are kept through it too: a few KiB a file, for which cudapatch
+	// raises its heap limit with the files decided (Config.Decided), so
+	// that they do not crowd the check's tables.
 	if !c.dryRun && !c.keepOld {
 		c.kept = &planBudget{left: int64(max(c.jobs, 1)) * keptPlanPerJob}
 	}
