@@ -431,7 +431,7 @@ func TestSymRefsMerge(t *testing.T) {
 			all = append(all, uint64(i)<<8|uint64(k))
 			want[i] |= k
 		}
-		if top := slices.Max(append([]uint32{0}, slices.Collect(maps.Keys(want))...)); uint64(top) >= uint64(n)*8+4096 {
+		if top := slices.Max(append([]uint32{0}, slices.Collect(maps.Keys(want))...)); !denseIndices(top, n) {
 			sparse++
 		} else if n > 0 {
 			dense++

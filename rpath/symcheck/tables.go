@@ -995,7 +995,7 @@ func (s *scratch) symRefs(all []uint64) []symRef {
 	for _, v := range all {
 		top = max(top, uint32(v>>8))
 	}
-	if len(all) > 0 && uint64(top) < uint64(len(all))*8+4096 {
+	if len(all) > 0 && denseIndices(top, len(all)) {
 		if cap(s.kinds) <= int(top) {
 			s.kinds = make([]refKind, int(top)+1)
 		}
@@ -1021,6 +1021,13 @@ func (s *scratch) symRefs(all []uint64) []symRef {
 		out = append(out, symRef{idx: i, kind: k})
 	}
 	return out
+}
+
+// denseIndices says whether symbol indices up to top, used by uses
+// relocations, are few enough to gather in an array indexed by symbol:
+// at most eight entries a use, and a page's worth whatever the count.
+func denseIndices(top uint32, uses int) bool {
+	return uint64(top) < uint64(uses)*8+4096
 }
 
 // relocWindow is how much of a relocation table readRelocs reads at once.
