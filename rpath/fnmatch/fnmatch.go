@@ -23,6 +23,7 @@ package fnmatch
 
 import (
 	"slices"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -73,6 +74,11 @@ type Pattern struct {
 	// comparison. It is never set for a pattern holding U+FFFD, which also
 	// matches invalid bytes in a name.
 	exact bool
+	// prefix is the text of the literal ops that open the pattern (up to
+	// the first other op or U+FFFD): every name it matches starts with it,
+	// so most names are turned away by one comparison.
+	prefix string
+	nlit   int // the ops prefix spells
 }
 
 // Compile compiles pattern. It never fails: like Python's fnmatch, it reads
@@ -109,6 +115,14 @@ func Compile(pattern string) *Pattern {
 		p.ops = append(p.ops, op{kind: opLiteral, r: c})
 	}
 	p.exact = exact
+	for p.nlit < len(p.ops) && p.ops[p.nlit].kind == opLiteral && p.ops[p.nlit].r != utf8.RuneError {
+		p.nlit++
+	}
+	lit := make([]rune, p.nlit)
+	for i := range lit {
+		lit[i] = p.ops[i].r
+	}
+	p.prefix = string(lit)
 	return p
 }
 
@@ -235,9 +249,12 @@ func (p *Pattern) Match(name string) bool {
 	if p.exact {
 		return name == p.src
 	}
+	if !strings.HasPrefix(name, p.prefix) {
+		return false
+	}
 	ops := p.ops
-	pi, ni := 0, 0
-	starPi, starNi := -1, 0 // op after the last star, and where it resumes
+	pi, ni := p.nlit, len(p.prefix) // no star before: nothing to retry there
+	starPi, starNi := -1, 0         // op after the last star, and where it resumes
 	for pi < len(ops) || ni < len(name) {
 		if pi < len(ops) {
 			o := &ops[pi]

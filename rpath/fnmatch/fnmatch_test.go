@@ -215,6 +215,8 @@ func TestInvalidUTF8(t *testing.T) {
 		{"\ufffd", "\xff", true},     // so does a real U+FFFD
 		{"a\ufffd", "a\ufffd", true}, // and it still matches itself
 		{"lib\xff.so", "lib\xff.so", true},
+		{"lib\xff*", "lib\xfe.so", true}, // the literal prefix stops at U+FFFD
+		{"lib\xff*", "li", false},
 		{"[\xff]", "\xfe", true},
 		{"[!\xff]", "\xfe", false},
 	}
