@@ -3,10 +3,12 @@
 # tree, counted by valgrind's cachegrind, with the defaults and with both
 # checks off (issue 43's two sides), for each build given. On a shared
 # 2-core machine the timings of checks.sh spread by 10-15 %, so a change
-# worth 3-8 % of the checks cannot be told from noise there; at one job
-# the count repeats within about 2 % (the collector's timing moves it).
-# Kernel work is not counted: pair it with `strace -f -c` for the system
-# calls. Slow (about 5 s a run on 600 small files); never run by CI.
+# worth 3-8 % of the checks cannot be told from noise there; these counts
+# repeat within 0.1 %. For that the garbage collector is off (GOGC=off,
+# GOMEMLIMIT=1TiB): its work under valgrind follows the clock, and spread
+# the counts by 2-3 %; GC=1 leaves it on. Kernel work is not counted
+# either: pair this with `strace -f -c` for the system calls. Slow (about
+# 5 s a run on 600 small files); never run by CI.
 #
 #   bash bench/instructions.sh STORE BINARY... [-- EXTRA ARGS]
 #
@@ -45,7 +47,9 @@ ir() {
 	# thread at a time, and a spin counts); Go's preemption signals trip
 	# cachegrind. valgrind 3.19 does not know openat2: internal/confine
 	# falls back as on an old kernel, the same for every build measured.
-	if ! GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 valgrind --tool=cachegrind --cache-sim=no \
+	local gc=(GOGC=off GOMEMLIMIT=1TiB)
+	[ "${GC:-0}" = 1 ] && gc=()
+	if ! env "${gc[@]}" GOMAXPROCS=1 GODEBUG=asyncpreemptoff=1 valgrind --tool=cachegrind --cache-sim=no \
 		--cachegrind-out-file=/dev/null "$@" >/dev/null 2>"$W/err"; then
 		# A run that finds problems exits 1; only a crash is an error.
 		grep -q 'I *refs' "$W/err" || { echo "instructions.sh: $label failed:" >&2; tail -5 "$W/err" >&2; exit 1; }
