@@ -631,12 +631,15 @@ func (c *Checker) unresolvedOwn(l *loadedObj, own []*loadedObj) ([]int, error) {
 			if d.o == nil {
 				continue
 			}
-			named := q.ver != nil && d.named(q.ver.file)
-			if named && !d.o.hasVersym {
+			if q.ver != nil && !d.o.hasVersym && d.named(q.ver.file) {
 				order = true
 				break
 			}
-			_, ok, _, err := c.find(d.o, q, named)
+			if !d.o.mayDefine(q.n) {
+				continue
+			}
+			// Not named: an object named without versions ended the walk.
+			_, ok, _, err := c.find(d.o, q, false)
 			if err != nil {
 				return nil, err
 			}
@@ -684,10 +687,11 @@ func (c *Checker) bind(l *loadedObj, order []*loadedObj, incomplete bool, idx []
 		}
 		asserted := false
 		for _, d := range scope {
-			if d.o == nil || (r.kind&refCopy != 0 && d.o == order[0].o) {
+			if d.o == nil || (r.kind&refCopy != 0 && d.o == order[0].o) || !d.o.mayDefine(q.n) {
 				continue
 			}
-			def, ok, a, err := c.find(d.o, q, q.ver != nil && d.named(q.ver.file))
+			// named matters only in an object without symbol versions.
+			def, ok, a, err := c.find(d.o, q, q.ver != nil && !d.o.hasVersym && d.named(q.ver.file))
 			if err != nil {
 				return nil, err
 			}
@@ -741,8 +745,7 @@ func (c *Checker) failure(l *loadedObj, use string) Status {
 
 // find looks q up in o, through o's summary.
 func (c *Checker) find(o *object, q query, named bool) (def cand, ok, assert bool, err error) {
-	if o.filter != nil && !o.filter.mayDefine(q.n) {
-		// The walk cannot find it: no summary needed to say so.
+	if !o.mayDefine(q.n) {
 		return cand{}, false, false, nil
 	}
 	s, err := c.summaryOf(o, q.n)
@@ -764,7 +767,7 @@ func (c *Checker) summaryOf(o *object, n *symName) (*summary, error) {
 	if !o.hasSymtab {
 		return all, nil
 	}
-	if o.filter != nil && !o.filter.mayDefine(n) {
+	if !o.mayDefine(n) {
 		return none, nil
 	}
 	o.sumMu.Lock()

@@ -275,6 +275,14 @@ func newFilter(g *gnuHash, bits uint32) *filter {
 	return f
 }
 
+// mayDefine says whether o's hash table may hold n, by its Bloom filter:
+// when not, the walk cannot find it and no summary is needed to say so.
+// It is the first test of every lookup, most of which it ends, so it
+// is small enough to be inlined into the loops over a scope.
+func (o *object) mayDefine(n *symName) bool {
+	return o.filter == nil || o.filter.mayDefine(n)
+}
+
 // mayDefine says whether the hash table's walk for n may find anything.
 func (f *filter) mayDefine(n *symName) bool {
 	if f.empty {
