@@ -27,7 +27,7 @@ type object struct {
 	path    string
 	class   elf.Class
 	mach    elf.Machine
-	order   binary.ByteOrder
+	order   endian
 	dynamic bool
 	// versions is glibc's l_versions: index → version, from DT_VERNEED
 	// (vna_other) and the non-base DT_VERDEF entries (vd_ndx).
@@ -87,10 +87,39 @@ type sysvHash struct {
 	chain   u32s
 }
 
+// endian is a file's byte order as a value. binary.ByteOrder is an
+// interface, a call through it for every word read; these methods are
+// inlined, and a lookup reads a word of the hash table or the symbol
+// table at each step.
+type endian struct{ big bool }
+
+func endianOf(o binary.ByteOrder) endian { return endian{big: o == binary.ByteOrder(binary.BigEndian)} }
+
+func (e endian) Uint16(b []byte) uint16 {
+	if e.big {
+		return binary.BigEndian.Uint16(b)
+	}
+	return binary.LittleEndian.Uint16(b)
+}
+
+func (e endian) Uint32(b []byte) uint32 {
+	if e.big {
+		return binary.BigEndian.Uint32(b)
+	}
+	return binary.LittleEndian.Uint32(b)
+}
+
+func (e endian) Uint64(b []byte) uint64 {
+	if e.big {
+		return binary.BigEndian.Uint64(b)
+	}
+	return binary.LittleEndian.Uint64(b)
+}
+
 // u32s is a table of 32-bit words as the file has them, read where used.
 type u32s struct {
 	b     []byte
-	order binary.ByteOrder
+	order endian
 }
 
 func (w u32s) len() int        { return len(w.b) / 4 }
@@ -100,7 +129,7 @@ func (w u32s) at(i int) uint32 { return w.order.Uint32(w.b[4*i:]) }
 type u64s struct {
 	b     []byte
 	size  int // 8 or 4
-	order binary.ByteOrder
+	order endian
 }
 
 func (w u64s) len() int { return len(w.b) / w.size }
@@ -342,7 +371,7 @@ const (
 // newObject reads the dynamic section's flags and the version tables, and
 // with readRefs and readSummary, what loadBinding reads.
 func newObject(f *elfedit.File, what reading, ns *names, s *scratch) (*object, error) {
-	o := &object{class: f.Header.Class, mach: f.Header.Machine, order: f.ByteOrder()}
+	o := &object{class: f.Header.Class, mach: f.Header.Machine, order: endianOf(f.ByteOrder())}
 	if !f.IsDynamic() {
 		o.bound = true
 		return o, nil
