@@ -493,6 +493,7 @@ func checkVersions(order []*loadedObj, onlyProblems bool) []VersionNeed {
 				for _, d := range p.o.verdefs {
 					if d.hash == v.hash && d.name == v.name {
 						vn.Status = Bound
+						break
 					}
 				}
 			}
@@ -770,6 +771,14 @@ func (c *Checker) summaryOf(o *object, n *symName) (*summary, error) {
 	if !o.mayDefine(n) {
 		return none, nil
 	}
+	return c.makeSummary(o, n)
+}
+
+// makeSummary makes o's summary for the names interned now, unless another
+// job just made one that answers for n. Apart from summaryOf, whose
+// answer is most often at hand: the defers here would cost each of its
+// calls.
+func (c *Checker) makeSummary(o *object, n *symName) (*summary, error) {
 	o.sumMu.Lock()
 	defer o.sumMu.Unlock()
 	if s := o.sum.Load(); s != nil && n.id < s.covered {
