@@ -674,25 +674,22 @@ func (c *Checker) bind(l *loadedObj, order []*loadedObj, incomplete bool, idx []
 	}
 	for _, r := range refs {
 		q := o.query(r, &c.names)
-		b := Binding{Object: l.Path, Name: q.n.s, Weak: r.weak()}
-		if q.ver != nil {
-			b.Version, b.File = q.ver.name, q.ver.file
-		}
+		use := "function"
 		switch {
 		case r.kind&refCopy != 0:
-			b.Use = "copy"
+			use = "copy"
 		case r.kind&refData != 0:
-			b.Use = "data"
-		default:
-			b.Use = "function"
+			use = "data"
 		}
+		var provider *loadedObj
+		var def cand
 		asserted := false
 		for _, d := range scope {
 			if d.o == nil || (r.kind&refCopy != 0 && d.o == order[0].o) || !d.o.mayDefine(q.n) {
 				continue
 			}
 			// named matters only in an object without symbol versions.
-			def, ok, a, err := c.find(d.o, q, q.ver != nil && !d.o.hasVersym && d.named(q.ver.file))
+			found, ok, a, err := c.find(d.o, q, q.ver != nil && !d.o.hasVersym && d.named(q.ver.file))
 			if err != nil {
 				return nil, err
 			}
@@ -701,36 +698,47 @@ func (c *Checker) bind(l *loadedObj, order []*loadedObj, incomplete bool, idx []
 				break
 			}
 			if ok {
-				b.Provider = d.Path
-				if d.o.hasVersym {
-					if v := d.o.versionAt(def.vi & 0x7fff); v.hash != 0 {
-						b.ProviderVersion = v.name
-					}
-				}
+				provider, def = d, found
 				break
 			}
 		}
 		// Since glibc 2.30 (BZ 24741) the file a version need names does
 		// not restrict where the symbol is found.
+		var status Status
 		switch {
-		case b.Provider != "":
-			b.Status = Bound
+		case provider != nil:
+			status = Bound
+		case asserted:
+			status = c.failure(l, use)
+		case r.weak():
+			status = WeakUnbound
+		case incomplete:
+			status = Unchecked
+		default:
+			status = c.failure(l, use)
+		}
+		if c.opts.OnlyProblems && (status == Bound || status == WeakUnbound) {
+			continue // most references: no record made
+		}
+		b := Binding{Object: l.Path, Name: q.n.s, Weak: r.weak(), Use: use, Status: status}
+		if q.ver != nil {
+			b.Version, b.File = q.ver.name, q.ver.file
+		}
+		switch {
+		case provider != nil:
+			b.Provider = provider.Path
+			if provider.o.hasVersym {
+				if v := provider.o.versionAt(def.vi & 0x7fff); v.hash != 0 {
+					b.ProviderVersion = v.name
+				}
+			}
 		case asserted:
 			b.Message = fmt.Sprintf("Inconsistency detected by ld.so: check_match: %s has no symbol versions (version %s required)", q.ver.file, q.ver.name)
-			b.Status = c.failure(l, b.Use)
-		case b.Weak:
-			b.Status = WeakUnbound
-		case incomplete:
-			b.Status = Unchecked
-		default:
+		case status.Failing():
 			b.Message = "undefined symbol: " + q.n.s
 			if q.ver != nil {
 				b.Message += ", version " + q.ver.name
 			}
-			b.Status = c.failure(l, b.Use)
-		}
-		if c.opts.OnlyProblems && (b.Status == Bound || b.Status == WeakUnbound) {
-			continue
 		}
 		out = append(out, b)
 	}
