@@ -111,7 +111,7 @@ func (f *File) renameTables(r *symbolRename, offs []uint64) ([]*tableCopy, error
 }
 
 // GNUHash is the hash of a name in DT_GNU_HASH (glibc's dl_new_hash).
-func GNUHash(s string) uint32 {
+func GNUHash[S string | []byte](s S) uint32 {
 	h := uint32(5381)
 	for i := 0; i < len(s); i++ {
 		h = h*33 + uint32(s[i])

@@ -169,7 +169,7 @@ func (t *tables) summarizeGNU(ns *names) *summary {
 	// match says whether the name of symbol i, whose chain starts at
 	// chainStart, is a name the summary answers for, and which.
 	match := func(name []byte, h uint32, i, chainStart int) *symName {
-		n := ns.lookup(name)
+		n := ns.lookupHashed(name, h)
 		if n == nil || n.id >= covered || (h^n.gnu)>>1 != 0 || nb == 0 || !t.bloomPasses(n) {
 			return nil
 		}

@@ -25,7 +25,7 @@ type symName struct {
 // count says it is there (a summary answers for the first count names).
 type names struct {
 	mu     sync.Mutex
-	shards [nameShards]shard[string, *symName]
+	shards [nameShards]nameShard
 	count  atomic.Uint32
 	dir    atomic.Pointer[[]*nameChunkOf] // byID's table
 	// gnu has bit h>>1 & gnuMask set for each name's GNU hash h: a
@@ -52,12 +52,51 @@ func (s *shard[K, V]) get(k K) (V, bool) {
 	return v, ok
 }
 
-// getBytes is get of a string key given as bytes (not copied to look up).
-func getBytes[V any](s *shard[string, V], k []byte) (V, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	v, ok := s.m[string(k)]
-	return v, ok
+// nameShard is one part of the names, split by their GNU hash: a table
+// open-addressed by that hash too. The hash is the one .gnu.hash keeps
+// for every symbol (bar its low bit), so a summary looks a symbol's name
+// up without hashing it again, and a reference hashes its name once.
+type nameShard struct {
+	mu    sync.RWMutex
+	slots []*symName // a power of two of them, at most half used
+	used  int
+}
+
+// find is the name b whose GNU hash is h but for its low bit (k = h>>1),
+// nil if none; the caller holds mu.
+func (sh *nameShard) find(b []byte, k uint32) *symName {
+	if len(sh.slots) == 0 {
+		return nil
+	}
+	mask := uint32(len(sh.slots) - 1)
+	for i := (k / nameShards) & mask; ; i = (i + 1) & mask {
+		n := sh.slots[i]
+		if n == nil || n.gnu>>1 == k && n.s == string(b) {
+			return n
+		}
+	}
+}
+
+// add puts n, which find does not find, in the table; the caller holds
+// mu for writing.
+func (sh *nameShard) add(n *symName) {
+	if 2*(sh.used+1) > len(sh.slots) {
+		old := sh.slots
+		sh.slots = make([]*symName, max(64, 2*len(old)))
+		sh.used = 0
+		for _, m := range old {
+			if m != nil {
+				sh.add(m)
+			}
+		}
+	}
+	mask := uint32(len(sh.slots) - 1)
+	i := (n.gnu >> 1 / nameShards) & mask
+	for sh.slots[i] != nil {
+		i = (i + 1) & mask
+	}
+	sh.slots[i] = n
+	sh.used++
 }
 
 // getOrAdd is k's value, v put there if k has none.
@@ -104,7 +143,17 @@ func (ns *names) mayHave(h uint32) bool {
 
 // lookup is b's name, nil if not interned.
 func (ns *names) lookup(b []byte) *symName {
-	n, _ := getBytes(&ns.shards[shardOf(b)], b)
+	return ns.lookupHashed(b, elfedit.GNUHash(b))
+}
+
+// lookupHashed is lookup of a name whose GNU hash is h, or h with its low
+// bit changed (a .gnu.hash chain value).
+func (ns *names) lookupHashed(b []byte, h uint32) *symName {
+	k := h >> 1
+	sh := &ns.shards[k%nameShards]
+	sh.mu.RLock()
+	n := sh.find(b, k)
+	sh.mu.RUnlock()
 	return n
 }
 
@@ -113,19 +162,23 @@ func (ns *names) covered() uint32 { return ns.count.Load() }
 
 // intern returns b's name, made if new.
 func (ns *names) intern(b []byte) *symName {
-	if n := ns.lookup(b); n != nil {
+	h := elfedit.GNUHash(b)
+	if n := ns.lookupHashed(b, h); n != nil {
 		return n
 	}
 	// Made before taking mu, which every job's new names wait for.
 	s := string(b)
-	n := &symName{s: s, gnu: elfedit.GNUHash(s), sysv: elfedit.SysVHash(s)}
+	n := &symName{s: s, gnu: h, sysv: elfedit.SysVHash(s)}
 	ns.mu.Lock()
 	defer ns.mu.Unlock()
-	if old := ns.lookup(b); old != nil {
+	if old := ns.lookupHashed(b, h); old != nil {
 		return old
 	}
 	n.id = ns.count.Load()
-	ns.shards[shardOf(b)].getOrAdd(s, n) // new: intern holds mu
+	sh := &ns.shards[(h>>1)%nameShards]
+	sh.mu.Lock()
+	sh.add(n)
+	sh.mu.Unlock()
 	ns.publish(n)
 	g := ns.gnu.Load()
 	if g == nil {
