@@ -18,16 +18,7 @@ type query struct {
 func (t *tables) candidates(n *symName, try func(i int) bool) {
 	num := t.nsyms()
 	if g := t.gnu; g != nil {
-		c := uint32(32)
-		if t.o.class == elf.ELFCLASS64 {
-			c = 64
-		}
-		if g.buckets.len() == 0 {
-			return
-		}
-		w := g.bloom.at(int((n.gnu / c) & uint32(g.bloom.len()-1)))
-		mask := uint64(1)<<(n.gnu%c) | uint64(1)<<((n.gnu>>g.shift)%c)
-		if w&mask != mask {
+		if g.buckets.len() == 0 || !t.bloomPasses(n) {
 			return
 		}
 		b := g.buckets.at(int(n.gnu % uint32(g.buckets.len())))
@@ -245,13 +236,27 @@ func byName(cands []cand) []cand {
 // bloomPasses is candidates' first test: the Bloom filter of .gnu.hash.
 func (t *tables) bloomPasses(n *symName) bool {
 	g := t.gnu
-	c := uint32(32)
-	if t.o.class == elf.ELFCLASS64 {
-		c = 64
-	}
-	w := g.bloom.at(int((n.gnu / c) & uint32(g.bloom.len()-1)))
-	mask := uint64(1)<<(n.gnu%c) | uint64(1)<<((n.gnu>>g.shift)%c)
+	word, mask := bloomBits(n.gnu, g.shift, wordLog(t.o.class))
+	w := g.bloom.at(int(word & uint32(g.bloom.len()-1)))
 	return w&mask == mask
+}
+
+// bloomBits is where a .gnu.hash Bloom filter of words of 1<<log bits
+// keeps a name whose hash is h: word h/bits, and in it bits h%bits and
+// (h>>shift)%bits. By shifts and masks, bits being a power of two: a
+// division takes tens of cycles, and every lookup asks.
+func bloomBits(h, shift, log uint32) (word uint32, mask uint64) {
+	m := uint32(1)<<log - 1
+	return h >> log, uint64(1)<<(h&m) | uint64(1)<<(h>>shift&m)
+}
+
+// wordLog is the log2 of the bits of a Bloom filter word: the class's
+// word size.
+func wordLog(c elf.Class) uint32 {
+	if c == elf.ELFCLASS64 {
+		return 6
+	}
+	return 5
 }
 
 // filter is a file's .gnu.hash Bloom filter, folded to at most maxFilter
@@ -260,14 +265,14 @@ func (t *tables) bloomPasses(n *symName) bool {
 type filter struct {
 	words []uint64
 	shift uint32
-	bits  uint32 // 32 or 64
+	log   uint32 // of the bits of a word, 32 or 64
 	empty bool   // no buckets: the file defines nothing a lookup finds
 }
 
 const maxFilter = 64
 
-func newFilter(g *gnuHash, bits uint32) *filter {
-	f := &filter{shift: g.shift, bits: bits, empty: g.buckets.len() == 0}
+func newFilter(g *gnuHash, log uint32) *filter {
+	f := &filter{shift: g.shift, log: log, empty: g.buckets.len() == 0}
 	f.words = make([]uint64, min(g.bloom.len(), maxFilter))
 	for i := range g.bloom.len() {
 		f.words[i&(len(f.words)-1)] |= g.bloom.at(i)
@@ -288,8 +293,8 @@ func (f *filter) mayDefine(n *symName) bool {
 	if f.empty {
 		return false
 	}
-	w := f.words[(n.gnu/f.bits)&uint32(len(f.words)-1)]
-	mask := uint64(1)<<(n.gnu%f.bits) | uint64(1)<<((n.gnu>>f.shift)%f.bits)
+	word, mask := bloomBits(n.gnu, f.shift, f.log)
+	w := f.words[word&uint32(len(f.words)-1)]
 	return w&mask == mask
 }
 

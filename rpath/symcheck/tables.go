@@ -567,11 +567,7 @@ func (o *object) readBinding(f *elfedit.File, ns *names, s *scratch, st *strTabl
 		o.sum.Store(sum)
 	}
 	if t.gnu != nil {
-		bits := uint32(32)
-		if o.class == elf.ELFCLASS64 {
-			bits = 64
-		}
-		o.filter = newFilter(t.gnu, bits)
+		o.filter = newFilter(t.gnu, wordLog(o.class))
 	}
 	return nil
 }
