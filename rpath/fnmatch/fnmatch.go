@@ -296,3 +296,54 @@ func (p *Pattern) String() string { return p.src }
 func Match(pattern, name string) bool {
 	return Compile(pattern).Match(name)
 }
+
+// Set is several patterns matched at once: a name matches the Set when it
+// matches one of them. Each pattern whose literal prefix is at least
+// setKey bytes long is filed under those bytes, so a name is tried only
+// against the patterns filed under its own first bytes and those with a
+// shorter prefix: the driver's twenty-five library patterns, asked about
+// every library name of every closure, are then one map lookup for most
+// names.
+type Set struct {
+	short []*Pattern
+	byKey map[string][]*Pattern
+}
+
+const setKey = 4
+
+// NewSet compiles patterns into a Set.
+func NewSet(patterns []string) *Set {
+	s := &Set{byKey: map[string][]*Pattern{}}
+	for _, src := range patterns {
+		p := Compile(src)
+		if len(p.prefix) < setKey {
+			s.short = append(s.short, p)
+		} else {
+			k := p.prefix[:setKey]
+			s.byKey[k] = append(s.byKey[k], p)
+		}
+	}
+	return s
+}
+
+// Match reports whether name matches one of s's patterns; a nil Set has
+// none.
+func (s *Set) Match(name string) bool {
+	if s == nil {
+		return false
+	}
+	for _, p := range s.short {
+		if p.Match(name) {
+			return true
+		}
+	}
+	if len(name) < setKey {
+		return false
+	}
+	for _, p := range s.byKey[name[:setKey]] {
+		if p.Match(name) {
+			return true
+		}
+	}
+	return false
+}

@@ -155,3 +155,15 @@ func FuzzMatch(f *testing.F) {
 		require.Equal(t, re.MatchString(name), got, "Match(%q, %q), regexp %s", pattern, name, re)
 	})
 }
+
+// FuzzSet checks that a Set matches a name exactly when one of its
+// patterns does.
+func FuzzSet(f *testing.F) {
+	f.Add("libcuda.so*", "libnvidia-*.so*", "li?", "libcuda.so.1")
+	f.Add("libc", "[l]ibc*", "*", "libc.so.6")
+	f.Add("lib\xff*", "libnv", "libn*", "libnvrtc.so.12")
+	f.Fuzz(func(t *testing.T, a, b, c, name string) {
+		want := fnmatch.Match(a, name) || fnmatch.Match(b, name) || fnmatch.Match(c, name)
+		require.Equal(t, want, fnmatch.NewSet([]string{a, b, c}).Match(name), "NewSet(%q, %q, %q).Match(%q)", a, b, c, name)
+	})
+}

@@ -45,25 +45,15 @@ var DriverLibraries = []string{
 }
 
 // DriverMatcher matches driver library names.
-type DriverMatcher []*fnmatch.Pattern
+type DriverMatcher struct{ set *fnmatch.Set }
 
 func NewDriverMatcher(patterns []string) DriverMatcher {
-	m := make(DriverMatcher, len(patterns))
-	for i, p := range patterns {
-		m[i] = fnmatch.Compile(p)
-	}
-	return m
+	return DriverMatcher{fnmatch.NewSet(patterns)}
 }
 
 // Match says whether name (a DT_NEEDED name or a path) is one of m's.
 func (m DriverMatcher) Match(name string) bool {
-	base := filepath.Base(name)
-	for _, p := range m {
-		if p.Match(base) {
-			return true
-		}
-	}
-	return false
+	return m.set.Match(filepath.Base(name))
 }
 
 // IsStubDir reports directories that hold link-time stub libraries: the
