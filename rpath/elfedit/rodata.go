@@ -10,32 +10,31 @@ import (
 
 // ImportsSymbol reports whether the dynamic symbol table has an undefined
 // symbol (st_shndx SHN_UNDEF, not the null symbol at index 0) with one of
-// the names: a function the file calls from another object. The table is
-// found as the loader finds it, through DT_SYMTAB and DT_STRTAB; its size
-// from the .dynsym header at that address or DT_HASH's nchain, else as
-// told below. A file whose string table holds none of the names is
-// answered without reading the symbols.
+// the names: a function the file calls from another object.
 func (f *File) ImportsSymbol(names ...string) (bool, error) {
+	got, err := f.ImportedSymbols(names...)
+	return slices.Contains(got, true), err
+}
+
+// ImportedSymbols reports, for each of names, whether the dynamic symbol
+// table has an undefined symbol (st_shndx SHN_UNDEF, not the null symbol
+// at index 0) with that name. The table is found as the loader finds it,
+// through DT_SYMTAB and DT_STRTAB; its size from the .dynsym header at
+// that address or DT_HASH's nchain, else as told below. The string table
+// is scanned once for all the names, for the longest text they share
+// ("open" in dlopen, dlmopen and g_module_open); a file whose string
+// table holds none of the names is answered without reading the symbols.
+func (f *File) ImportedSymbols(names ...string) ([]bool, error) {
+	got := make([]bool, len(names))
 	// The string table offsets at which one of the names starts: a
 	// symbol has one of the names exactly when its st_name is one of them.
-	var at []uint64
-	for _, n := range names {
-		pat := []byte(n + "\x00")
-		for i := 0; n != "" && i < len(f.strtab); {
-			j := bytes.Index(f.strtab[i:], pat)
-			if j < 0 {
-				break
-			}
-			at = append(at, uint64(i+j))
-			i += j + 1
-		}
-	}
+	at := f.namesAt(names)
 	if len(at) == 0 {
-		return false, nil
+		return got, nil
 	}
 	symtab, ok := f.dynVal(elf.DT_SYMTAB)
 	if !ok {
-		return false, nil
+		return got, nil
 	}
 	es := uint64(sym64Size)
 	if f.Header.Class == elf.ELFCLASS32 {
@@ -43,7 +42,7 @@ func (f *File) ImportsSymbol(names ...string) (bool, error) {
 	}
 	n, err := f.symbolCount(symtab, es)
 	if err != nil && err != errUnknownRefs {
-		return false, err
+		return nil, err
 	}
 	// DT_GNU_HASH counts the defined symbols only: an executable that
 	// defines none says nothing of its undefined ones. Without a .dynsym
@@ -55,24 +54,35 @@ func (f *File) ImportsSymbol(names ...string) (bool, error) {
 		n = max(n, min((f.strAddr-symtab)/es, uint64(f.size)/es))
 	}
 	if n == 0 {
-		return false, nil
+		return got, nil
 	}
 	off, ok := f.vaddrToOff(symtab, n*es)
 	if !ok {
-		return false, formatErr(-1, "DT_SYMTAB 0x%x with %d symbols maps to no PT_LOAD", symtab, n)
+		return nil, formatErr(-1, "DT_SYMTAB 0x%x with %d symbols maps to no PT_LOAD", symtab, n)
 	}
 	if err := inFile(f.size, off, n*es, "dynamic symbol table"); err != nil {
-		return false, err
+		return nil, err
 	}
 	shndx := uint64(6) // st_shndx: after st_name, st_info, st_other
 	if es == sym32Size {
 		shndx = 14 // after st_name, st_value, st_size, st_info, st_other
 	}
 	buf := f.scratchToRead(min(n*es, 340*sym64Size)) // a multiple of both entry sizes
+	// found counts the names imported, of the want the string table holds.
+	held := make([]bool, len(names))
+	for _, k := range at {
+		held[k] = true
+	}
+	found, want := 0, 0
+	for _, h := range held {
+		if h {
+			want++
+		}
+	}
 	for i := uint64(0); i < n; {
 		m := min(n-i, uint64(len(buf))/es)
 		if err := readInto(f.r, buf[:m*es], off+i*es, "dynamic symbol table"); err != nil {
-			return false, err
+			return nil, err
 		}
 		for j := uint64(0); j < m; j++ {
 			if i+j == 0 {
@@ -81,15 +91,70 @@ func (f *File) ImportsSymbol(names ...string) (bool, error) {
 			rec := buf[j*es:]
 			nameOff := uint64(f.order.Uint32(rec))
 			if guessed && nameOff >= uint64(len(f.strtab)) {
-				return false, nil
+				return got, nil
 			}
-			if slices.Contains(at, nameOff) && f.order.Uint16(rec[shndx:]) == uint16(elf.SHN_UNDEF) {
-				return true, nil
+			if k, ok := at[nameOff]; ok && !got[k] && f.order.Uint16(rec[shndx:]) == uint16(elf.SHN_UNDEF) {
+				got[k] = true
+				if found++; found == want {
+					return got, nil
+				}
 			}
 		}
 		i += m
 	}
-	return false, nil
+	return got, nil
+}
+
+// namesAt maps each string table offset at which one of names starts
+// (followed by its NUL) to that name's index. It scans the table once
+// for the longest text all the names share: every occurrence of a name
+// holds one of it, in the string that ends at the name's NUL.
+func (f *File) namesAt(names []string) map[uint64]int {
+	var at map[uint64]int
+	key := commonText(names)
+	if key == "" {
+		return nil
+	}
+	tab, k := f.strtab, []byte(key)
+	for i := 0; i < len(tab); {
+		j := bytes.Index(tab[i:], k)
+		if j < 0 {
+			break
+		}
+		end := bytes.IndexByte(tab[i+j:], 0)
+		if end < 0 {
+			break
+		}
+		end += i + j
+		for x, n := range names {
+			if len(n) <= end && string(tab[end-len(n):end]) == n {
+				if at == nil {
+					at = map[uint64]int{}
+				}
+				at[uint64(end-len(n))] = x
+			}
+		}
+		i = end + 1
+	}
+	return at
+}
+
+// commonText is the longest text every one of names holds, "" when they
+// share none or one is empty.
+func commonText(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	short := slices.MinFunc(names, func(a, b string) int { return len(a) - len(b) })
+	for n := len(short); n > 0; n-- {
+		for i := 0; i+n <= len(short); i++ {
+			sub := short[i : i+n]
+			if !slices.ContainsFunc(names, func(s string) bool { return !strings.Contains(s, sub) }) {
+				return sub
+			}
+		}
+	}
+	return ""
 }
 
 // roChunk is how much of the read-only data ReadOnlyStrings reads at once:

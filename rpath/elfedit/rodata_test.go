@@ -30,6 +30,15 @@ func TestImportsSymbol(t *testing.T) {
 				got, err := f.ImportsSymbol("dlmopen", "dlopen")
 				require.NoError(t, err)
 				require.Equal(t, want, got, path)
+				// Each name answered alone, in one scan: names sharing
+				// "open" (the common text), one a suffix of another
+				// (dlopen in lt_dlopen's string), one held by none.
+				names := []string{"dlmopen", "dlopen", "lt_dlopen", "fopen", "no_such_open"}
+				each, err := f.ImportedSymbols(names...)
+				require.NoError(t, err)
+				for k, n := range names {
+					require.Equal(t, importsByDebugELF(t, path, n), each[k], "%s: %s", path, n)
+				}
 				// A defined symbol is no import: libfoo.so defines foo.
 				if strings.HasSuffix(path, "libfoo.so") {
 					got, err = f.ImportsSymbol("foo")

@@ -97,14 +97,20 @@ func Discover(f *elfedit.File, anyFile bool) (Discovered, error) {
 	if notes, _ := f.DlopenNotes(); len(notes) > 0 {
 		return Discovered{Noted: true}, nil
 	}
-	ok, err := f.ImportsSymbol(dlopenSymbols...)
+	// One scan of the string table for dlopen's names and the loaders'.
+	fns := slices.Sorted(maps.Keys(LoaderFunctions))
+	imported, err := f.ImportedSymbols(slices.Concat(dlopenSymbols, fns)...)
 	if err != nil {
 		return Discovered{}, err
 	}
-	d := Discovered{Imports: ok}
-	if !ok {
-		if d.Loader, err = importedLoader(f); err != nil || !anyFile {
-			return d, err
+	d := Discovered{Imports: slices.Contains(imported[:len(dlopenSymbols)], true)}
+	if !d.Imports {
+		// The first loader function, in sorted order, that f imports.
+		if i := slices.Index(imported[len(dlopenSymbols):], true); i >= 0 {
+			d.Loader = fns[i]
+		}
+		if !anyFile {
+			return d, nil
 		}
 	}
 	known := map[string]bool{f.Soname(): true}
@@ -130,22 +136,6 @@ func Discover(f *elfedit.File, anyFile bool) (Discovered, error) {
 		return d, fmt.Errorf("reading library names: %w", err)
 	}
 	return d, nil
-}
-
-// importedLoader is the first function of LoaderFunctions, in sorted
-// order, that f imports; "" if none.
-func importedLoader(f *elfedit.File) (string, error) {
-	fns := slices.Sorted(maps.Keys(LoaderFunctions))
-	if ok, err := f.ImportsSymbol(fns...); err != nil || !ok {
-		return "", err
-	}
-	for _, fn := range fns {
-		ok, err := f.ImportsSymbol(fn)
-		if err != nil || ok {
-			return fn, err
-		}
-	}
-	return "", nil
 }
 
 // IsSonamePrefix reports whether s is the start of the sonames a caller
