@@ -25,16 +25,29 @@ func (f *File) ImportsSymbol(names ...string) (bool, error) {
 // ("open" in dlopen, dlmopen and g_module_open); a file whose string
 // table holds none of the names is answered without reading the symbols.
 func (f *File) ImportedSymbols(names ...string) ([]bool, error) {
+	imported, err := f.importedNames(names)
+	if err != nil {
+		return nil, err
+	}
 	got := make([]bool, len(names))
+	for k, n := range names {
+		got[k] = imported[n]
+	}
+	return got, nil
+}
+
+// importedNames is ImportedSymbols as the set of the names imported.
+func (f *File) importedNames(names []string) (map[string]bool, error) {
 	// The string table offsets at which one of the names starts: a
 	// symbol has one of the names exactly when its st_name is one of them.
 	at := f.namesAt(names)
+	imported := map[string]bool{}
 	if len(at) == 0 {
-		return got, nil
+		return imported, nil
 	}
 	symtab, ok := f.dynVal(elf.DT_SYMTAB)
 	if !ok {
-		return got, nil
+		return imported, nil
 	}
 	es := uint64(sym64Size)
 	if f.Header.Class == elf.ELFCLASS32 {
@@ -54,7 +67,7 @@ func (f *File) ImportedSymbols(names ...string) ([]bool, error) {
 		n = max(n, min((f.strAddr-symtab)/es, uint64(f.size)/es))
 	}
 	if n == 0 {
-		return got, nil
+		return imported, nil
 	}
 	off, ok := f.vaddrToOff(symtab, n*es)
 	if !ok {
@@ -67,18 +80,13 @@ func (f *File) ImportedSymbols(names ...string) ([]bool, error) {
 	if es == sym32Size {
 		shndx = 14 // after st_name, st_value, st_size, st_info, st_other
 	}
+	// The names the string table holds: the reading stops when all are
+	// found imported.
+	held := map[string]bool{}
+	for _, name := range at {
+		held[name] = true
+	}
 	buf := f.scratchToRead(min(n*es, 340*sym64Size)) // a multiple of both entry sizes
-	// found counts the names imported, of the want the string table holds.
-	held := make([]bool, len(names))
-	for _, k := range at {
-		held[k] = true
-	}
-	found, want := 0, 0
-	for _, h := range held {
-		if h {
-			want++
-		}
-	}
 	for i := uint64(0); i < n; {
 		m := min(n-i, uint64(len(buf))/es)
 		if err := readInto(f.r, buf[:m*es], off+i*es, "dynamic symbol table"); err != nil {
@@ -91,26 +99,25 @@ func (f *File) ImportedSymbols(names ...string) ([]bool, error) {
 			rec := buf[j*es:]
 			nameOff := uint64(f.order.Uint32(rec))
 			if guessed && nameOff >= uint64(len(f.strtab)) {
-				return got, nil
+				return imported, nil
 			}
-			if k, ok := at[nameOff]; ok && !got[k] && f.order.Uint16(rec[shndx:]) == uint16(elf.SHN_UNDEF) {
-				got[k] = true
-				if found++; found == want {
-					return got, nil
+			if name, ok := at[nameOff]; ok && f.order.Uint16(rec[shndx:]) == uint16(elf.SHN_UNDEF) {
+				if imported[name] = true; len(imported) == len(held) {
+					return imported, nil
 				}
 			}
 		}
 		i += m
 	}
-	return got, nil
+	return imported, nil
 }
 
 // namesAt maps each string table offset at which one of names starts
-// (followed by its NUL) to that name's index. It scans the table once
-// for the longest text all the names share: every occurrence of a name
-// holds one of it, in the string that ends at the name's NUL.
-func (f *File) namesAt(names []string) map[uint64]int {
-	var at map[uint64]int
+// (followed by its NUL) to that name. It scans the table once for the
+// longest text all the names share: every occurrence of a name holds one
+// of it, in the string that ends at the name's NUL.
+func (f *File) namesAt(names []string) map[uint64]string {
+	var at map[uint64]string
 	key := commonText(names)
 	if key == "" {
 		return nil
@@ -126,12 +133,12 @@ func (f *File) namesAt(names []string) map[uint64]int {
 			break
 		}
 		end += i + j
-		for x, n := range names {
+		for _, n := range names {
 			if len(n) <= end && string(tab[end-len(n):end]) == n {
 				if at == nil {
-					at = map[uint64]int{}
+					at = map[uint64]string{}
 				}
-				at[uint64(end-len(n))] = x
+				at[uint64(end-len(n))] = n
 			}
 		}
 		i = end + 1

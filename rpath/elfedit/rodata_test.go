@@ -32,8 +32,9 @@ func TestImportsSymbol(t *testing.T) {
 				require.Equal(t, want, got, path)
 				// Each name answered alone, in one scan: names sharing
 				// "open" (the common text), one a suffix of another
-				// (dlopen in lt_dlopen's string), one held by none.
-				names := []string{"dlmopen", "dlopen", "lt_dlopen", "fopen", "no_such_open"}
+				// (dlopen in lt_dlopen's string), one held by none, one
+				// asked twice.
+				names := []string{"dlmopen", "dlopen", "lt_dlopen", "fopen", "no_such_open", "dlopen"}
 				each, err := f.ImportedSymbols(names...)
 				require.NoError(t, err)
 				for k, n := range names {
