@@ -61,17 +61,20 @@ func TestReadCacheReadsLikeTheFile(t *testing.T) {
 			require.NoError(t, c.Close())
 		}
 	}
-	// A miss reads a window ending at it; what follows in it is read from
-	// the cache.
+	// A miss reads a window of 16 KiB ending at it; what follows in it is
+	// read from the cache, what lies further back is a miss of its own.
 	data := make([]byte, 1<<20)
 	src := &elfedit.CountingReader{R: bytes.NewReader(data)}
 	c := elfedit.NewCachedReader(src, int64(len(data)), nil)
 	b := make([]byte, 100)
-	for _, off := range []int64{0, 900_000, 900_000, 850_000, 899_000, 60_000} {
+	for _, off := range []int64{0, 900_000, 900_000, 887_000, 899_000, 60_000} {
 		_, err := c.ReadAt(b, off)
 		require.NoError(t, err)
 	}
-	assert.Equal(t, 2, src.Calls(), "the head, then one window for reads within 64 KiB before the first miss")
+	assert.Equal(t, 2, src.Calls(), "the head, then one window for reads within 16 KiB before the first miss")
+	_, err := c.ReadAt(b, 850_000)
+	require.NoError(t, err)
+	assert.Equal(t, 3, src.Calls(), "50 KB before the first miss: a miss of its own")
 }
 
 // TestSmallFileIsReadOnce: a file smaller than the cache's head (the
