@@ -752,11 +752,9 @@ func (c *Checker) failure(l *loadedObj, use string) Status {
 	return FailsAtLoad
 }
 
-// find looks q up in o, through o's summary.
+// find looks q up in o, through o's summary. Its callers test o's Bloom
+// filter first, in their loops (summaryOf answers none past it anyway).
 func (c *Checker) find(o *object, q query, named bool) (def cand, ok, assert bool, err error) {
-	if !o.mayDefine(q.n) {
-		return cand{}, false, false, nil
-	}
 	s, err := c.summaryOf(o, q.n)
 	if err != nil {
 		return cand{}, false, false, err
