@@ -8,14 +8,6 @@ import (
 	"strings"
 )
 
-// ImportsSymbol reports whether the dynamic symbol table has an undefined
-// symbol (st_shndx SHN_UNDEF, not the null symbol at index 0) with one of
-// the names: a function the file calls from another object.
-func (f *File) ImportsSymbol(names ...string) (bool, error) {
-	got, err := f.ImportedSymbols(names...)
-	return slices.Contains(got, true), err
-}
-
 // ImportedSymbols reports, for each of names, whether the dynamic symbol
 // table has an undefined symbol (st_shndx SHN_UNDEF, not the null symbol
 // at index 0) with that name. The table is found as the loader finds it,
