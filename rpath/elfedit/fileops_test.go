@@ -188,12 +188,16 @@ func TestDryRun(t *testing.T) {
 	e := elfedit.Edit{SetPath: str(pad(300, fx.LibDir)), Interpreter: str(longInterp(t, fx, 200))}
 	res, err := elfedit.EditFile(fx.Exe, e, elfedit.Options{DryRun: true})
 	require.NoError(t, err)
+	// EditFile's read, taken from the queue before ours closes: inotify
+	// merges two like events queued back to back and unread.
+	events := w.settle(t, 1)
 	assert.True(t, res.Changed)
 	assert.Equal(t, elfedit.Region, res.Plan.Strategy)
 	assert.Equal(t, *e.SetPath, *res.After.RunPath)
 	assert.Equal(t, *e.Interpreter, res.After.Interpreter)
 	assert.True(t, bytes.Equal(orig, readFile(t, fx.Exe)))
-	assert.Zero(t, w.settle(t, 2)&(syscall.IN_CLOSE_WRITE|syscall.IN_MODIFY)) // EditFile's read and ours
+	events |= w.settle(t, 1) // ours
+	assert.Zero(t, events&(syscall.IN_CLOSE_WRITE|syscall.IN_MODIFY))
 }
 
 // TestErrorsNamePath: every EditFile error starts with the path, once, and
