@@ -209,3 +209,9 @@ func SymbolCount(f *File) (uint64, error) {
 func CodeHoldsPartChunked(f *File, words [][]byte, part, parts int, chunk uint64) ([]bool, error) {
 	return f.codeHolds(words, part, parts, chunk)
 }
+
+// IndexAt is indexAt: bytes.Index, looking for sub[k] first.
+func IndexAt(b, sub []byte, k int) int { return indexAt(b, sub, k) }
+
+// Rarest is rarest: the position of sub's least frequent byte in b.
+func Rarest(b, sub []byte) int { return rarest(b, sub) }

@@ -3,6 +3,7 @@ package elfedit_test
 import (
 	"bytes"
 	"debug/elf"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -107,6 +108,31 @@ func TestReadOnlyStrings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestIndexAt: indexAt finds what bytes.Index finds, whichever byte of
+// the needle it looks for first, on random haystacks of a small alphabet
+// (so that needles occur, overlap and are cut at both ends); rarest picks
+// the byte that occurs least often.
+func TestIndexAt(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	word := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = "lib\x00"[rng.IntN(4)]
+		}
+		return b
+	}
+	for range 20000 {
+		b, sub := word(rng.IntN(40)), word(1+rng.IntN(4))
+		want := bytes.Index(b, sub)
+		for k := range sub {
+			require.Equal(t, want, elfedit.IndexAt(b, sub, k), "Index(%q, %q) looking for byte %d first", b, sub, k)
+		}
+	}
+	require.Equal(t, 2, elfedit.Rarest([]byte("llllliiiib"), []byte("lib")))
+	require.Equal(t, 1, elfedit.Rarest([]byte("llllliiiib"), []byte("i\x00")), "a byte of sub absent from b")
+	require.Equal(t, 0, elfedit.Rarest(nil, []byte("lib")), "ties go to the first")
 }
 
 // rodataStrings splits the .rodata sections debug/elf reads into their
