@@ -106,7 +106,9 @@ func machineOf(class elf.Class, machine elf.Machine) (machineInfo, bool) {
 //     /usr/lib/<triplet>, /lib, /usr/lib; $LIB = lib/<triplet>), else
 //     /lib64 and /usr/lib64 for 64-bit programs when libc is there
 //     (Fedora, SUSE; $LIB = lib64), else /lib and /usr/lib ($LIB = lib).
-//   - Platform: AT_PLATFORM of the machine.
+//   - Platform: AT_PLATFORM of the machine; for x86-64 on this host's
+//     CPU, the name glibc sets in its place on an Intel CPU ("haswell",
+//     "xeon_phi"; see rpath/ldso/internal/x86isa).
 //   - Hwcaps: for x86-64, the x86-64-v{4,3,2} levels this host's CPU
 //     supports, from CPUID and the state the OS saves, by glibc's rules
 //     (see rpath/ldso/internal/x86isa); none when this program does not
@@ -141,6 +143,9 @@ func DefaultConfig(root string, class elf.Class, machine elf.Machine) (Config, e
 	if machine == elf.EM_X86_64 && class == elf.ELFCLASS64 {
 		if regs, ok := x86isa.Read(); ok {
 			cfg.Hwcaps = regs.Level().Hwcaps()
+			if p := regs.Platform(); p != "" {
+				cfg.Platform = p
+			}
 		}
 	}
 

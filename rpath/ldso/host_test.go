@@ -86,7 +86,8 @@ func TestAgreesWithLoaderOnUsrBin(t *testing.T) {
 
 // TestDefaultConfigMatchesLoader checks the host defaults against what the
 // loader says of itself in `ld.so --help`: the default directories, and the
-// glibc-hwcaps subdirectories this CPU supports, whichever x86-64 CPU it is.
+// glibc-hwcaps subdirectories this CPU supports, whichever x86-64 CPU it
+// is; and $PLATFORM, in `ld.so --list-diagnostics`.
 func TestDefaultConfigMatchesLoader(t *testing.T) {
 	cfg := hostConfig(t)
 	help := loaderHelp(t, hostLoader)
@@ -99,7 +100,21 @@ func TestDefaultConfigMatchesLoader(t *testing.T) {
 	assert.Equal(t, dirs, cfg.DefaultDirs)
 	assert.Equal(t, searchedHwcaps(t, help), cfg.Hwcaps)
 	assert.NotNil(t, cfg.Cache)
-	assert.Equal(t, "x86_64", cfg.Platform)
+	assert.Equal(t, loaderPlatform(t), cfg.Platform)
+}
+
+// loaderPlatform is the $PLATFORM the host loader expands (dl_platform),
+// as `ld.so --list-diagnostics` (glibc 2.33 and later) prints it:
+// "x86_64", or "haswell" on many Intel CPUs.
+func loaderPlatform(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command(hostLoader, "--list-diagnostics")
+	cmd.Env = []string{} // no GLIBC_TUNABLES masking features
+	out, err := cmd.Output()
+	require.NoError(t, err, "%s --list-diagnostics", hostLoader)
+	m := regexp.MustCompile(`(?m)^dl_platform="([^"]*)"$`).FindSubmatch(out)
+	require.NotNil(t, m, "%s --list-diagnostics prints no dl_platform", hostLoader)
+	return string(m[1])
 }
 
 // TestDefaultConfigMatchesLoaderWhateverCpuinfo runs

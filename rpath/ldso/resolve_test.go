@@ -52,8 +52,10 @@ func fixtures(t *testing.T, dir string) {
 	exe("o/bin/exe_origin", "-L"+p("o/lib"), "-lo", runpath("$ORIGIN/../lib"))
 	so("o/lib/x86_64-linux-gnu/libq.so", "libq.so")
 	so("o/lib64/libq.so", "libq.so")
-	so("o/x86_64/libr.so", "libr.so")
-	exe("o/bin/exe_dst", "-L"+p("o/lib64"), "-lq", "-L"+p("o/x86_64"), "-lr",
+	// $PLATFORM is not always x86_64 (glibc names some Intel CPUs).
+	plat := hostConfig(t).Platform
+	so("o/"+plat+"/libr.so", "libr.so")
+	exe("o/bin/exe_dst", "-L"+p("o/lib64"), "-lq", "-L"+p("o/"+plat), "-lr",
 		runpath("$ORIGIN/../$LIB:$ORIGIN/../${PLATFORM}:$ORIGIN/../$UNKNOWN"))
 
 	// Wrong class and wrong machine candidates are skipped.
@@ -165,7 +167,7 @@ func TestResolveFixtures(t *testing.T) {
 		}},
 		{"lib and platform", "o/bin/exe_dst", "", "", []want{
 			{"libq.so", "o/bin/../" + host.Lib + "/libq.so", ldso.StepRunPath, "", false},
-			{"libr.so", "o/bin/../x86_64/libr.so", ldso.StepRunPath, "", false},
+			{"libr.so", "o/bin/../" + host.Platform + "/libr.so", ldso.StepRunPath, "", false},
 			{"libc.so.6", libc, ldso.StepCache, "", false},
 		}},
 		{"wrong class and machine skipped", "bin/exe_wrong", "", "", []want{

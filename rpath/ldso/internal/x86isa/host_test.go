@@ -13,10 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestReadMatchesGlibc compares Read and Level with what this machine's
-// loader read and computed itself, as `ld.so --list-diagnostics` (glibc
-// 2.33 and later) prints them: the CPUID words of its cpu_features and the
-// ISA level bits (isa_1: 1 baseline, 2 v2, 4 v3, 8 v4).
+// TestReadMatchesGlibc compares Read, Level and Platform with what this
+// machine's loader read and computed itself, as `ld.so
+// --list-diagnostics` (glibc 2.33 and later) prints them: the CPUID words
+// of its cpu_features, the ISA level bits (isa_1: 1 baseline, 2 v2, 4 v3,
+// 8 v4) and dl_platform.
 func TestReadMatchesGlibc(t *testing.T) {
 	const loader = "/lib64/ld-linux-x86-64.so.2"
 	if _, err := os.Stat(loader); err != nil {
@@ -57,5 +58,14 @@ func TestReadMatchesGlibc(t *testing.T) {
 		}
 		assert.Equal(t, want, f.got(r), "x86.cpu_features.%s", f.key)
 	}
-	t.Logf("%#x: level %d, %q", r, r.Level(), r.Level().Hwcaps())
+	// dl_platform is AT_PLATFORM ("x86_64") unless glibc set its own.
+	m := regexp.MustCompile(`(?m)^dl_platform="([^"]*)"$`).FindStringSubmatch(string(out))
+	if assert.NotNil(t, m, "%s --list-diagnostics prints no dl_platform", loader) {
+		want := m[1]
+		if want == "x86_64" {
+			want = ""
+		}
+		assert.Equal(t, want, r.Platform(), "dl_platform")
+	}
+	t.Logf("%#x: level %d, %q, platform %q", r, r.Level(), r.Level().Hwcaps(), r.Platform())
 }

@@ -1,7 +1,8 @@
 // Package x86isa computes the x86-64 micro-architecture levels glibc's
-// loader finds on a CPU, from the CPUID and XCR0 values it reads, so that
-// the loader simulation searches the glibc-hwcaps subdirectories ld.so
-// searches.
+// loader finds on a CPU, and the platform name it gives some Intel CPUs,
+// from the CPUID and XCR0 values it reads, so that the loader simulation
+// searches the glibc-hwcaps subdirectories ld.so searches and expands
+// $PLATFORM as it does.
 //
 // The rules are glibc's, not the psABI's list of /proc/cpuinfo names:
 // sysdeps/x86/get-isa-level.h (get_isa_level: which features each level
@@ -73,6 +74,8 @@ const (
 	ebxBMI2     = 1 << 8
 	ebxAVX512F  = 1 << 16
 	ebxAVX512DQ = 1 << 17
+	ebxAVX512PF = 1 << 26 // Xeon Phi only
+	ebxAVX512ER = 1 << 27 // Xeon Phi only
 	ebxAVX512CD = 1 << 28
 	ebxAVX512BW = 1 << 30
 	ebxAVX512VL = 1 << 31
@@ -93,6 +96,9 @@ const (
 // state (update_active).
 type usable struct {
 	baseline, v2, v3, v4 bool
+	// haswell and xeonPhi are the sets init_cpu_features names a
+	// platform for on Intel processors.
+	haswell, xeonPhi bool
 }
 
 func (r Regs) usable() usable {
@@ -121,7 +127,33 @@ func (r Regs) usable() usable {
 		v3: avx && all(leaf7, ebxAVX2|ebxBMI1|ebxBMI2) &&
 			all(r.Leaf1ECX, ecxF16C|ecxFMA|ecxMOVBE) && all(ext1, extLZCNT),
 		v4: avx512f && all(leaf7, ebxAVX512BW|ebxAVX512CD|ebxAVX512DQ|ebxAVX512VL),
+		haswell: avx && all(leaf7, ebxAVX2|ebxBMI1|ebxBMI2) &&
+			all(r.Leaf1ECX, ecxFMA|ecxMOVBE|ecxPOPCNT) && all(ext1, extLZCNT),
+		xeonPhi: avx512f && all(leaf7, ebxAVX512CD|ebxAVX512ER|ebxAVX512PF),
 	}
+}
+
+// intel is the vendor string "GenuineIntel".
+var intel = [3]uint32{0x756e6547, 0x49656e69, 0x6c65746e}
+
+// Platform returns the $PLATFORM (dl_platform) glibc's x86-64 loader
+// sets on this CPU in place of the kernel's AT_PLATFORM, "x86_64", and
+// "" when it keeps that: on Intel processors only, "xeon_phi" with
+// AVX512CD, AVX512ER and AVX512PF usable, else "haswell" with AVX2, FMA,
+// BMI1, BMI2, LZCNT, MOVBE and POPCNT usable (init_cpu_features, glibc
+// 2.26 and later). An AMD processor with the same features keeps
+// "x86_64".
+func (r Regs) Platform() string {
+	if r.Vendor != intel {
+		return ""
+	}
+	switch u := r.usable(); {
+	case u.xeonPhi:
+		return "xeon_phi"
+	case u.haswell:
+		return "haswell"
+	}
+	return ""
 }
 
 // avxDisabled reports the processors on which glibc turns AVX and AVX2 off

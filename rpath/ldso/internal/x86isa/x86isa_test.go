@@ -158,3 +158,50 @@ func TestHwcaps(t *testing.T) {
 		assert.Equal(t, tt.want, tt.level.Hwcaps(), "level %d", tt.level)
 	}
 }
+
+// TestPlatform: glibc names a platform on Intel processors only, from
+// the features it finds usable, as for the levels.
+func TestPlatform(t *testing.T) {
+	v3, v4 := cpu(genuineIntel, 3, xcrAVX), cpu(genuineIntel, 4, xcrAVX512)
+	phi := with(v4, func(r *Regs) { r.Leaf7EBX |= ebxAVX512ER | ebxAVX512PF })
+	tests := []struct {
+		name string
+		regs Regs
+		want string
+	}{
+		{"AVX2 CPU", v3, "haswell"},
+		{"AVX-512 CPU", v4, "haswell"},
+		{"Xeon Phi", phi, "xeon_phi"},
+		{"AVX512ER without AVX512PF", with(v4, func(r *Regs) { r.Leaf7EBX |= ebxAVX512ER }), "haswell"},
+		{"Xeon Phi, OS saves no ZMM state", with(phi, func(r *Regs) { r.XCR0 = xcrAVX }), "haswell"},
+		{"Xeon Phi without AVX512CD", without(phi, "AVX512CD"), "haswell"},
+		{"AVX2 CPU without FMA", without(v3, "FMA"), ""},
+		{"AVX2 CPU without LZCNT", without(v3, "LZCNT"), ""},
+		{"AVX2 CPU without MOVBE", without(v3, "MOVBE"), ""},
+		{"AVX2 CPU without POPCNT", without(v3, "POPCNT"), ""},
+		{"AVX2 CPU without BMI2", without(v3, "BMI2"), ""},
+		{"AVX2 CPU, OS saves no YMM state", cpu(genuineIntel, 3, xcrSSE|1), ""},
+		{"haswell's features without F16C (not one of them)", without(v3, "F16C"), "haswell"},
+		{"AMD CPU with every feature", cpu("AuthenticAMD", 4, xcrAVX512), ""},
+		{"Zhaoxin CPU with every feature", cpu(centaurHauls, 3, xcrAVX), ""},
+		{"Nehalem", cpu(genuineIntel, 2, 0), ""},
+		// Registers read on two VMs: the Xeon's ld.so
+		// --list-diagnostics printed dl_platform="haswell" (and
+		// isa_1=0xf); the EPYC's is TestLevel's.
+		{"Xeon family 6 model 0xcf VM", Regs{
+			MaxLeaf: 0x1c, Vendor: [3]uint32{0x756e6547, 0x49656e69, 0x6c65746e},
+			Leaf1EAX: 0xc06f2, Leaf1ECX: 0xfffa3203, Leaf1EDX: 0x1f8bfbff, Leaf7EBX: 0xf1bf2ffb,
+			MaxExtLeaf: 0x80000021, Ext1ECX: 0x121, XCR0: 0xe7,
+		}, "haswell"},
+		{"EPYC family 0x19 VM", Regs{
+			MaxLeaf: 0xd, Vendor: [3]uint32{0x68747541, 0x69746e65, 0x444d4163},
+			Leaf1EAX: 0xa00f11, Leaf1ECX: 0xfffa3203, Leaf1EDX: 0x178bfbff, Leaf7EBX: 0x219c07ab,
+			MaxExtLeaf: 0x80000021, Ext1ECX: 0x4003f3, XCR0: 0x7,
+		}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, tt.regs.Platform())
+		})
+	}
+}
