@@ -5,11 +5,13 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/cudapatch/cudapatch/rpath/policy"
 
@@ -244,9 +246,13 @@ func (sc *symbolCheck) decide(work []*fileWork) {
 	}
 	base := sc.chk.Reader()
 	var resolved sync.Map // path → *fileWork or nil
+	var dirs sync.Map     // directory → noDir's answer
 	sc.read = func(path string) (*ldso.Object, error) {
 		f := sc.decided[path]
 		if f == nil {
+			if err := noDir(&dirs, path); err != nil {
+				return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+			}
 			if v, ok := resolved.Load(path); ok {
 				f, _ = v.(*fileWork)
 			} else {
@@ -273,6 +279,36 @@ func (c *job) loadedObject(f *elfedit.File) *ldso.Object {
 		return nil
 	}
 	return ldso.ObjectOf(f)
+}
+
+// noDir is why no file can be opened at path for want of its directory:
+// ENOENT or ENOTDIR, nil when the directory is one (or cannot be told),
+// remembered in seen. The loader simulation tries every name it searches
+// for in every directory of a search path, most of them absent on a build
+// machine (the driver link and its glibc-hwcaps subdirectories): one stat
+// answers for all the names, as the loader itself marks a directory
+// "nonexisting" at its first miss there. The directory is path up to its
+// last slash, not cleaned: ".." after a link is the kernel's to resolve.
+func noDir(seen *sync.Map, path string) error {
+	dir := path[:max(strings.LastIndexByte(path, '/'), 0)]
+	if dir == "" {
+		dir = "/"
+	}
+	if v, ok := seen.Load(dir); ok {
+		err, _ := v.(error)
+		return err
+	}
+	var err error
+	switch fi, serr := os.Stat(dir); {
+	case serr == nil && !fi.IsDir():
+		err = syscall.ENOTDIR
+	case errors.Is(serr, syscall.ENOENT):
+		err = syscall.ENOENT
+	case errors.Is(serr, syscall.ENOTDIR):
+		err = syscall.ENOTDIR
+	}
+	seen.Store(dir, err)
+	return err
 }
 
 // followLinks is path with its last component's symbolic links followed

@@ -3,9 +3,12 @@ package patch
 import (
 	"debug/elf"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -72,4 +75,36 @@ func TestKeptTreeChecksTheSame(t *testing.T) {
 	require.Equal(t, "/x/lib/libz.so.1", kept.Needs[0].Path)
 	require.False(t, kept.Needs[1].Found())
 	require.Equal(t, []*ldso.Need{kept.Needs[1]}, kept.Missing())
+}
+
+// TestNoDir: the loader simulation's reader refuses a path at once when
+// its directory is absent or a file, and only then; ".." after a link is
+// resolved by the kernel, not cleaned; an answer is remembered.
+func TestNoDir(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"lib", "deep/er", "deep/lib"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(root, "file"), nil, 0o644))
+	require.NoError(t, os.Symlink(filepath.Join(root, "deep/er"), filepath.Join(root, "link")))
+	var seen sync.Map
+	for _, c := range []struct {
+		path string
+		want error
+	}{
+		{"lib/libx.so", nil},
+		{"lib/absent.so", nil}, // the file is the reader's to miss
+		{"nodir/libx.so", syscall.ENOENT},
+		{"nodir/glibc-hwcaps/x86-64-v3/libx.so", syscall.ENOENT},
+		{"file/libx.so", syscall.ENOTDIR},
+		{"link/../lib/libx.so", nil}, // deep/lib; root/lib too, but:
+		{"link/../er/libx.so", nil},  // deep/er, while root/er is absent
+		{"lib/../nodir/libx.so", syscall.ENOENT},
+	} {
+		require.Equal(t, c.want, noDir(&seen, root+"/"+c.path), c.path) // not Join: it cleans
+	}
+	require.NoError(t, noDir(&seen, "/libx.so"), "the root directory")
+	require.NoError(t, os.Remove(filepath.Join(root, "deep/lib")))
+	require.NoError(t, noDir(&seen, root+"/link/../lib/x.so"), "remembered")
+	require.Equal(t, syscall.ENOENT, noDir(&seen, root+"/link/../lib/./x.so"), "another spelling is asked again")
 }
