@@ -297,13 +297,15 @@ func TestNixBuild(t *testing.T) {
 	// --keep-going: a case that fails to build is reported by its own
 	// subtest, and the others are still checked.
 	_, stderr, err := n.build(m.Build, "--keep-going")
-	if err != nil && bytes.Contains(stderr, []byte(killedBuilder)) {
-		// In a fresh chroot, Nix 2.8's first build of the go-modules
-		// fixed-output derivation is killed by signal 9 with an empty
-		// log, now and then (docs/userland.md, the fresh chroot's runs);
-		// gone under strace, never seen on a VM. One more build; its
-		// results are checked as always.
-		t.Logf("nix-build (-A build): %s; building once more:\n%s", killedBuilder, errorLines(stderr))
+	for try := 2; try <= killedBuilds && err != nil && bytes.Contains(stderr, []byte(killedBuilder)); try++ {
+		// Nix 2.8 kills a builder's process group when its log reaches
+		// EOF (Pid::kill in getChildStatus); a builder caught between
+		// closing its descriptors and exiting is reported killed by
+		// signal 9 with an empty log (NixOS/nix#2176, open). Seen on the
+		// quick go-modules build in fresh chroots and on a VM, twice in
+		// a row once (docs/fresh-root.md). The build is made again;
+		// its results are checked as always.
+		t.Logf("nix-build (-A build): %s; build %d of %d:\n%s", killedBuilder, try, killedBuilds, errorLines(stderr))
 		_, stderr, err = n.build(m.Build, "--keep-going")
 	}
 	if err != nil {
@@ -896,6 +898,10 @@ func searchedDir(out []byte, lib, dir string) bool {
 
 // killedBuilder is how Nix reports a builder that died of SIGKILL.
 const killedBuilder = "failed due to signal 9 (Killed)"
+
+// killedBuilds is how many times the Nix tier builds while the only
+// failures are builders Nix killed itself (NixOS/nix#2176).
+const killedBuilds = 4
 
 // probeMountNamespace says whether this process may run a command in a
 // private mount namespace with a tmpfs on /run and one on /proc/driver
