@@ -33,6 +33,19 @@ type scratch struct {
 	refs   []symRef
 	built  []ref
 	kinds  []refKind // by symbol index (readRelocs)
+	// buildRefs's: the symbols used, their names' ids, and the order in
+	// which it interns them.
+	uses  []refUse
+	ids   []uint32
+	order []int
+}
+
+// sized is b with length n, reallocated only when too small.
+func sized[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
 }
 
 // read reads n bytes at virtual address addr of f into buffer k.
@@ -76,6 +89,9 @@ func (sp *scratchPool) put(s *scratch) {
 	s.refs = upTo(s.refs, maxKept/8)
 	s.built = upTo(s.built, maxKept/8)
 	s.kinds = upTo(s.kinds, maxKept)
+	s.uses = upTo(s.uses, maxKept/32)
+	s.ids = upTo(s.ids, maxKept/4)
+	s.order = upTo(s.order, maxKept/8)
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if len(sp.idle) < maxIdle {

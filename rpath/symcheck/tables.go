@@ -600,13 +600,8 @@ func (o *object) query(r ref, ns *names) query {
 // Their names are interned in ns; they are built in s and kept in a slice
 // of their own size (most relocations of a library are to its own symbols).
 func (o *object) buildRefs(t *tables, rs []symRef, ns *names, sc *scratch) {
-	refs := sc.built[:0]
-	defer func() { sc.built = refs[:0] }()
-	type use struct {
-		s sym
-		r symRef
-	}
-	var uses []use
+	refs, uses := sc.built[:0], sc.uses[:0]
+	defer func() { sc.built, sc.uses = refs[:0], uses[:0] }()
 	for _, r := range rs {
 		if int(r.idx) >= t.nsyms() {
 			break
@@ -618,13 +613,13 @@ func (o *object) buildRefs(t *tables, rs []symRef, ns *names, sc *scratch) {
 		if v := s.vis(); v == elf.STV_HIDDEN || v == elf.STV_INTERNAL {
 			continue
 		}
-		uses = append(uses, use{s, r})
+		uses = append(uses, refUse{s, r})
 	}
 	// The names, interned in the order of their offsets when the string
 	// table is read a string at a time (each of its windows read once;
 	// the symbols' order is the hash table's, not the string table's).
-	ids := make([]uint32, len(uses))
-	order := make([]int, len(uses))
+	sc.ids, sc.order = sized(sc.ids, len(uses)), sized(sc.order, len(uses))
+	ids, order := sc.ids, sc.order
 	for k := range order {
 		order[k] = k
 	}
@@ -647,6 +642,12 @@ func (o *object) buildRefs(t *tables, rs []symRef, ns *names, sc *scratch) {
 	if len(refs) > 0 {
 		o.refs = slices.Clone(refs)
 	}
+}
+
+// refUse is a symbol a relocation uses, before its name is interned.
+type refUse struct {
+	s sym
+	r symRef
 }
 
 // symRef is a symbol relocations use and how.
