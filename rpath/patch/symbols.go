@@ -290,9 +290,14 @@ func (c *job) loadedObject(f *elfedit.File) *ldso.Object {
 // "nonexisting" at its first miss there. The directory is path up to its
 // last slash, not cleaned: ".." after a link is the kernel's to resolve.
 func noDir(seen *sync.Map, path string) error {
-	dir := path[:max(strings.LastIndexByte(path, '/'), 0)]
-	if dir == "" {
+	var dir string
+	switch i := strings.LastIndexByte(path, '/'); i {
+	case -1:
+		dir = "."
+	case 0:
 		dir = "/"
+	default:
+		dir = path[:i]
 	}
 	if v, ok := seen.Load(dir); ok {
 		err, _ := v.(error)

@@ -104,6 +104,9 @@ func TestNoDir(t *testing.T) {
 		require.Equal(t, c.want, noDir(&seen, root+"/"+c.path), c.path) // not Join: it cleans
 	}
 	require.NoError(t, noDir(&seen, "/libx.so"), "the root directory")
+	t.Chdir(root)
+	require.NoError(t, noDir(&seen, "libx.so"), "the working directory")
+	require.Equal(t, syscall.ENOENT, noDir(&seen, "nodir/libx.so"), "relative")
 	require.NoError(t, os.Remove(filepath.Join(root, "deep/lib")))
 	require.NoError(t, noDir(&seen, root+"/link/../lib/x.so"), "remembered")
 	require.Equal(t, syscall.ENOENT, noDir(&seen, root+"/link/../lib/./x.so"), "another spelling is asked again")
