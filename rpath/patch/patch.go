@@ -798,6 +798,11 @@ func (c *job) decide(fd found, ix resolver, t *policy.Target, held bool, inherit
 		return out
 	}
 	out.loaded = c.loadedObject(f)
+	if c.sym != nil && (out.Kind == elfedit.KindExecutable || out.Kind == elfedit.KindLibrary) {
+		// The symbol check reads the file's tables in this open; an
+		// error is its check's, as from Read (checkSymbols).
+		_ = c.sym.chk.ReadFile(path, f)
+	}
 	// FreeBSD and OpenBSD ship ld.so apart from libc in nixpkgs: libc must
 	// get its RUNPATH entry there (auto-patchelf forces keep-libc too).
 	keepLibc := c.keepLibc || osabi == elf.ELFOSABI_FREEBSD || osabi == elf.ELFOSABI_OPENBSD

@@ -350,6 +350,25 @@ func (c *Checker) Read(path string) error {
 	return err
 }
 
+// ReadFile is Read of the file at path through f, which its caller has
+// open and closes: a caller that opens every output to decide it reads
+// their tables in that open, not in one of their own.
+func (c *Checker) ReadFile(path string, f *elfedit.File) error {
+	e := c.entry(path)
+	e.once.Do(func() {
+		s := c.scratch.get()
+		e.o, e.err = newObject(f, readSummary, &c.names, s)
+		c.scratch.put(s)
+		if e.err != nil {
+			e.err = fmt.Errorf("%s: %w", path, e.err)
+		} else {
+			e.o.path = path
+		}
+		c.account(e)
+	})
+	return e.err
+}
+
 func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result, error) {
 	res := &Result{Path: tree.Path}
 	order, missing := c.loadOrder(tree, res)

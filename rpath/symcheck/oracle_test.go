@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudapatch/cudapatch/internal/fixtures"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/symcheck"
 )
@@ -320,17 +321,27 @@ func oracle(t *testing.T, a arch, c class) {
 	// outputs), the libraries before the program: their summaries, made
 	// as they are read, answer for none of the names only the program
 	// uses, and are made again when it looks those up.
+	// And one given each file open (ReadFile, the main job's way).
 	read := symcheck.New(symcheck.Options{BindNow: true, OnlyProblems: true})
+	open := symcheck.New(symcheck.Options{BindNow: true, OnlyProblems: true})
+	readOpen := func(path string) {
+		f, err := elfedit.Open(path)
+		require.NoError(t, err)
+		defer f.Close()
+		require.NoError(t, open.ReadFile(path, f))
+	}
 	for i := len(tr.Needs) - 1; i >= 0; i-- {
 		if n := tr.Needs[i]; n.Found() && n.Step != ldso.StepInterp {
 			hp, err := ldso.HostPath(cfg, n.Path)
 			require.NoError(t, err)
 			require.NoError(t, read.Read(hp))
+			readOpen(hp)
 		}
 	}
 	require.NoError(t, read.Read(exe))
+	readOpen(exe)
 	for range 2 { // the second time from the memo
-		for _, chk := range []*symcheck.Checker{only, tiny, read} {
+		for _, chk := range []*symcheck.Checker{only, tiny, read, open} {
 			p, err := chk.Check(cfg, tr)
 			require.NoError(t, err)
 			require.Equal(t, findings(now), findings(p), "%s: OnlyProblems", c.name)
