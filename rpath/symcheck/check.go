@@ -239,28 +239,35 @@ func (c *Checker) readWith(open func(string) (*elfedit.File, error), path string
 // makes it), for later checks of this Checker: give it to ldso.Resolve.
 func (c *Checker) Reader() ldso.Reader {
 	return ldso.ElfReaderOpen(c.opts.Open, func(path string, f *elfedit.File) {
-		e := c.entry(path)
-		e.once.Do(func() {
-			s := c.scratch.get()
-			what := readVersions
-			switch {
-			case c.opts.Binding:
-				// Every file is bound and most are looked in: the
-				// summary too, while the tables are at hand.
-				what = readSummary
-			case f.Kind() == elfedit.KindExecutable:
-				what = readRefs
-			}
-			e.o, e.err = newObject(f, what, &c.names, s)
-			c.scratch.put(s)
-			if e.err != nil {
-				e.err = fmt.Errorf("%s: %w", path, e.err)
-			} else {
-				e.o.path = path
-			}
-			c.account(e)
-		})
+		what := readVersions
+		switch {
+		case c.opts.Binding:
+			// Every file is bound and most are looked in: the summary
+			// too, while the tables are at hand.
+			what = readSummary
+		case f.Kind() == elfedit.KindExecutable:
+			what = readRefs
+		}
+		c.readOpen(path, f, what)
 	})
+}
+
+// readOpen reads what of the file at path through f, open, unless it was
+// read already, and returns the entry.
+func (c *Checker) readOpen(path string, f *elfedit.File, what reading) *entry {
+	e := c.entry(path)
+	e.once.Do(func() {
+		s := c.scratch.get()
+		e.o, e.err = newObject(f, what, &c.names, s)
+		c.scratch.put(s)
+		if e.err != nil {
+			e.err = fmt.Errorf("%s: %w", path, e.err)
+		} else {
+			e.o.path = path
+		}
+		c.account(e)
+	})
+	return e
 }
 
 // account adds a newly read entry to the kept bytes.
@@ -354,19 +361,7 @@ func (c *Checker) Read(path string) error {
 // open and closes: a caller that opens every output to decide it reads
 // their tables in that open, not in one of their own.
 func (c *Checker) ReadFile(path string, f *elfedit.File) error {
-	e := c.entry(path)
-	e.once.Do(func() {
-		s := c.scratch.get()
-		e.o, e.err = newObject(f, readSummary, &c.names, s)
-		c.scratch.put(s)
-		if e.err != nil {
-			e.err = fmt.Errorf("%s: %w", path, e.err)
-		} else {
-			e.o.path = path
-		}
-		c.account(e)
-	})
-	return e.err
+	return c.readOpen(path, f, readSummary).err
 }
 
 func (c *Checker) check(cfg ldso.Config, tree *ldso.Tree, symbols bool) (*Result, error) {
