@@ -799,8 +799,9 @@ func (c *job) decide(fd found, ix resolver, t *policy.Target, held bool, inherit
 	}
 	out.loaded = c.loadedObject(f)
 	if c.sym != nil && (out.Kind == elfedit.KindExecutable || out.Kind == elfedit.KindLibrary) {
-		// The symbol check reads the file's tables in this open; an
-		// error is its check's, as from Read (checkSymbols).
+		// The symbol check reads the file's tables in this open, before
+		// any closure is bound (checkSymbols); an error is the check's
+		// of each closure that holds the file.
 		_ = c.sym.chk.ReadFile(path, f)
 	}
 	// FreeBSD and OpenBSD ship ld.so apart from libc in nixpkgs: libc must

@@ -129,22 +129,18 @@ func (c *job) checkSymbols(ctx context.Context, rep *Report, work []*fileWork) e
 			todo = append(todo, f)
 		}
 	}
-	// Every output's references are read, and its definitions summarized
-	// in the same pass, before any closure is bound (symcheck.Checker.Read):
-	// the summaries then answer for the names the outputs use. An error
-	// is the check's of each closure that holds the file.
-	err := parallel(ctx, c.jobs, len(todo), func(i int) { _ = sc.chk.Read(todo[i].Path) })
+	// Every output's references were read, and its definitions
+	// summarized, when it was decided (Checker.ReadFile in decide), so
+	// the summaries answer for the names the outputs use. Every closure
+	// is then resolved before any is bound: resolving reads each library
+	// of the closures, and with it learns the names its references use,
+	// so that a library's summary, made for the names known then, is made
+	// again at most once (symcheck's summaryOf), not at each closure
+	// that brings new names.
+	trees := make([]resolvedTree, len(todo))
+	err := parallel(ctx, c.jobs, len(todo), func(i int) { trees[i] = sc.resolveSafe(todo[i]) })
 	if err == nil {
-		// Every closure is resolved before any is bound: resolving reads
-		// each library of the closures, and with it learns the names its
-		// references use, so that a library's summary, made for the
-		// names known then, is made again at most once (symcheck's
-		// summaryOf), not at each closure that brings new names.
-		trees := make([]resolvedTree, len(todo))
-		err = parallel(ctx, c.jobs, len(todo), func(i int) { trees[i] = sc.resolveSafe(todo[i]) })
-		if err == nil {
-			err = parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i], trees[i]) })
-		}
+		err = parallel(ctx, c.jobs, len(todo), func(i int) { sc.checkSafe(todo[i], trees[i]) })
 	}
 	for _, f := range work {
 		f.loaded = nil // not needed past the check
