@@ -1,12 +1,14 @@
 package ldso
 
 import (
+	"bytes"
 	"debug/elf"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/cudapatch/cudapatch/rpath/ldso/internal/x86isa"
@@ -51,12 +53,18 @@ type Config struct {
 	Hwcaps []string `json:"hwcaps,omitempty"`
 	// LegacyHwcaps are the pre-2.37 hwcap subdirectories (tls/x86_64,
 	// x86_64…) tried after the glibc-hwcaps ones, best first. glibc 2.37
-	// removed them; DefaultConfig leaves this empty.
+	// removed them. Only LoaderStock searches them: nixpkgs' loader, which
+	// reads resolution notes, is a newer glibc.
 	LegacyHwcaps []string `json:"legacy_hwcaps,omitempty"`
 	// Identities, when set, remembers the identity of every file found,
 	// across Resolve calls: for many calls over a tree that does
 	// not change meanwhile (the symbol check of every file of a tree).
 	Identities *IdentityCache `json:"-"`
+	// NoDir, when set, says that a host path is no directory (absent, or
+	// not one), so that no file below it opens through the Reader: an
+	// untraced resolution then skips the subdirectories below it. It
+	// must agree with the Reader; nil tries every one.
+	NoDir func(path string) bool `json:"-"`
 	// Untraced leaves Need.Tried empty: for a caller that needs where each
 	// name was found, not how (the attempts are a large part of what a
 	// resolution allocates).
@@ -116,6 +124,13 @@ func machineOf(class elf.Class, machine elf.Machine) (machineInfo, bool) {
 //     have no glibc-hwcaps subdirectories (glibc's elf/dl-hwcaps-subdirs.c,
 //     the empty default); those of POWER (power10, power9), s390x (z13…)
 //     and RISC-V (rva20u64…) are not modelled.
+//   - LegacyHwcaps: for x86-64 on this host's CPU, when root's loader
+//     (/lib64/ld-linux-x86-64.so.2) is glibc 2.26 to 2.36, as its
+//     --version text says: the subdirectories it tries in each directory
+//     for "tls", $PLATFORM and its legacy hwcap names (Debian 12 and
+//     Ubuntu 22.04 search 15 of them). Otherwise none: glibc 2.37
+//     dropped them, a NixOS host's /lib64 loader is a stub, and other
+//     machines' legacy hwcaps are not modelled.
 //
 // LDLibraryPath, Secure, WorkDir and Loader are left for the caller. An unreadable
 // or malformed cache is an error.
@@ -146,6 +161,10 @@ func DefaultConfig(root string, class elf.Class, machine elf.Machine) (Config, e
 			if p := regs.Platform(); p != "" {
 				cfg.Platform = p
 			}
+			if legacyLoader(root, "/lib64/ld-linux-x86-64.so.2") {
+				caps := append([]string{"tls", cfg.Platform}, regs.LegacyHwcaps()...)
+				cfg.LegacyHwcaps = LegacySubdirs(caps)
+			}
 		}
 	}
 
@@ -160,4 +179,85 @@ func DefaultConfig(root string, class elf.Class, machine elf.Machine) (Config, e
 		}
 	}
 	return cfg, nil
+}
+
+// LegacySubdirs is the subdirectories a glibc loader before 2.37 tried in
+// each directory of a search path, best first, for its legacy
+// capabilities caps: "tls", then $PLATFORM when it has one, then its
+// hwcap names from the highest bit down (x86-64: tls, haswell, avx512_1,
+// x86_64). Every combination in that order, the first capability the
+// most significant (_dl_important_hwcaps): tls/haswell/avx512_1/x86_64,
+// tls/haswell/avx512_1, tls/haswell/x86_64, …, x86_64. A name listed
+// twice (an AMD CPU's platform and hwcap are both "x86_64") is tried
+// twice, as the loader does.
+func LegacySubdirs(caps []string) []string {
+	n := len(caps)
+	if n == 0 || n > 16 {
+		return nil
+	}
+	out := make([]string, 0, 1<<n-1)
+	parts := make([]string, 0, n)
+	for m := 1<<n - 1; m > 0; m-- {
+		parts = parts[:0]
+		for i, c := range caps {
+			if m&(1<<(n-1-i)) != 0 {
+				parts = append(parts, c)
+			}
+		}
+		out = append(out, strings.Join(parts, "/"))
+	}
+	return out
+}
+
+// legacyLoader says whether the loader at interp under root is glibc 2.26
+// to 2.36, whose legacy hwcap subdirectories DefaultConfig models: read
+// from the text its --version prints ("… release version 2.36."), without
+// running it. A loader that cannot be read, or holds no such text, is
+// taken for a newer one.
+func legacyLoader(root, interp string) bool {
+	fsy, err := newFsys(Config{Root: root, WorkDir: "/"})
+	if err != nil {
+		return false
+	}
+	hp, err := fsy.host(interp)
+	if err != nil {
+		return false
+	}
+	data, err := os.ReadFile(hp)
+	if err != nil {
+		return false
+	}
+	major, minor, ok := glibcRelease(data)
+	return ok && major == 2 && minor >= 26 && minor < 37
+}
+
+// glibcRelease reads the glibc release from a loader's bytes: the version
+// after " release version " (2.36 of "stable release version 2.36.", 2.37
+// of "development release version 2.37.9000.").
+func glibcRelease(data []byte) (major, minor int, ok bool) {
+	const marker = " release version "
+	i := bytes.Index(data, []byte(marker))
+	if i < 0 {
+		return 0, 0, false
+	}
+	rest := data[i+len(marker):]
+	num := func() (int, bool) {
+		n, k := 0, 0
+		for k < len(rest) && k < 6 && rest[k] >= '0' && rest[k] <= '9' {
+			n = n*10 + int(rest[k]-'0')
+			k++
+		}
+		rest = rest[k:]
+		return n, k > 0
+	}
+	major, ok1 := num()
+	if !ok1 || len(rest) == 0 || rest[0] != '.' {
+		return 0, 0, false
+	}
+	rest = rest[1:]
+	minor, ok2 := num()
+	if !ok2 {
+		return 0, 0, false
+	}
+	return major, minor, true
 }

@@ -75,9 +75,14 @@
 // The glibc-hwcaps subdirectories of x86-64 come from CPUID as glibc
 // reads it (see [DefaultConfig]), not from /proc/cpuinfo's names.
 //
+// The legacy hwcap subdirectories a stock loader of glibc 2.26 to 2.36
+// tries in each directory (tls/haswell/avx512_1/x86_64 … x86_64) are
+// modelled for x86-64 ([DefaultConfig], [LegacySubdirs]).
+//
 // Not modelled: LD_PRELOAD and /etc/ld.so.preload, audit modules,
 // DT_FILTER/DT_AUXILIARY, dlopen flags (RTLD_GLOBAL, namespaces), the legacy
 // (pre-2.37) hwcap bits of cache entries, which are treated as unsupported,
-// the glibc-hwcaps subdirectories of POWER, s390x and RISC-V, and
-// GLIBC_TUNABLES' glibc.cpu.hwcaps, which can mask CPU features.
+// the legacy subdirectories of other machines' loaders, the glibc-hwcaps
+// subdirectories of POWER, s390x and RISC-V, and GLIBC_TUNABLES'
+// glibc.cpu.hwcaps and glibc.cpu.hwcap_mask, which can mask CPU features.
 package ldso

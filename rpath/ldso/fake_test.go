@@ -34,6 +34,17 @@ func (f fakeFS) read(p string) (*ldso.Object, error) {
 	return o, nil
 }
 
+// noDir says no file of f lies below dir, as Config.NoDir must agree
+// with the reader.
+func (f fakeFS) noDir(dir string) bool {
+	for k := range f {
+		if strings.HasPrefix(k, dir+"/") {
+			return false
+		}
+	}
+	return true
+}
+
 // lib builds an x86-64 object with the given needs.
 func lib(needed ...string) *ldso.Object {
 	return &ldso.Object{Class: elf.ELFCLASS64, Machine: elf.EM_X86_64, Needed: needed}
@@ -191,7 +202,9 @@ func TestResolveRules(t *testing.T) {
 			name:  "hwcaps subdirectories first",
 			files: fakeFS{"/c/libB.so": lib(), "/c/glibc-hwcaps/x86-64-v2/libB.so": lib(), "/c/tls/libB.so": lib()},
 			exe:   withRunPath(lib("libB.so", "libB.so"), "/c"),
-			cfg:   func(c *ldso.Config) { c.Hwcaps = []string{"x86-64-v3", "x86-64-v2"}; c.LegacyHwcaps = []string{"tls"} },
+			cfg: func(c *ldso.Config) {
+				c.Loader, c.Hwcaps, c.LegacyHwcaps = ldso.LoaderStock, []string{"x86-64-v3", "x86-64-v2"}, []string{"tls"}
+			},
 			want: []got{
 				{"libB.so", "/c/glibc-hwcaps/x86-64-v2/libB.so", ldso.StepRunPath, ""},
 				{"libB.so", "/c/glibc-hwcaps/x86-64-v2/libB.so", ldso.StepLoaded, ""},
@@ -201,8 +214,15 @@ func TestResolveRules(t *testing.T) {
 			name:  "legacy hwcaps",
 			files: fakeFS{"/c/libB.so": lib(), "/c/tls/libB.so": lib()},
 			exe:   withRunPath(lib("libB.so"), "/c"),
-			cfg:   func(c *ldso.Config) { c.LegacyHwcaps = []string{"tls/"} },
+			cfg:   func(c *ldso.Config) { c.Loader, c.LegacyHwcaps = ldso.LoaderStock, []string{"tls/"} },
 			want:  []got{{"libB.so", "/c/tls/libB.so", ldso.StepRunPath, ""}},
+		},
+		{
+			name:  "legacy hwcaps: not nixpkgs' loader's",
+			files: fakeFS{"/c/libB.so": lib(), "/c/tls/libB.so": lib()},
+			exe:   withRunPath(lib("libB.so"), "/c"),
+			cfg:   func(c *ldso.Config) { c.Loader, c.LegacyHwcaps = ldso.LoaderNixOS, []string{"tls/"} },
+			want:  []got{{"libB.so", "/c/libB.so", ldso.StepRunPath, ""}},
 		},
 		{
 			name: "interpreter by soname",
@@ -248,18 +268,58 @@ func TestResolveRules(t *testing.T) {
 				assert.Empty(t, n.Error)
 			}
 			assert.Equal(t, tt.want, g)
-			// Untraced: the same resolution, no attempts recorded.
+			// Untraced: the same resolution, no attempts recorded, with
+			// and without the subdirectories below absent ones skipped.
 			cfg.Untraced = true
-			tr, err = ldso.Resolve(cfg, files.read, exe)
-			require.NoError(t, err)
-			g = nil
-			for _, n := range tr.Needs {
-				g = append(g, got{n.Name, n.Path, n.Step, n.RPathOwner})
-				assert.Empty(t, n.Tried)
+			for _, noDir := range []func(string) bool{nil, files.noDir} {
+				cfg.NoDir = noDir
+				tr, err = ldso.Resolve(cfg, files.read, exe)
+				require.NoError(t, err)
+				g = nil
+				for _, n := range tr.Needs {
+					g = append(g, got{n.Name, n.Path, n.Step, n.RPathOwner})
+					assert.Empty(t, n.Tried)
+				}
+				assert.Equal(t, tt.want, g)
 			}
-			assert.Equal(t, tt.want, g)
 		})
 	}
+}
+
+// TestResolveSkipsAbsentSubdirs: an untraced resolution with Config.NoDir
+// asks the reader for nothing below a first component NoDir calls absent
+// (tls, haswell, glibc-hwcaps here), and finds what a traced one finds.
+func TestResolveSkipsAbsentSubdirs(t *testing.T) {
+	exe := "/bin/exe"
+	files := fakeFS{
+		exe:                    withRunPath(lib("libB.so"), "/c"),
+		"/c/libB.so":           lib(),
+		"/c/x86_64/libB.so":    lib(),
+		"/lib/x86_64/libc.so":  lib(),
+		"/c/avx512_1/other.so": lib(),
+	}
+	cfg := ldso.Config{
+		DefaultDirs:  []string{"/lib"},
+		Loader:       ldso.LoaderStock,
+		Hwcaps:       []string{"x86-64-v2"},
+		LegacyHwcaps: ldso.LegacySubdirs([]string{"tls", "haswell", "avx512_1", "x86_64"}),
+	}
+	traced, err := ldso.Resolve(cfg, files.read, exe)
+	require.NoError(t, err)
+	require.Equal(t, "/c/x86_64/libB.so", traced.Needs[0].Path)
+	assert.Len(t, traced.Needs[0].Tried, 1+len(cfg.LegacyHwcaps), "glibc-hwcaps/x86-64-v2, then every legacy one up to x86_64, the last")
+
+	var asked []string
+	read := func(p string) (*ldso.Object, error) {
+		asked = append(asked, p)
+		return files.read(p)
+	}
+	cfg.Untraced, cfg.NoDir = true, files.noDir
+	tr, err := ldso.Resolve(cfg, read, exe)
+	require.NoError(t, err)
+	assert.Equal(t, traced.Needs[0].Path, tr.Needs[0].Path)
+	// Only avx512_1's subdirectories (avx512_1 exists) and x86_64's.
+	assert.Equal(t, []string{"/c/avx512_1/x86_64/libB.so", "/c/avx512_1/libB.so", "/c/x86_64/libB.so"}, asked[1:])
 }
 
 func TestResolveErrors(t *testing.T) {

@@ -143,10 +143,12 @@ func resolvedPairs(tr *ldso.Tree) [][2]string {
 	return out
 }
 
-// hostConfig is the configuration of the host's x86-64 loader.
+// hostConfig is the configuration of the host's x86-64 loader, glibc as
+// released.
 func hostConfig(t testing.TB) ldso.Config {
 	cfg, err := ldso.DefaultConfig("", elf.ELFCLASS64, elf.EM_X86_64)
 	require.NoError(t, err)
+	cfg.Loader = ldso.LoaderStock
 	return cfg
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -101,6 +102,142 @@ func TestDefaultConfigMatchesLoader(t *testing.T) {
 	assert.Equal(t, searchedHwcaps(t, help), cfg.Hwcaps)
 	assert.NotNil(t, cfg.Cache)
 	assert.Equal(t, loaderPlatform(t), cfg.Platform)
+	// glibc before 2.37 (Debian 12, Ubuntu 22.04) also tries its legacy
+	// hwcap subdirectories in each directory; later ones none.
+	assert.Equal(t, legacySearched(t, "/bin/true", hostLoader), cfg.LegacyHwcaps)
+}
+
+// legacySearched returns the subdirectories the loader run by argv tries
+// in a directory of LD_LIBRARY_PATH before the directory itself, past
+// the glibc-hwcaps ones, as LD_DEBUG=libs prints the search path of a
+// library it looks for; nil when it tries none. The last of argv is the
+// loader: it lists file, which needs libc.so.6.
+func legacySearched(t *testing.T, file string, argv ...string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	loader := argv[len(argv)-1]
+	var cmd *exec.Cmd
+	env := []string{"LD_LIBRARY_PATH=" + dir, "LD_DEBUG=libs"}
+	if len(argv) == 1 {
+		cmd = exec.Command(loader, "--list", file)
+		cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
+	} else {
+		// qemu-user passes -E variables to the guest, not to itself.
+		args := slices.Clone(argv[1 : len(argv)-1])
+		for _, e := range env {
+			args = append(args, "-E", e)
+		}
+		args = append(args, loader, "--list", file)
+		cmd = exec.Command(argv[0], args...)
+		cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	}
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s: %s", cmd, out)
+	m := regexp.MustCompile(`search path=(\S*)\s+\(LD_LIBRARY_PATH\)`).FindSubmatch(out)
+	require.NotNil(t, m, "%s prints no LD_LIBRARY_PATH search path:\n%s", cmd, out)
+	elems := strings.Split(string(m[1]), ":")
+	require.Equal(t, dir, elems[len(elems)-1], "the directory itself is tried last: %s", m[1])
+	var subs []string
+	for _, e := range elems[:len(elems)-1] {
+		sub, ok := strings.CutPrefix(e, dir+"/")
+		require.True(t, ok, "%s: not below %s", e, dir)
+		if !strings.HasPrefix(sub, "glibc-hwcaps/") {
+			subs = append(subs, sub)
+		}
+	}
+	return subs
+}
+
+// legacyCaps returns the legacy capabilities `ld.so --help` lists as
+// searched (glibc 2.33 to 2.36), in LegacySubdirs' order: "tls", then
+// AT_PLATFORM, then the hwcap names as listed (highest bit first).
+func legacyCaps(help string) []string {
+	_, list, ok := strings.Cut(help, "\nLegacy HWCAP subdirectories under library search path directories:\n")
+	if !ok {
+		return nil
+	}
+	list, _, _ = strings.Cut(list, "\n\n")
+	var platform string
+	var hwcaps []string
+	for _, l := range strings.Split(strings.TrimSpace(list), "\n") {
+		name, state, _ := strings.Cut(strings.TrimSpace(l), " ")
+		switch {
+		case state == "(AT_PLATFORM; supported, searched)":
+			platform = name
+		case name == "tls" || state != "(supported, searched)":
+		default:
+			hwcaps = append(hwcaps, name)
+		}
+	}
+	caps := []string{"tls"}
+	if platform != "" {
+		caps = append(caps, platform)
+	}
+	return append(caps, hwcaps...)
+}
+
+// TestLegacySubdirsMatchLoaders checks LegacySubdirs' combinations
+// against every loader at hand: the host's and, under qemu-user, those
+// of other machines, whose legacy capabilities (AT_PLATFORM from qemu,
+// hwcap names such as atomics, neon or zarch) differ. Each loader's own
+// `ld.so --help` gives the capabilities, and LD_DEBUG the subdirectories
+// it tries. A loader of glibc 2.37 or later lists and tries none.
+func TestLegacySubdirsMatchLoaders(t *testing.T) {
+	tests := []struct{ name, qemu, sysroot, loader string }{
+		{"host", "", "", hostLoader},
+		{"qemu-aarch64", "qemu-aarch64", "/usr/aarch64-linux-gnu", "ld-linux-aarch64.so.1"},
+		{"qemu-i386", "qemu-i386", "/usr/i686-linux-gnu", "ld-linux.so.2"},
+		{"qemu-arm", "qemu-arm", "/usr/arm-linux-gnueabihf", "ld-linux-armhf.so.3"},
+		{"qemu-s390x", "qemu-s390x", "/usr/s390x-linux-gnu", "ld64.so.1"},
+		{"qemu-ppc64le", "qemu-ppc64le", "/usr/powerpc64le-linux-gnu", "ld64.so.2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			argv, file := []string{tt.loader}, "/bin/true"
+			if tt.qemu != "" {
+				if _, err := exec.LookPath(tt.qemu); err != nil {
+					t.Skipf("no %s: %v", tt.qemu, err)
+				}
+				loader := filepath.Join(tt.sysroot, "lib", tt.loader)
+				if _, err := os.Stat(loader); err != nil {
+					t.Skipf("no %s sysroot: %v", tt.sysroot, err)
+				}
+				argv = []string{tt.qemu, "-L", tt.sysroot, loader}
+				file = filepath.Join(tt.sysroot, "lib/libm.so.6")
+			}
+			caps := legacyCaps(loaderHelp(t, argv...))
+			searched := legacySearched(t, file, argv...)
+			assert.Equal(t, searched, ldso.LegacySubdirs(caps))
+			t.Logf("%s: %d legacy capabilities %v, %d subdirectories", tt.name, len(caps), caps, len(searched))
+		})
+	}
+}
+
+// TestLegacyHwcapsAgreeWithLoader places a library in a directory and in
+// two of its legacy subdirectories (tls/x86_64 and x86_64) and resolves a
+// program whose RUNPATH names the directory: the host's stock loader
+// takes tls/x86_64's before glibc 2.37 and the directory's from 2.37 on,
+// and the simulation, with DefaultConfig, takes the same.
+func TestLegacyHwcapsAgreeWithLoader(t *testing.T) {
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "lib")
+	for _, sub := range []string{"", "tls/x86_64", "x86_64"} {
+		cc(t, filepath.Join(lib, sub, "libleg.so.1"), leafSrc, "-shared", "-nostdlib", "-Wl,-soname,libleg.so.1")
+	}
+	exe := filepath.Join(dir, "bin/exe")
+	cc(t, exe, mainSrc, "-Wl,--no-as-needed", filepath.Join(lib, "libleg.so.1"), "-Wl,--enable-new-dtags,-rpath,"+lib)
+
+	pairs, list, ok := ldList(t, "/", exe)
+	require.True(t, ok && list, "ld.so --list %s", exe)
+	want := filepath.Join(lib, "libleg.so.1")
+	if len(legacySearched(t, "/bin/true", hostLoader)) > 0 {
+		want = filepath.Join(lib, "tls/x86_64/libleg.so.1")
+	}
+	require.Contains(t, pairs, [2]string{"libleg.so.1", want})
+
+	tr, err := ldso.Resolve(hostConfig(t), readELF, exe)
+	require.NoError(t, err)
+	assert.Equal(t, pairs, resolvedPairs(tr))
 }
 
 // loaderPlatform is the $PLATFORM the host loader expands (dl_platform),

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -172,6 +173,7 @@ type resolver struct {
 	llp      []string // expanded LD_LIBRARY_PATH; nil: none
 	dirs     []string // default directories, with trailing '/'
 	subs     []string // hwcaps subdirectories, with trailing '/', then ""
+	live     map[string][]string
 }
 
 // Resolve simulates ld.so loading the executable at path (a logical path,
@@ -198,8 +200,10 @@ func Resolve(cfg Config, read Reader, exe string) (*Tree, error) {
 	for _, h := range cfg.Hwcaps {
 		r.subs = append(r.subs, "glibc-hwcaps/"+h+"/")
 	}
-	for _, h := range cfg.LegacyHwcaps {
-		r.subs = append(r.subs, dirSlash(h))
+	if cfg.Loader == LoaderStock {
+		for _, h := range cfg.LegacyHwcaps {
+			r.subs = append(r.subs, dirSlash(h))
+		}
 	}
 	r.subs = append(r.subs, "")
 
@@ -426,7 +430,7 @@ func (r *resolver) openPath(n *Need, step Step, owner string, dirs []string) *ca
 // openPathAs is openPath for the dirs of one note element.
 func (r *resolver) openPathAs(n *Need, step Step, owner, elem string, dirs []string) *candidate {
 	for _, d := range dirs {
-		for _, sub := range r.subs {
+		for _, sub := range r.subsIn(d) {
 			a := Attempt{Step: step, Owner: owner, Element: elem, Dir: strings.TrimSuffix(d, "/"), Path: d + sub + n.Name}
 			if d == "/" {
 				a.Dir = "/"
@@ -440,6 +444,44 @@ func (r *resolver) openPathAs(n *Need, step Step, owner, elem string, dirs []str
 		}
 	}
 	return nil
+}
+
+// subsIn is r.subs less those below a first component that Config.NoDir
+// says is no directory in d: every name tried there is missing, as ld.so
+// finds (and then marks that directory nonexisting). A stock loader
+// before glibc 2.37 tries 18 subdirectories of each directory, most of
+// them absent. A traced resolution tries them all, to record each
+// attempt.
+func (r *resolver) subsIn(d string) []string {
+	if !r.cfg.Untraced || r.cfg.NoDir == nil || len(r.subs) == 1 {
+		return r.subs
+	}
+	if s, ok := r.live[d]; ok {
+		return s
+	}
+	var out []string
+	var firsts []string
+	var gone []bool
+	for _, sub := range r.subs {
+		first, _, _ := strings.Cut(sub, "/")
+		if sub != "" {
+			k := slices.Index(firsts, first)
+			if k < 0 {
+				hp, err := r.fs.host(d + first)
+				firsts, gone = append(firsts, first), append(gone, err == nil && r.cfg.NoDir(hp))
+				k = len(firsts) - 1
+			}
+			if gone[k] {
+				continue
+			}
+		}
+		out = append(out, sub)
+	}
+	if r.live == nil {
+		r.live = map[string][]string{}
+	}
+	r.live[d] = out
+	return out
 }
 
 // try is open_verify on one candidate; it records the attempt.

@@ -178,6 +178,7 @@ type symbolCheck struct {
 	cfgs    map[[2]int]cfgResult
 	ids     *ldso.IdentityCache
 	decided map[string]*fileWork // by path, and by path with links resolved
+	dirs    sync.Map             // directory → noDir's answer
 }
 
 type cfgResult struct {
@@ -242,11 +243,10 @@ func (sc *symbolCheck) decide(work []*fileWork) {
 	}
 	base := sc.chk.Reader()
 	var resolved sync.Map // path → *fileWork or nil
-	var dirs sync.Map     // directory → noDir's answer
 	sc.read = func(path string) (*ldso.Object, error) {
 		f := sc.decided[path]
 		if f == nil {
-			if err := noDir(&dirs, path); err != nil {
+			if err := noDir(&sc.dirs, path); err != nil {
 				return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 			}
 			if v, ok := resolved.Load(path); ok {
@@ -431,6 +431,8 @@ func (sc *symbolCheck) loaderConfig(class elf.Class, m elf.Machine) (ldso.Config
 	cfg.WorkDir = "/"
 	cfg.Identities = sc.ids
 	cfg.Untraced = true
+	// The reader refuses every path below a directory noDir finds none of.
+	cfg.NoDir = func(dir string) bool { return noDir(&sc.dirs, dir+"/") != nil }
 	c := sc.c
 	libc := filepath.Clean(c.libcDir)
 	switch {

@@ -97,8 +97,9 @@ const (
 type usable struct {
 	baseline, v2, v3, v4 bool
 	// haswell and xeonPhi are the sets init_cpu_features names a
-	// platform for on Intel processors.
-	haswell, xeonPhi bool
+	// platform for on Intel processors; avx512_1 the set it gave the
+	// legacy hwcap bit HWCAP_X86_AVX512_1 for, before glibc 2.37.
+	haswell, xeonPhi, avx512_1 bool
 }
 
 func (r Regs) usable() usable {
@@ -130,6 +131,8 @@ func (r Regs) usable() usable {
 		haswell: avx && all(leaf7, ebxAVX2|ebxBMI1|ebxBMI2) &&
 			all(r.Leaf1ECX, ecxFMA|ecxMOVBE|ecxPOPCNT) && all(ext1, extLZCNT),
 		xeonPhi: avx512f && all(leaf7, ebxAVX512CD|ebxAVX512ER|ebxAVX512PF),
+		avx512_1: avx512f && all(leaf7, ebxAVX512CD|ebxAVX512BW|ebxAVX512DQ|ebxAVX512VL) &&
+			leaf7&ebxAVX512ER == 0,
 	}
 }
 
@@ -154,6 +157,19 @@ func (r Regs) Platform() string {
 		return "haswell"
 	}
 	return ""
+}
+
+// LegacyHwcaps returns the legacy hwcap names glibc 2.26 to 2.36 gave
+// this CPU (dl_hwcap under the mask HWCAP_IMPORTANT), highest bit first,
+// as `ld.so --help` lists them: "avx512_1" on an Intel processor with
+// AVX512CD, AVX512BW, AVX512DQ and AVX512VL usable and no AVX512ER, then
+// "x86_64", which every x86-64 processor has (init_cpu_features). glibc
+// 2.37 dropped the subdirectories they named.
+func (r Regs) LegacyHwcaps() []string {
+	if r.Vendor == intel && r.usable().avx512_1 {
+		return []string{"avx512_1", "x86_64"}
+	}
+	return []string{"x86_64"}
 }
 
 // avxDisabled reports the processors on which glibc turns AVX and AVX2 off

@@ -205,3 +205,34 @@ func TestPlatform(t *testing.T) {
 		})
 	}
 }
+
+// TestLegacyHwcaps checks the legacy hwcap names of glibc 2.26 to 2.36
+// (init_cpu_features): "x86_64" always, "avx512_1" on Intel processors
+// only, never beside AVX512ER. The host's are compared with its loader's
+// `ld.so --help` in rpath/ldso (TestDefaultConfigMatchesLoader).
+func TestLegacyHwcaps(t *testing.T) {
+	v4 := cpu(genuineIntel, 4, xcrAVX512)
+	both, plain := []string{"avx512_1", "x86_64"}, []string{"x86_64"}
+	tests := []struct {
+		name string
+		regs Regs
+		want []string
+	}{
+		{"AVX-512 CPU", v4, both},
+		{"AVX2 CPU", cpu(genuineIntel, 3, xcrAVX), plain},
+		{"Xeon Phi", with(v4, func(r *Regs) { r.Leaf7EBX |= ebxAVX512ER | ebxAVX512PF }), plain},
+		{"AVX512ER without AVX512PF", with(v4, func(r *Regs) { r.Leaf7EBX |= ebxAVX512ER }), plain},
+		{"without AVX512CD", without(v4, "AVX512CD"), plain},
+		{"without AVX512BW", without(v4, "AVX512BW"), plain},
+		{"without AVX512DQ", without(v4, "AVX512DQ"), plain},
+		{"without AVX512VL", without(v4, "AVX512VL"), plain},
+		{"OS saves no ZMM state", with(v4, func(r *Regs) { r.XCR0 = xcrAVX }), plain},
+		{"AMD CPU with every feature", cpu("AuthenticAMD", 4, xcrAVX512), plain},
+		{"Nehalem", cpu(genuineIntel, 2, 0), plain},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, tt.regs.LegacyHwcaps())
+		})
+	}
+}
