@@ -168,12 +168,12 @@ type resolver struct {
 	mach     elf.Machine
 	main     *loaded
 	list     []*loaded
-	interp   []string // names matching the interpreter
-	interpID string   // the interpreter's identity
-	llp      []string // expanded LD_LIBRARY_PATH; nil: none
-	dirs     []string // default directories, with trailing '/'
-	subs     []string // hwcaps subdirectories, with trailing '/', then ""
-	live     map[string][]string
+	interp   []string            // names matching the interpreter
+	interpID string              // the interpreter's identity
+	llp      []string            // expanded LD_LIBRARY_PATH; nil: none
+	dirs     []string            // default directories, with trailing '/'
+	subs     []string            // hwcaps subdirectories, with trailing '/', then ""
+	live     map[string][]string // subsIn's answers, by directory
 }
 
 // Resolve simulates ld.so loading the executable at path (a logical path,
@@ -448,10 +448,10 @@ func (r *resolver) openPathAs(n *Need, step Step, owner, elem string, dirs []str
 
 // subsIn is r.subs less those below a first component that Config.NoDir
 // says is no directory in d: every name tried there is missing, as ld.so
-// finds (and then marks that directory nonexisting). A stock loader
-// before glibc 2.37 tries 18 subdirectories of each directory, most of
-// them absent. A traced resolution tries them all, to record each
-// attempt.
+// finds (and then marks that directory nonexisting). On an AVX-512 Intel
+// CPU a stock loader before glibc 2.37 tries 18 subdirectories of each
+// directory, most of them absent. A traced resolution tries them all, to
+// record each attempt.
 func (r *resolver) subsIn(d string) []string {
 	if !r.cfg.Untraced || r.cfg.NoDir == nil || len(r.subs) == 1 {
 		return r.subs
