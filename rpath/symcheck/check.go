@@ -650,7 +650,7 @@ func (c *Checker) unresolvedOwn(l *loadedObj, own []*loadedObj) ([]int, error) {
 				order = true
 				break
 			}
-			if !d.o.mayDefine(q.n) {
+			if !d.o.mayHave(q.n) {
 				continue
 			}
 			// Not named: an object named without versions ended the walk.
@@ -699,7 +699,7 @@ func (c *Checker) bind(l *loadedObj, order []*loadedObj, incomplete bool, idx []
 		var def cand
 		asserted := false
 		for _, d := range scope {
-			if d.o == nil || (r.kind&refCopy != 0 && d.o == order[0].o) || !d.o.mayDefine(q.n) {
+			if d.o == nil || (r.kind&refCopy != 0 && d.o == order[0].o) || !d.o.mayHave(q.n) {
 				continue
 			}
 			// named matters only in an object without symbol versions.
@@ -766,8 +766,8 @@ func (c *Checker) failure(l *loadedObj, use string) Status {
 	return FailsAtLoad
 }
 
-// find looks q up in o, through o's summary. Its callers test o's Bloom
-// filter first, in their loops (summaryOf answers none past it anyway).
+// find looks q up in o, through o's summary. Its callers test mayHave
+// first, in their loops (summaryOf answers none past it anyway).
 func (c *Checker) find(o *object, q query, named bool) (def cand, ok, assert bool, err error) {
 	s, err := c.summaryOf(o, q.n)
 	if err != nil {

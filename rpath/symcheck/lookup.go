@@ -83,6 +83,10 @@ type cand struct {
 type summary struct {
 	covered uint32 // names with a smaller id are answered
 	cands   []cand // by name id; in walk order within one
+	// at finds a name's first cand: open-addressed by the name's id, each
+	// slot id+1 in the high half and the cand's index in the low one, 0
+	// when empty; at least half of them empty. nil without cands.
+	at []uint64
 }
 
 // all is the summary of an object that defines nothing (no DT_SYMTAB);
@@ -94,23 +98,70 @@ var (
 
 // of is the candidates of the name with the given id.
 func (s *summary) of(id uint32) []cand {
-	i, j := 0, len(s.cands)
-	for i < j {
-		h := int(uint(i+j) >> 1)
-		if s.cands[h].id < id {
-			i = h + 1
-		} else {
-			j = h
-		}
-	}
-	if i == len(s.cands) || s.cands[i].id != id {
+	i, ok := s.first(id)
+	if !ok {
 		return nil
 	}
-	j = i
+	j := i + 1
 	for j < len(s.cands) && s.cands[j].id == id {
 		j++
 	}
 	return s.cands[i:j]
+}
+
+// has says whether the summary has a candidate of the name id.
+func (s *summary) has(id uint32) bool {
+	_, ok := s.first(id)
+	return ok
+}
+
+// first is the index of the first candidate of the name id.
+func (s *summary) first(id uint32) (int, bool) {
+	if len(s.at) == 0 {
+		return 0, false
+	}
+	mask := uint32(len(s.at) - 1)
+	for k := slot(id) & mask; ; k = (k + 1) & mask {
+		switch e := s.at[k]; uint32(e >> 32) {
+		case id + 1:
+			return int(uint32(e)), true
+		case 0:
+			return 0, false
+		}
+	}
+}
+
+// slot spreads name ids, which are dense, over a table (Fibonacci
+// hashing: the high bits of the product are the well mixed ones).
+func slot(id uint32) uint32 { return uint32(uint64(id) * 0x9e3779b97f4a7c15 >> 32) }
+
+// index makes s.at for s.cands, which are sorted by name.
+func (s *summary) index() {
+	names := 0
+	for k, c := range s.cands {
+		if k == 0 || s.cands[k-1].id != c.id {
+			names++
+		}
+	}
+	if names == 0 {
+		return
+	}
+	size := 4
+	for size < 2*names {
+		size *= 2
+	}
+	s.at = make([]uint64, size)
+	mask := uint32(size - 1)
+	for k, c := range s.cands {
+		if k > 0 && s.cands[k-1].id == c.id {
+			continue
+		}
+		j := slot(c.id) & mask
+		for s.at[j] != 0 {
+			j = (j + 1) & mask
+		}
+		s.at[j] = uint64(c.id+1)<<32 | uint64(k)
+	}
 }
 
 // summarize makes t's summary for the names ns holds now.
@@ -140,6 +191,7 @@ func (t *tables) summarize(ns *names) *summary {
 		})
 	}
 	sum.cands = slices.Clone(sum.cands) // of its own size: kept for the run
+	sum.index()
 	return sum
 }
 
@@ -214,6 +266,7 @@ func (t *tables) summarizeGNU(ns *names) *summary {
 		}
 	}
 	sum.cands = byName(sum.cands)
+	sum.index()
 	return sum
 }
 
@@ -280,10 +333,20 @@ func newFilter(g *gnuHash, log uint32) *filter {
 	return f
 }
 
+// mayHave says whether o may define n. Binding asks it of every object of
+// a scope for every reference, most of them in vain. Where o's summary
+// answers for n, the summary's table says, exactly; else o's Bloom
+// filter, which passes names o lacks (mayDefine).
+func (o *object) mayHave(n *symName) bool {
+	if s := o.sum.Load(); s != nil && n.id < s.covered {
+		return s.has(n.id)
+	}
+	return o.mayDefine(n)
+}
+
 // mayDefine says whether o's hash table may hold n, by its Bloom filter:
-// when not, the walk cannot find it and no summary is needed to say so.
-// It is the first test of every lookup, most of which it ends, so it
-// is small enough to be inlined into the loops over a scope.
+// when not, the walk cannot find it and no summary is needed to say so
+// (nor made: mayHave's test where o's summary does not answer for n).
 func (o *object) mayDefine(n *symName) bool {
 	return o.filter == nil || o.filter.mayDefine(n)
 }

@@ -660,7 +660,7 @@ type symRef struct {
 func (o *object) size() int {
 	n := 8*len(o.refs) + 8*(len(o.versions)+len(o.verdefs)+len(o.needs))
 	if s := o.sum.Load(); s != nil {
-		n += 12 * len(s.cands)
+		n += 12*len(s.cands) + 8*len(s.at)
 	}
 	if o.filter != nil {
 		n += 8 * len(o.filter.words)
