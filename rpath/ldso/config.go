@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldso/internal/x86isa"
 )
 
@@ -212,9 +213,9 @@ func LegacySubdirs(caps []string) []string {
 
 // legacyLoader says whether the loader at interp under root is glibc 2.26
 // to 2.36, whose legacy hwcap subdirectories DefaultConfig models: read
-// from the text its --version prints ("… release version 2.36."), without
-// running it. A loader that cannot be read, or holds no such text, is
-// taken for a newer one.
+// from the text its --version prints ("… release version 2.36."), a
+// string of its read-only data, without running it. A loader that cannot
+// be read, or holds no such text, is taken for a newer one.
 func legacyLoader(root, interp string) bool {
 	fsy, err := newFsys(Config{Root: root, WorkDir: "/"})
 	if err != nil {
@@ -224,24 +225,32 @@ func legacyLoader(root, interp string) bool {
 	if err != nil {
 		return false
 	}
-	data, err := os.ReadFile(hp)
+	f, err := elfedit.Open(hp)
 	if err != nil {
 		return false
 	}
-	major, minor, ok := glibcRelease(data)
+	defer f.Close()
+	var major, minor int
+	ok := false
+	f.ReadOnlyStrings([]byte(releaseMarker), func(s []byte) bool {
+		major, minor, ok = glibcRelease(s)
+		return !ok
+	})
 	return ok && major == 2 && minor >= 26 && minor < 37
 }
+
+// releaseMarker precedes the version in a loader's --version text.
+const releaseMarker = " release version "
 
 // glibcRelease reads the glibc release from a loader's bytes: the version
 // after " release version " (2.36 of "stable release version 2.36.", 2.37
 // of "development release version 2.37.9000.").
 func glibcRelease(data []byte) (major, minor int, ok bool) {
-	const marker = " release version "
-	i := bytes.Index(data, []byte(marker))
+	i := bytes.Index(data, []byte(releaseMarker))
 	if i < 0 {
 		return 0, 0, false
 	}
-	rest := data[i+len(marker):]
+	rest := data[i+len(releaseMarker):]
 	num := func() (int, bool) {
 		n, k := 0, 0
 		for k < len(rest) && k < 6 && rest[k] >= '0' && rest[k] <= '9' {
