@@ -45,18 +45,23 @@ func (f *File) importedNames(names []string) (map[string]bool, error) {
 	if f.Header.Class == elf.ELFCLASS32 {
 		es = sym32Size
 	}
-	n, err := f.symbolCount(symtab, es)
+	n, bound, bounded, err := f.symbolSpan(symtab, es)
 	if err != nil && err != errUnknownRefs {
 		return nil, err
 	}
-	// DT_GNU_HASH counts the defined symbols only: an executable that
-	// defines none says nothing of its undefined ones. Without a .dynsym
-	// header or DT_HASH, the table is taken to run up to DT_STRTAB, where
-	// linkers place the string table after it, and ends at the first
-	// record whose name lies outside the string table.
+	// Without a .dynsym header or DT_HASH, the table is read on to where
+	// it must end (symbolSpan's bound: the next table or segment), and
+	// ends at the first record whose name lies outside the string table.
+	// Where nothing bounds it, it is taken to run up to DT_STRTAB, where
+	// linkers place the string table after it, within its PT_LOAD: an
+	// edit that grew the string table moved it elsewhere.
 	guessed := !f.sizedSymtab(symtab, es)
-	if guessed && f.strAddr > symtab {
-		n = max(n, min((f.strAddr-symtab)/es, uint64(f.size)/es))
+	switch {
+	case guessed && bounded:
+		n = bound
+	case guessed && f.strAddr > symtab:
+		end := min(f.strAddr, f.loadEnd(symtab))
+		n = max(n, min((end-symtab)/es, uint64(f.size)/es))
 	}
 	if n == 0 {
 		return imported, nil

@@ -244,3 +244,47 @@ func TestDlopenUnreadableRodata(t *testing.T) {
 		require.NotEqual(t, policy.SourceStrings, d.Source, "%+v", d)
 	}
 }
+
+// TestDlopenDiscoveryWithoutSectionHeaders: a program shipped without
+// section headers (sstrip'd, as some vendor binaries are) and with
+// .gnu.hash alone states no size of its dynamic symbol table. Patching it
+// moves its string table; a second run must still find that it imports
+// dlopen, and so change nothing: the plugin's directory stays, and the
+// program runs.
+func TestDlopenDiscoveryWithoutSectionHeaders(t *testing.T) {
+	tr := dlopenTree(t, cfix.Spec{})
+	app := tr.p("pkg/bin/app")
+	b, err := os.ReadFile(app)
+	require.NoError(t, err)
+	require.Equal(t, byte(elf.ELFCLASS64), b[elf.EI_CLASS])
+	binary.LittleEndian.PutUint64(b[0x28:], 0) // e_shoff
+	binary.LittleEndian.PutUint16(b[0x3c:], 0) // e_shnum
+	binary.LittleEndian.PutUint16(b[0x3e:], 0) // e_shstrndx
+	require.NoError(t, os.WriteFile(app, b, 0o755))
+
+	// debug/elf finds the dynamic section through the section headers.
+	runpath := func() string {
+		f, err := elfedit.Open(app)
+		require.NoError(t, err)
+		defer f.Close()
+		rp := f.Info().RunPath
+		require.NotNil(t, rp)
+		return *rp
+	}
+	cfg := dlopenConfig(tr, policy.DlopenResolve)
+	rep := tr.mustPatch([]string{"pkg"}, cfg)
+	require.Empty(t, tr.file(rep, "pkg/bin/app").DlopenError)
+	want := tr.p("store/aaa-plugin/lib")
+	require.Equal(t, want, runpath())
+	for run := range 2 {
+		rep, err := tr.patch([]string{"pkg"}, cfg)
+		require.NoError(t, err)
+		f := tr.file(rep, "pkg/bin/app")
+		require.Empty(t, f.DlopenError, "run %d", run+2)
+		require.False(t, f.Changed, "run %d changed the program: runpath %q", run+2, f.RunPath)
+		require.Equal(t, want, runpath())
+	}
+	out, err := runApp(t, app)
+	require.NoError(t, err, out)
+	require.Equal(t, "plugin=7", out)
+}
