@@ -540,11 +540,7 @@ func (l *linter) checkMisread(p searchPath, add addFunc) {
 		if r := ldcache.OriginRest(d); r != d {
 			d = p.origin + r
 		}
-		if !path.IsAbs(d) {
-			return false
-		}
-		_, ok := l.listDir(path.Clean(d))
-		return ok
+		return path.IsAbs(d) && l.isDir(d)
 	}
 	for _, m := range ldcache.MisreadDirs(p.value, exists) {
 		if len(m.Entries) == 1 {
@@ -553,6 +549,30 @@ func (l *linter) checkMisread(p searchPath, add addFunc) {
 		}
 		add(MisreadEntry, m.Dir, "%s entries %s spell the directory %s, which no RUNPATH entry can name: %s", p.tag, strings.Join(m.Entries, " and "), m.Dir, m.Why)
 	}
+}
+
+// isDir says whether the absolute path d names a directory as the
+// kernel resolves it: a ".." steps back from the directory before it,
+// which must be there. path.Clean alone steps back over a component
+// that is not: "$ORIGIN/../lib:$ORIGIN/../etc", two entries joined, would
+// name .../etc, though no "lib:$ORIGIN" exists.
+func (l *linter) isDir(d string) bool {
+	at := "/"
+	for _, c := range strings.Split(d, "/") {
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			if _, ok := l.listDir(at); !ok {
+				return false
+			}
+			at = path.Dir(at)
+			continue
+		}
+		at = path.Join(at, c)
+	}
+	_, ok := l.listDir(at)
+	return ok
 }
 
 // searchPath is a file's search path as checkPath reads it: the value and

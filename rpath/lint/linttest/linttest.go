@@ -315,6 +315,16 @@ func (b *builder) cleanCases(l libs) {
 	if err := os.MkdirAll(b.tr.Host(casePrefx+"clean-origin/lib"), 0o755); err != nil {
 		b.tb.Fatal(err)
 	}
+	// Two $ORIGIN entries, as --relativize-rpath writes them: joined with
+	// ':' they spell no directory ("lib:$ORIGIN" is not there), though
+	// path.Clean would make the join .../etc.
+	b.linked("clean-origins", "", []string{l.foo}, "$ORIGIN/../lib:$ORIGIN/../etc:"+LibFoo,
+		NoteDesc("libfoo.so", "?$ORIGIN/../lib:?$ORIGIN/../etc:="+LibFoo+"/libfoo.so"), loadedNote)
+	for _, d := range []string{"lib", "etc"} {
+		if err := os.MkdirAll(b.tr.Host(casePrefx+"clean-origins/"+d), 0o755); err != nil {
+			b.tb.Fatal(err)
+		}
+	}
 	cudart := casePrefx + "cudart/lib/libcudart.so.12"
 	b.edit(b.place(b.lib("libcudart.so.12"), cudart), elfedit.Edit{SetPath: str(Driver + ":$ORIGIN")})
 	b.tr.Cases = append(b.tr.Cases, Case{"cudart", "", cudart, b.tr.Host(cudart), false})
