@@ -1,6 +1,7 @@
 package lint_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -37,7 +38,7 @@ int main(void) {
 // FuzzLint replaces one file of a patched tree (which, modulo their
 // count) with data and lints the tree with every rule on. Whatever the
 // bytes: no panic, no error (a file's faults are findings), and every
-// finding one line, sorted by file.
+// finding one line, in String and in the text report, sorted by file.
 func FuzzLint(f *testing.F) {
 	host, err := ldso.FindHost("")
 	if err != nil {
@@ -90,6 +91,23 @@ func FuzzLint(f *testing.F) {
 			if strings.ContainsAny(fd.String(), "\n\r") {
 				t.Errorf("finding of more than one line: %q", fd.String())
 			}
+		}
+		// The text report: a line a finding, a header a file, blank
+		// lines between files and after the findings, a line a skipped
+		// file, the summary.
+		var text bytes.Buffer
+		if err := lint.WriteText(&text, rep, false); err != nil {
+			t.Fatal(err)
+		}
+		files := 0
+		for i, fd := range rep.Findings {
+			if i == 0 || fd.Path != rep.Findings[i-1].Path {
+				files++
+			}
+		}
+		want := len(rep.Findings) + 2*files + len(rep.Skipped) + 1
+		if got := strings.Count(text.String(), "\n"); got != want || strings.Contains(text.String(), "\r") {
+			t.Errorf("text report of %d lines, want %d:\n%s", got, want, text.String())
 		}
 		if !slices.IsSortedFunc(rep.Findings, func(a, b lint.Finding) int { return strings.Compare(a.Path, b.Path) }) {
 			t.Errorf("findings not sorted by file")

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/cudapatch/cudapatch/internal/printable"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/fnmatch"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
@@ -39,8 +40,10 @@ type Finding struct {
 	Message string `json:"message"`
 }
 
+// String is the finding on one line, as WriteText prints it: the path
+// and message, which hold bytes of the files, escaped.
 func (f Finding) String() string {
-	return fmt.Sprintf("%s: %s %s %s: %s", f.Path, f.Severity, f.Rule, f.Name, f.Message)
+	return fmt.Sprintf("%s: %s %s %s: %s", printable.String(f.Path), f.Severity, f.Rule, f.Name, printable.String(f.Message))
 }
 
 // Report is the result of Lint.
