@@ -546,3 +546,58 @@ func verneedBomb(t testing.TB) []byte {
 	require.Equal(t, 2, n)
 	return x.b
 }
+
+// TestRepointedTableMovesWhole: a region that grows the program header
+// table in place moves what follows it (.interp, notes), and repoints the
+// dynamic section's tables it moves. A .dynsym header that lies (its
+// offset earlier than DT_SYMTAB's bytes, its address elsewhere, its size
+// covering the gap and only the first bytes of the real table) made the
+// gap's blob hold part of the symbol table: the edit pointed DT_SYMTAB
+// into the moved copy, where the rest of the table was other bytes, and
+// the program's dynamic symbols were garbage (FuzzRun in rpath/patch found
+// it). The edit is refused now, the file left as it was; the same edit of
+// the file as the linker wrote it goes through.
+func TestRepointedTableMovesWhole(t *testing.T) {
+	fx, path := baseFile(t, "bfd-pie", "main")
+	orig := readFile(t, path)
+	x := newElfBytes(t, orig)
+	require.True(t, x.c64)
+	var symtab uint64
+	x.dyn(t, func(_ uint64, tag elf.DynTag, val uint64) {
+		if tag == elf.DT_SYMTAB {
+			symtab = val
+		}
+	})
+	symOff := symtab // the first PT_LOAD maps offset = address
+	phEnd := x.phoff() + uint64(len(x.ef.Progs))*uint64(x.phentsize())
+	require.Less(t, phEnd, symOff, "DT_SYMTAB after the program header table")
+	shoff := x.read(40, 32)
+	shentsize := uint64(64)
+	lied := false
+	for i, s := range x.ef.Sections {
+		if s.Type != elf.SHT_DYNSYM {
+			continue
+		}
+		hdr := shoff + uint64(i)*shentsize
+		lo := phEnd - 0x18 // overlapping the bytes a grown table needs
+		x.word(hdr+16, 0xc8_0000_0000+symtab)
+		x.word(hdr+24, lo)
+		x.word(hdr+32, symOff+16-lo) // the table's first 16 bytes only
+		lied = true
+	}
+	require.True(t, lied, "no .dynsym section")
+	e := elfedit.Edit{SetPath: str(pad(5000, fx.LibDir))} // past the slack: a region
+
+	p := filepath.Join(t.TempDir(), "main")
+	require.NoError(t, os.WriteFile(p, x.b, 0o755))
+	_, err := elfedit.EditFile(p, e, elfedit.Options{})
+	require.ErrorContains(t, err, "DT_SYMTAB")
+	require.ErrorContains(t, err, "runs past the bytes the edit would move")
+	oneLine(t, err, p)
+	require.Equal(t, x.b, readFile(t, p), "a refused edit changed the file")
+
+	require.NoError(t, os.WriteFile(p, orig, 0o755))
+	res, err := elfedit.EditFile(p, e, elfedit.Options{})
+	require.NoError(t, err)
+	checkWantElfedit(t, p, expect(res.Before, e))
+}

@@ -3,6 +3,7 @@ package elfedit
 import (
 	"bytes"
 	"debug/elf"
+	"fmt"
 	"slices"
 )
 
@@ -250,9 +251,19 @@ func (b *builder) checkPointers(live *regionInfo, blobAddr func(uint64) (uint64,
 			slices.ContainsFunc(b.copies, func(c *tableCopy) bool { return c.tag == d.tag }) {
 			continue
 		}
-		_, inBlob := blobAddr(d.val)
+		first, inBlob := blobAddr(d.val)
 		if inBlob && addrTags[d.tag] {
-			continue // repointed
+			// Repointed: every byte the loader reads of the table must
+			// move with its first. A section header that lies about the
+			// table (a mangled file) can make a blob hold part of it.
+			n, err := f.tableExtent(d.tag, d.val)
+			if err != nil {
+				return fmt.Errorf("%v 0x%x points into bytes the edit would move: %w", d.tag, d.val, err)
+			}
+			if last, ok := blobAddr(d.val + max(n, 1) - 1); !ok || last != first+max(n, 1)-1 {
+				return formatErr(-1, "%v 0x%x: its table (0x%x bytes) runs past the bytes the edit would move", d.tag, d.val, n)
+			}
+			continue
 		}
 		if o, ok := f.vaddrToOff(d.val, 0); inBlob || ok && live.contains(o) {
 			return formatErr(-1, "%v 0x%x points into bytes the edit would move or replace, and is not a table it moves", d.tag, d.val)

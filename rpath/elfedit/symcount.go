@@ -176,3 +176,107 @@ func (f *File) relocSymbols() uint64 {
 	}
 	return n
 }
+
+// tableExtent is how many bytes from addr the loader may read of the
+// table that the dynamic tag names there (one of addrTags, bar
+// DT_STRTAB): the symbols it can reach, one version index each, the hash
+// tables as their headers size them, the version records as their chains
+// link them.
+func (f *File) tableExtent(tag elf.DynTag, addr uint64) (uint64, error) {
+	es, word := uint64(sym64Size), uint64(8)
+	if f.Header.Class == elf.ELFCLASS32 {
+		es, word = sym32Size, 4
+	}
+	symbols := func() (uint64, error) {
+		symtab, ok := f.dynVal(elf.DT_SYMTAB)
+		if !ok {
+			return 0, nil
+		}
+		return f.symbolCount(symtab, es)
+	}
+	header := func(n uint64) ([]byte, error) {
+		off, ok := f.vaddrToOff(addr, n)
+		if !ok {
+			return nil, formatErr(-1, "%v 0x%x maps to no PT_LOAD", tag, addr)
+		}
+		return readAt(f.r, f.size, off, n, tag.String())
+	}
+	switch tag {
+	case elf.DT_SYMTAB:
+		n, err := symbols()
+		return n * es, err
+	case elf.DT_VERSYM:
+		n, err := symbols()
+		return n * 2, err
+	case elf.DT_HASH:
+		h, err := header(8)
+		if err != nil {
+			return 0, err
+		}
+		return 8 + 4*(uint64(f.order.Uint32(h))+uint64(f.order.Uint32(h[4:]))), nil
+	case elf.DT_GNU_HASH:
+		h, err := header(16)
+		if err != nil {
+			return 0, err
+		}
+		n, err := f.gnuHashCount(addr)
+		if err != nil {
+			return 0, err
+		}
+		nbuckets, symoff, bloom := uint64(f.order.Uint32(h)), uint64(f.order.Uint32(h[4:])), uint64(f.order.Uint32(h[8:]))
+		return 16 + bloom*word + 4*nbuckets + 4*(max(n, symoff)-symoff), nil
+	case elf.DT_VERNEED, elf.DT_VERDEF:
+		return f.versionExtent(tag, addr)
+	}
+	return 0, formatErr(-1, "%v: no table size known", tag)
+}
+
+// versionExtent is the span of the version records the chain at addr
+// links (Elf_Verneed and Elf_Vernaux, or Elf_Verdef and Elf_Verdaux),
+// walked as the loader walks them, to a next offset of 0, within the
+// engine's budget of records.
+func (f *File) versionExtent(tag elf.DynTag, addr uint64) (uint64, error) {
+	recSize, auxSize, budget := uint64(16), uint64(16), uint64(f.size)/16
+	cntAt, auxAt, nextAt := 2, 8, 12 // vn_cnt, vn_aux, vn_next
+	if tag == elf.DT_VERDEF {
+		recSize, auxSize, budget = 20, 8, uint64(f.size)/8
+		cntAt, auxAt, nextAt = 6, 12, 16 // vd_cnt, vd_aux, vd_next
+	}
+	read := func(at, n uint64) ([]byte, error) {
+		if budget == 0 {
+			return nil, formatErr(-1, "%v: more version records than the file can hold (overlapping chains)", tag)
+		}
+		budget--
+		off, ok := f.vaddrToOff(at, n)
+		if !ok {
+			return nil, formatErr(-1, "%v record 0x%x maps to no PT_LOAD", tag, at)
+		}
+		return readAt(f.r, f.size, off, n, tag.String())
+	}
+	end := addr
+	for at := addr; ; {
+		r, err := read(at, recSize)
+		if err != nil {
+			return 0, err
+		}
+		end = max(end, at+recSize)
+		a := at + uint64(f.order.Uint32(r[auxAt:]))
+		for range f.order.Uint16(r[cntAt:]) {
+			ar, err := read(a, auxSize)
+			if err != nil {
+				return 0, err
+			}
+			end = max(end, a+auxSize)
+			next := uint64(f.order.Uint32(ar[auxSize-4:])) // vna_next, vda_next: the last word
+			if next == 0 {
+				break
+			}
+			a += next
+		}
+		next := uint64(f.order.Uint32(r[nextAt:]))
+		if next == 0 {
+			return end - addr, nil
+		}
+		at += next
+	}
+}

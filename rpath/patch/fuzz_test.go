@@ -24,7 +24,8 @@ import (
 
 // fuzzFiles are the tree FuzzRun patches: a program in the outputs that
 // needs a library of the outputs (versioned, with a data and a function
-// symbol) and dlopens one of a search directory, by a string constant.
+// symbol) and dlopens one of a search directory, by a string constant;
+// beside them two libraries that reach that plugin otherwise.
 var fuzzFiles = []struct {
 	rel  string
 	spec func(t testing.TB) cfix.Spec
@@ -36,7 +37,26 @@ var fuzzFiles = []struct {
 	{"plug/lib/libplugin.so.1", func(testing.TB) cfix.Spec {
 		return cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"}
 	}},
+	// A library that builds the plugin's name from a prefix (as PyTorch
+	// builds NVRTC's), and one whose .note.dlopen names it.
+	{"out/lib/libprefix.so.1", func(testing.TB) cfix.Spec {
+		return cfix.Spec{Soname: "libprefix.so.1", Libc: true, Source: srcFuzzPrefix}
+	}},
+	{"out/lib/libnote.so.1", func(testing.TB) cfix.Spec {
+		return cfix.Spec{Soname: "libnote.so.1", Dlopen: `[{"soname":["libplugin.so.1"],"feature":"fz","priority":"recommended"}]`,
+			Source: "int note(void) { return 1; }\n"}
+	}},
 }
+
+const srcFuzzPrefix = `#include <dlfcn.h>
+#include <stdio.h>
+static const char prefix[] = "libplugin.so.";
+void *load(int major) {
+	char name[64];
+	snprintf(name, sizeof name, "%s%d", prefix, major);
+	return dlopen(name, RTLD_NOW);
+}
+`
 
 var fuzzLib = cfix.Spec{Soname: "libfz.so.1", Source: "int fz_data = 3; int fz_get(void) { return fz_data; }\n",
 	VersionScript: "FZ_1 { global: fz_get; fz_data; local: *; };"}
