@@ -170,7 +170,8 @@ const roChunk = 1 << 20
 // until fn returns false. The read-only data is the .rodata and .rodata.*
 // sections (allocated, PROGBITS, neither writable nor executable) where
 // the section headers name them, else every PT_LOAD segment without PF_W
-// (older layouts keep .rodata in the text segment). It is streamed in
+// (older layouts keep .rodata in the text segment) less the dynamic
+// string table. It is streamed in
 // chunks of at most roChunk bytes, read past the file's read cache; s is
 // valid only during the call, and a string of roChunk bytes or more is
 // not reported. Data before a string with no NUL between them is read as
@@ -191,10 +192,20 @@ func (f *File) readOnlyStrings(sub []byte, chunk uint64, fn func(s []byte) bool)
 		}
 	}
 	if spans == nil {
+		// The dynamic string table lies in such a segment too: its
+		// names (DT_NEEDED, DT_SONAME, symbols) are the loader's, not
+		// strings the code hands to dlopen, and an edit moves it.
+		var rs []rng
 		for _, p := range f.Progs {
 			if p.Type == elf.PT_LOAD && p.Flags&elf.PF_W == 0 && p.Filesz > 0 {
-				spans = append(spans, span{p.Off, p.Filesz})
+				rs = append(rs, rng{p.Off, p.Off + p.Filesz})
 			}
+		}
+		if len(f.strtab) > 0 {
+			rs = without(rs, rng{f.strOff, f.strOff + uint64(len(f.strtab))})
+		}
+		for _, r := range rs {
+			spans = append(spans, span{r.lo, r.hi - r.lo})
 		}
 	}
 	var largest uint64
