@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/lint"
 	"github.com/cudapatch/cudapatch/rpath/patch"
@@ -68,20 +69,7 @@ func FuzzLint(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
 		root := t.TempDir()
-		k := int(which) % len(lintFuzzFiles)
-		for i, rel := range lintFuzzFiles {
-			b := seeds[i]
-			if i == k {
-				b = data
-			}
-			p := filepath.Join(root, rel)
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(p, b, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
+		fixtures.WriteTree(t, root, lintFuzzFiles, seeds, which, data)
 		rep, err := lint.Lint(context.Background(), &lint.Options{Policy: pol, Enable: []string{"all"}, Jobs: 1},
 			[]string{filepath.Join(root, "out")})
 		if err != nil {

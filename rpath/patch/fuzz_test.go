@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/patch"
 	"github.com/cudapatch/cudapatch/rpath/policy"
 	"github.com/cudapatch/cudapatch/rpath/testdata/cfix"
@@ -77,32 +78,20 @@ int main(void) {
 // no error (what was written is what was decided and checked).
 func FuzzRun(f *testing.F) {
 	seeds := make([][]byte, len(fuzzFiles))
+	rels := make([]string, len(fuzzFiles))
 	for i, ff := range fuzzFiles {
 		b, err := os.ReadFile(cfix.Build(f, ff.spec(f)))
 		if err != nil {
 			f.Fatal(err)
 		}
-		seeds[i] = b
+		seeds[i], rels[i] = b, ff.rel
 	}
 	for i, b := range seeds {
 		f.Add(uint8(i), b)
 	}
 	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
 		root := t.TempDir()
-		k := int(which) % len(fuzzFiles)
-		for i, ff := range fuzzFiles {
-			b := seeds[i]
-			if i == k {
-				b = data
-			}
-			p := filepath.Join(root, ff.rel)
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(p, b, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
+		fixtures.WriteTree(t, root, rels, seeds, which, data)
 		before := readTree(t, root)
 		cfg := patch.Config{
 			Search: []string{filepath.Join(root, "plug/lib")},

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldso"
 	"github.com/cudapatch/cudapatch/rpath/symcheck"
@@ -63,30 +64,18 @@ func FuzzCheck(f *testing.F) {
 		f.Fatal(err)
 	}
 	seeds := make([][]byte, len(checkFuzzFiles))
+	rels := make([]string, len(checkFuzzFiles))
 	for i, ff := range checkFuzzFiles {
 		b, err := os.ReadFile(cfix.Build(f, ff.spec(f)))
 		if err != nil {
 			f.Fatal(err)
 		}
-		seeds[i] = b
+		seeds[i], rels[i] = b, ff.rel
 		f.Add(uint8(i), b)
 	}
 	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
 		root := t.TempDir()
-		k := int(which) % len(checkFuzzFiles)
-		for i, ff := range checkFuzzFiles {
-			b := seeds[i]
-			if i == k {
-				b = data
-			}
-			p := filepath.Join(root, ff.rel)
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(p, b, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		}
+		fixtures.WriteTree(t, root, rels, seeds, which, data)
 		prog := filepath.Join(root, "bin/prog")
 		tr, err := ldso.Resolve(cfg, ldso.ElfReader(), prog)
 		if err != nil {
