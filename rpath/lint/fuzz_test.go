@@ -28,14 +28,6 @@ import (
 // the library it dlopens, their search paths relative ($ORIGIN).
 var lintFuzzFiles = []string{"out/bin/app", "out/lib/libfz.so.1", "out/plugins/libplugin.so.1"}
 
-const srcLintFuzzApp = `#include <dlfcn.h>
-extern int fz_data; int fz_get(void);
-int main(void) {
-	void *h = dlopen("libplugin.so.1", RTLD_NOW);
-	return h ? fz_get() + fz_data : 1;
-}
-`
-
 // FuzzLint replaces one file of a patched tree (which, modulo their
 // count) with data and lints the tree with every rule on. Whatever the
 // bytes: no panic, no error (a file's faults are findings), and every
@@ -46,10 +38,8 @@ func FuzzLint(f *testing.F) {
 		f.Skipf("no host loader: %v", err)
 	}
 	tmpl := f.TempDir()
-	lib := cfix.Spec{Soname: "libfz.so.1", Source: "int fz_data = 3; int fz_get(void) { return fz_data; }\n",
-		VersionScript: "FZ_1 { global: fz_get; fz_data; local: *; };"}
-	cfix.Place(f, cfix.Spec{Exe: true, Libc: true, Source: srcLintFuzzApp, Link: []string{cfix.Build(f, lib)}}, filepath.Join(tmpl, lintFuzzFiles[0]))
-	cfix.Place(f, lib, filepath.Join(tmpl, lintFuzzFiles[1]))
+	cfix.Place(f, cfix.FuzzApp(f), filepath.Join(tmpl, lintFuzzFiles[0]))
+	cfix.Place(f, cfix.FuzzLib, filepath.Join(tmpl, lintFuzzFiles[1]))
 	cfix.Place(f, cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"}, filepath.Join(tmpl, lintFuzzFiles[2]))
 	pol := policy.Config{Interpreter: host.Interpreter, DriverLinkFor: policy.DriverLinkNone, Dlopen: policy.DlopenResolve, RelativizeRoot: true}
 	if _, err := patch.Run(context.Background(), &patch.Config{

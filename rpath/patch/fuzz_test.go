@@ -31,10 +31,8 @@ var fuzzFiles = []struct {
 	rel  string
 	spec func(t testing.TB) cfix.Spec
 }{
-	{"out/bin/app", func(t testing.TB) cfix.Spec {
-		return cfix.Spec{Exe: true, Libc: true, Source: srcFuzzApp, Link: []string{cfix.Build(t, fuzzLib)}}
-	}},
-	{"out/lib/libfz.so.1", func(testing.TB) cfix.Spec { return fuzzLib }},
+	{"out/bin/app", cfix.FuzzApp},
+	{"out/lib/libfz.so.1", func(testing.TB) cfix.Spec { return cfix.FuzzLib }},
 	{"plug/lib/libplugin.so.1", func(testing.TB) cfix.Spec {
 		return cfix.Spec{Soname: "libplugin.so.1", Source: "int plugin(void) { return 7; }\n"}
 	}},
@@ -56,17 +54,6 @@ void *load(int major) {
 	char name[64];
 	snprintf(name, sizeof name, "%s%d", prefix, major);
 	return dlopen(name, RTLD_NOW);
-}
-`
-
-var fuzzLib = cfix.Spec{Soname: "libfz.so.1", Source: "int fz_data = 3; int fz_get(void) { return fz_data; }\n",
-	VersionScript: "FZ_1 { global: fz_get; fz_data; local: *; };"}
-
-const srcFuzzApp = `#include <dlfcn.h>
-extern int fz_data; int fz_get(void);
-int main(void) {
-	void *h = dlopen("libplugin.so.1", RTLD_NOW);
-	return h ? fz_get() + fz_data : 1;
 }
 `
 

@@ -203,3 +203,20 @@ func objcopy(arch string) string {
 	}
 	return "objcopy"
 }
+
+// FuzzLib is the versioned library of the fuzz targets' trees (rpath/patch
+// FuzzRun, rpath/lint FuzzLint): a function and a data symbol at FZ_1.
+var FuzzLib = Spec{Soname: "libfz.so.1", Source: "int fz_data = 3; int fz_get(void) { return fz_data; }\n",
+	VersionScript: "FZ_1 { global: fz_get; fz_data; local: *; };"}
+
+// FuzzApp is their program: it uses FuzzLib's function and data and
+// dlopens libplugin.so.1 by a string constant.
+func FuzzApp(tb testing.TB) Spec {
+	return Spec{Exe: true, Libc: true, Link: []string{Build(tb, FuzzLib)}, Source: `#include <dlfcn.h>
+extern int fz_data; int fz_get(void);
+int main(void) {
+	void *h = dlopen("libplugin.so.1", RTLD_NOW);
+	return h ? fz_get() + fz_data : 1;
+}
+`}
+}
