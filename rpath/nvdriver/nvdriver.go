@@ -13,13 +13,13 @@ package nvdriver
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 )
@@ -34,18 +34,52 @@ var procVersion = regexp.MustCompile(`Kernel Module(?: for \S+)?\s+([0-9]+\.[0-9
 // from proc/driver/nvidia/version, else sys/module/nvidia/version (proc and
 // sys are where procfs and sysfs are mounted). "" means no module is
 // loaded.
+//
+// The selector's C reader takes the version at the start of every process
+// that loads it, with fixed buffers; this reader keeps to the same bounds
+// (maxVersionFile, maxModule), so that what the build, explain and doctor
+// report is what the process takes, whatever the files hold.
 func KernelModule(proc, sys string) string {
-	if b, err := os.ReadFile(filepath.Join(proc, "driver/nvidia/version")); err == nil {
-		if m := procVersion.FindSubmatch(b); m != nil {
-			return string(m[1])
+	if b, err := readHead(filepath.Join(proc, "driver/nvidia/version")); err == nil {
+		for _, m := range procVersion.FindAllSubmatchIndex(b, -1) {
+			if m[3]-m[2] <= maxModule {
+				return string(b[m[2]:m[3]])
+			}
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(sys, "module/nvidia/version")); err == nil {
-		if v := strings.TrimSpace(string(b)); IsVersion(v) {
+	if b, err := readHead(filepath.Join(sys, "module/nvidia/version")); err == nil {
+		if v := strings.Trim(string(b), asciiSpace); IsVersion(v) {
 			return v
 		}
 	}
 	return ""
+}
+
+// The bounds of KernelModule: the first maxVersionFile bytes of a file
+// are read, and a version longer than maxModule bytes is passed over. The
+// kernel's files are one short line.
+const (
+	maxVersionFile = 8191
+	maxModule      = 63
+)
+
+// asciiSpace is what the sys file is trimmed of: ASCII white space only,
+// as the C reader trims it (strings.TrimSpace would trim U+00A0 too).
+const asciiSpace = " \t\n\v\f\r"
+
+// readHead reads the first maxVersionFile bytes of a file, opened
+// non-blocking (a FIFO gives what is there, at once).
+func readHead(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxVersionFile))
+	if err != nil && len(b) == 0 {
+		return nil, err
+	}
+	return b, nil
 }
 
 // driverVersion is an NVIDIA driver version: 580.159.04, 535.309.01,
@@ -66,26 +100,38 @@ func NameVersion(name string) string {
 	return v
 }
 
-// Compare compares dotted numeric versions: -1, 0 or +1. Missing parts
-// count as 0.
+// Compare compares dotted numeric versions: -1, 0 or +1. Missing parts,
+// and parts that are not all digits, count as 0; parts compare as numbers
+// of any length (580.0159 equals 580.159), so that the selector's C
+// comparison, which has no integer type to overflow, gives the same
+// answer on every machine.
 func Compare(a, b string) int {
 	as, bs := strings.Split(a, "."), strings.Split(b, ".")
 	for i := range max(len(as), len(bs)) {
-		var x, y int
+		var x, y string
 		if i < len(as) {
-			x, _ = strconv.Atoi(as[i])
+			x = digits(as[i])
 		}
 		if i < len(bs) {
-			y, _ = strconv.Atoi(bs[i])
+			y = digits(bs[i])
 		}
-		switch {
-		case x < y:
-			return -1
-		case x > y:
-			return 1
+		if c := cmp.Compare(len(x), len(y)); c != 0 {
+			return c
+		}
+		if c := strings.Compare(x, y); c != 0 {
+			return c
 		}
 	}
 	return 0
+}
+
+// digits is a version part's number as its digits without leading zeros:
+// "" (zero) when the part is empty or not all digits.
+func digits(part string) string {
+	if part == "" || strings.Trim(part, "0123456789") != "" {
+		return ""
+	}
+	return strings.TrimLeft(part, "0")
 }
 
 // Libcuda is what the bytes of a libcuda file say about it.

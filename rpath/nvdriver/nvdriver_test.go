@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,6 +27,15 @@ func TestKernelModule(t *testing.T) {
 		{"proc wins over sysfs", "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  x\n", "575.57.08\n", "580.159.04"},
 		{"garbage", "no driver here\n", "not a version\n", ""},
 		{"none", "", "", ""},
+		// The bounds the selector's C reader has (it takes the version
+		// at the start of each process): the first 8191 bytes, versions
+		// of at most 63 bytes, ASCII white space.
+		{"proc past 8 KiB", strings.Repeat("x", 8191) + "Kernel Module  580.1.2\n", "", ""},
+		{"proc version ends at 8 KiB", strings.Repeat("x", 8172) + "Kernel Module 580.159.04\n", "", "580.1"},
+		{"proc version too long, then one", "Kernel Module 1." + strings.Repeat("1", 62) + " Kernel Module 580.1.2\n", "", "580.1.2"},
+		{"proc version of 63 bytes", "Kernel Module 1." + strings.Repeat("1", 61) + "\n", "", "1." + strings.Repeat("1", 61)},
+		{"sys no-break space", "", "\u00a0580.95.05\n", ""},
+		{"sys vertical tabs", "", "\v580.95.05\v\n", "580.95.05"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			proc, sys := t.TempDir(), t.TempDir()
@@ -37,6 +49,24 @@ func TestKernelModule(t *testing.T) {
 			}
 			assert.Equal(t, tc.want, nvdriver.KernelModule(proc, sys))
 		})
+	}
+}
+
+// TestKernelModuleFIFO: a FIFO where the version file should be gives
+// nothing at once; it does not wait for a writer.
+func TestKernelModuleFIFO(t *testing.T) {
+	proc, sys := t.TempDir(), t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(proc, "driver/nvidia"), 0o755))
+	require.NoError(t, syscall.Mkfifo(filepath.Join(proc, "driver/nvidia/version"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(sys, "module/nvidia"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(sys, "module/nvidia/version"), []byte("580.95.05\n"), 0o644))
+	done := make(chan string, 1)
+	go func() { done <- nvdriver.KernelModule(proc, sys) }()
+	select {
+	case v := <-done:
+		assert.Equal(t, "580.95.05", v)
+	case <-time.After(10 * time.Second):
+		t.Fatal("KernelModule waits on a FIFO")
 	}
 }
 
@@ -66,6 +96,15 @@ func TestNameVersionAndCompare(t *testing.T) {
 		{"580.159.04", "580.159.04", 0},
 		{"590.48.01", "580.159.04", 1},
 		{"390.157", "390.157.0", 0},
+		// Parts compare as numbers of any length, the same on 32 and 64
+		// bits and in the selector's C: no clamping, no overflow.
+		{"580.0159", "580.159", 0},
+		{"580.99999999999999999999", "580.99999999999999999998", 1},
+		{"580.9223372036854775808", "580.9223372036854775807", 1},
+		{"580.3000000000", "580.4000000000", -1},
+		{"580.x", "580.0", 0},
+		{"580..1", "580.0.1", 0},
+		{"580.", "580", 0},
 	} {
 		assert.Equal(t, tc.want, nvdriver.Compare(tc.a, tc.b), "%s vs %s", tc.a, tc.b)
 	}

@@ -132,29 +132,53 @@ SEL_HIDDEN int cudapatch_sel_module(const char *proc, const char *sys, char *out
 	return 0;
 }
 
-/* One dotted part as Go's strconv.Atoi: 0 unless all digits. */
-static long long sel_part(const char **s) {
-	const char *p = *s;
-	long long v = 0;
+/* One dotted part of *s, as nvdriver.Compare reads it: its digits
+ * without leading zeros in *d, *n; none (zero) when it is empty or not
+ * all digits. *s moves past the part and its dot. */
+static void sel_part(const char **s, const char **d, size_t *n) {
+	const char *p = *s, *q = p;
 	int ok = *p != 0 && *p != '.';
-	for (; *p && *p != '.'; p++) {
-		if (!sel_digit(*p) || v > 100000000000000000LL)
+	for (; *q && *q != '.'; q++)
+		if (!sel_digit(*q))
 			ok = 0;
-		else
-			v = v * 10 + (*p - '0');
-	}
-	*s = *p ? p + 1 : p;
-	return ok ? v : 0;
+	*s = *q ? q + 1 : q;
+	while (ok && p < q && *p == '0')
+		p++;
+	*d = p;
+	*n = ok ? (size_t)(q - p) : 0;
 }
 
-/* nvdriver.Compare. */
+/* nvdriver.Compare: parts compare as numbers of any length. */
 static int sel_compare(const char *a, const char *b) {
 	while (*a || *b) {
-		long long x = *a ? sel_part(&a) : 0, y = *b ? sel_part(&b) : 0;
-		if (x != y)
-			return x < y ? -1 : 1;
+		const char *x = "", *y = "";
+		size_t xn = 0, yn = 0;
+		if (*a)
+			sel_part(&a, &x, &xn);
+		if (*b)
+			sel_part(&b, &y, &yn);
+		if (xn != yn)
+			return xn < yn ? -1 : 1;
+		int c = memcmp(x, y, xn);
+		if (c)
+			return c < 0 ? -1 : 1;
 	}
 	return 0;
+}
+
+/* nvdriver.Branch: the first part's number, 0 when it is not all digits.
+ * It is asked only of a module older than compat, whose first part has at
+ * most three digits past its leading zeros; a longer one gives -1. */
+static long sel_branch(const char *module) {
+	const char *d;
+	size_t n;
+	sel_part(&module, &d, &n);
+	if (n > 9)
+		return -1;
+	long v = 0;
+	for (size_t i = 0; i < n; i++)
+		v = v * 10 + (d[i] - '0');
+	return v;
 }
 
 /* Whether path is a directory (a loaded module's sysfs entry). */
@@ -175,8 +199,7 @@ SEL_HIDDEN int cudapatch_sel_decide(const char *module, int tegra, const char *c
 	if (sel_compare(module, compat) >= 0)
 		return SEL_DRIVER;
 	if (nbranches > 0) {
-		const char *m = module;
-		long long b = sel_part(&m);
+		long b = sel_branch(module);
 		int found = 0;
 		for (int i = 0; i < nbranches; i++)
 			found |= branches[i] == b;

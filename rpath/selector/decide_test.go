@@ -18,7 +18,7 @@ import (
 
 // decider builds the generated source's decision as a program:
 // argv proc-file sys-file compat-version branches, prints "use module".
-func decider(t *testing.T, a arch) string {
+func decider(t testing.TB, a arch) string {
 	t.Helper()
 	src, err := selector.Source(selector.Spec{Compat: "/c/libcuda.so.580.95.05", Info: nvdriver.Compat{Version: "580.95.05"},
 		Driver: []string{"/d/libcuda.so.1"}, Functions: []string{"cuInit"}})
@@ -123,6 +123,12 @@ func TestModuleMatchesKernelModule(t *testing.T) {
 		{name: "proc one part", proc: ptr("Kernel Module  580 \n")},
 		{name: "proc NUL before", proc: ptr("x\x00y Kernel Module  580.1.2\n")},
 		{name: "proc for without word", proc: ptr("Kernel Module for  580.1.2\n")},
+		{name: "proc past 8 KiB", proc: ptr(strings.Repeat("x", 8191) + "Kernel Module  580.1.2\n")},
+		{name: "proc version ends at 8 KiB", proc: ptr(strings.Repeat("x", 8172) + "Kernel Module 580.159.04\n")},
+		{name: "proc version too long, then one", proc: ptr("Kernel Module 1." + strings.Repeat("1", 62) + " Kernel Module 580.1.2\n")},
+		{name: "proc version of 63 bytes", proc: ptr("Kernel Module 1." + strings.Repeat("1", 61) + "\n")},
+		{name: "sys no-break space", sys: ptr("\u00a0580.95.05\n")},
+		{name: "sys vertical tabs", sys: ptr("\v580.95.05\v\n")},
 		{name: "nothing"},
 		{name: "empty files", proc: ptr(""), sys: ptr("")},
 	}

@@ -33,7 +33,7 @@ func arches() []arch {
 
 // need fails when a tool of the arch is missing (scripts/deps.sh installs
 // them); the tests build and run real code, a skip would hide that.
-func (a arch) need(t *testing.T) {
+func (a arch) need(t testing.TB) {
 	t.Helper()
 	if _, err := os.Stat("/lib64/ld-linux-x86-64.so.2"); err != nil {
 		t.Skip("not an x86_64 glibc host")
@@ -49,14 +49,14 @@ func (a arch) need(t *testing.T) {
 }
 
 // compile runs the arch's C compiler.
-func (a arch) compile(t *testing.T, args ...string) {
+func (a arch) compile(t testing.TB, args ...string) {
 	t.Helper()
 	fixtures.Cmd(t, a.cc, args...)
 }
 
 // exec runs a program of the arch with env added to a clean environment
 // (no LD_LIBRARY_PATH or LD_PRELOAD) and returns its stdout and stderr.
-func (a arch) exec(t *testing.T, env []string, prog string, args ...string) (string, error) {
+func (a arch) exec(t testing.TB, env []string, prog string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -80,7 +80,7 @@ func (a arch) exec(t *testing.T, env []string, prog string, args ...string) (str
 }
 
 // write writes a file, making its directory.
-func write(t *testing.T, path, text string) string {
+func write(t testing.TB, path, text string) string {
 	t.Helper()
 	require.NoError(t, os.MkdirAll(filepath.Dir(path), 0o755))
 	require.NoError(t, os.WriteFile(path, []byte(text), 0o644))

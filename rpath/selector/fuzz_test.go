@@ -1,0 +1,88 @@
+package selector_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cudapatch/cudapatch/rpath/nvdriver"
+)
+
+// fuzzCompats are the cuda_compat sides FuzzDecision picks from: none, and
+// two versions with and without a branch list.
+var fuzzCompats = []struct {
+	version  string
+	branches []int
+}{
+	{},
+	{version: "580.95.05"},
+	{version: "580.95.05", branches: []int{535, 550, 565, 570, 575, 580}},
+	{version: "535.261.03", branches: []int{470, 525}},
+}
+
+// FuzzDecision: whatever proc/driver/nvidia/version and
+// sys/module/nvidia/version hold, the selector's C reader and decision
+// (what runs at the start of every process that loads it) and
+// nvdriver.KernelModule and Choose (what explain, doctor and the build
+// report) take the same module version and make the same choice.
+//
+//	go test ./rpath/selector -run=- -fuzz=FuzzDecision -fuzztime=5m
+func FuzzDecision(f *testing.F) {
+	a := arches()[0]
+	if _, err := os.Stat("/lib64/ld-linux-x86-64.so.2"); err != nil {
+		f.Skip("not an x86_64 glibc host")
+	}
+	prog := decider(f, a)
+	for i, v := range []string{"580.159.04", "535.261.03", "570.86.10", "390.157"} {
+		f.Add([]byte(procLine(i%2, v)), []byte(v+"\n"), uint8(i*9))
+	}
+	f.Add([]byte("Kernel Module for aarch64\t565.57.01 rest\n"), []byte(" 550.54.15 \n"), uint8(0x1f))
+	f.Add([]byte("x\x00y Kernel Module  580.1.2\n"), []byte("loaded\n"), uint8(0x2b))
+	f.Add([]byte{}, []byte("\v530.30.02\u00a0"), uint8(0x26))
+	// Parts past 64 bits, against compat 580.95.05 with its branches.
+	f.Add([]byte("Kernel Module 580.99999999999999999999\n"), []byte{}, uint8(0x11))
+	f.Add([]byte("Kernel Module 0000000000000000000580.0000000000000000000094.9\n"), []byte{}, uint8(0x11))
+	f.Fuzz(func(t *testing.T, proc, sys []byte, mode uint8) {
+		dir := t.TempDir()
+		procRoot, sysRoot := filepath.Join(dir, "proc"), filepath.Join(dir, "sys")
+		procFile := filepath.Join(procRoot, "driver/nvidia/version")
+		sysFile := filepath.Join(sysRoot, "module/nvidia/version")
+		nvgpu := filepath.Join(sysRoot, "module/nvgpu")
+		if mode&1 != 0 {
+			write(t, procFile, string(proc))
+		}
+		if mode&2 != 0 {
+			write(t, sysFile, string(sys))
+		}
+		if mode&4 != 0 {
+			if err := os.MkdirAll(nvgpu, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c := fuzzCompats[int(mode>>3)%len(fuzzCompats)]
+		compat := nvdriver.Compat{Version: c.version}
+		cArg, bArg := "-", "-"
+		if c.version != "" {
+			cArg = c.version
+		}
+		if c.branches != nil {
+			compat.Note = &nvdriver.CompatNote{Driver: c.branches}
+			bArg = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(c.branches)), ","), "[]")
+		}
+		m := nvdriver.ReadMachine(procRoot, sysRoot)
+		module := m.Module
+		if module == "" {
+			module = "-"
+		}
+		want := fmt.Sprintf("%s %s\n", nvdriver.Choose(compat, m).Use, module)
+		got, err := a.exec(t, nil, prog, procFile, sysFile, cArg, bArg, nvgpu)
+		if err != nil {
+			t.Fatalf("decider: %v: %s", err, got)
+		}
+		if got != want {
+			t.Errorf("proc %q sys %q compat %s/%s: the selector says %q, Go %q", proc, sys, cArg, bArg, got, want)
+		}
+	})
+}
