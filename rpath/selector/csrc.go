@@ -166,19 +166,20 @@ static int sel_compare(const char *a, const char *b) {
 	return 0;
 }
 
-/* nvdriver.Branch: the first part's number, 0 when it is not all digits.
- * It is asked only of a module older than compat, whose first part has at
- * most three digits past its leading zeros; a longer one gives -1. */
-static long sel_branch(const char *module) {
+/* nvdriver.Branch: the first part's number as strconv.Atoi reads it, 0
+ * when it is not all digits or past int64 (Atoi's errors). */
+static long long sel_branch(const char *module) {
 	const char *d;
 	size_t n;
 	sel_part(&module, &d, &n);
-	if (n > 9)
-		return -1;
-	long v = 0;
-	for (size_t i = 0; i < n; i++)
-		v = v * 10 + (d[i] - '0');
-	return v;
+	unsigned long long v = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned digit = (unsigned)(d[i] - '0');
+		if (v > (9223372036854775807ULL - digit) / 10)
+			return 0;
+		v = v * 10 + digit;
+	}
+	return (long long)v;
 }
 
 /* Whether path is a directory (a loaded module's sysfs entry). */
@@ -189,7 +190,7 @@ static int sel_is_dir(const char *path) {
 
 /* nvdriver.Choose's rules 1-4 and 6: no devices are known. tegra: no
  * module version, and nvgpu loaded (a Jetson). */
-SEL_HIDDEN int cudapatch_sel_decide(const char *module, int tegra, const char *compat, const int *branches, int nbranches) {
+SEL_HIDDEN int cudapatch_sel_decide(const char *module, int tegra, const char *compat, const long long *branches, int nbranches) {
 	if (!*module && tegra)
 		return *compat ? SEL_COMPAT : SEL_DRIVER;
 	if (!*module)
@@ -199,7 +200,7 @@ SEL_HIDDEN int cudapatch_sel_decide(const char *module, int tegra, const char *c
 	if (sel_compare(module, compat) >= 0)
 		return SEL_DRIVER;
 	if (nbranches > 0) {
-		long b = sel_branch(module);
+		long long b = sel_branch(module);
 		int found = 0;
 		for (int i = 0; i < nbranches; i++)
 			found |= branches[i] == b;
@@ -212,22 +213,34 @@ SEL_HIDDEN int cudapatch_sel_decide(const char *module, int tegra, const char *c
 #ifdef CUDAPATCH_SELECTOR_DECIDE_MAIN
 #include <stdio.h>
 #include <stdlib.h>
-/* argv: proc-file sys-file compat-version|- branches|- nvgpu-dir */
+/* argv: proc-file sys-file compat-version|-|spec branches|-|spec
+ * nvgpu-dir; "spec" takes the generated constants the library decides
+ * with. */
 int main(int argc, char **argv) {
 	static const char *const names[] = {"none", "driver", "compat"};
 	char module[64];
-	int branches[256], n = 0;
+	long long parsed[256];
+	const long long *branches = parsed;
+	int n = 0;
 	if (argc != 6)
 		return 2;
-	if (strcmp(argv[4], "-") != 0)
+	const char *compat = argv[3];
+	if (strcmp(compat, "-") == 0)
+		compat = "";
+	else if (strcmp(compat, "spec") == 0)
+		compat = sel_compat_version + 1;
+	if (strcmp(argv[4], "spec") == 0) {
+		branches = sel_branches;
+		n = SEL_NBRANCHES;
+	} else if (strcmp(argv[4], "-") != 0)
 		for (char *p = argv[4]; *p && n < 256; p++) {
-			branches[n++] = (int)strtol(p, &p, 10);
+			parsed[n++] = strtoll(p, &p, 10);
 			if (!*p)
 				break;
 		}
 	if (!cudapatch_sel_module(argv[1], argv[2], module, sizeof module))
 		module[0] = 0;
-	int use = cudapatch_sel_decide(module, !module[0] && sel_is_dir(argv[5]), strcmp(argv[3], "-") ? argv[3] : "", branches, n);
+	int use = cudapatch_sel_decide(module, !module[0] && sel_is_dir(argv[5]), compat, branches, n);
 	printf("%s %s\n", names[use], module[0] ? module : "-");
 	return 0;
 }

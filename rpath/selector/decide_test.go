@@ -17,10 +17,17 @@ import (
 )
 
 // decider builds the generated source's decision as a program:
-// argv proc-file sys-file compat-version branches, prints "use module".
-func decider(t testing.TB, a arch) string {
+// argv proc-file sys-file compat-version branches nvgpu-dir, prints "use
+// module"; "spec" as the version or branches takes those generated from
+// the spec's compat (info, or 580.95.05 without a note when nil).
+func decider(t testing.TB, a arch) string { return specDecider(t, a, nil) }
+
+func specDecider(t testing.TB, a arch, info *nvdriver.Compat) string {
 	t.Helper()
-	src, err := selector.Source(selector.Spec{Compat: "/c/libcuda.so.580.95.05", Info: nvdriver.Compat{Version: "580.95.05"},
+	if info == nil {
+		info = &nvdriver.Compat{Version: "580.95.05"}
+	}
+	src, err := selector.Source(selector.Spec{Compat: "/c/libcuda.so." + info.Version, Info: *info,
 		Driver: []string{"/d/libcuda.so.1"}, Functions: []string{"cuInit"}})
 	require.NoError(t, err)
 	dir := t.TempDir()

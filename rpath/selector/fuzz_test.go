@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
@@ -20,6 +19,9 @@ var fuzzCompats = []struct {
 	{version: "580.95.05"},
 	{version: "580.95.05", branches: []int{535, 550, 565, 570, 575, 580}},
 	{version: "535.261.03", branches: []int{470, 525}},
+	// A note no real library has: a branch past 32 bits (580 in its low
+	// bits) and one below 100.
+	{version: "580.95.05", branches: []int{1<<32 + 580, 99}},
 }
 
 // FuzzDecision: whatever proc/driver/nvidia/version and
@@ -34,7 +36,18 @@ func FuzzDecision(f *testing.F) {
 	if _, err := os.Stat("/lib64/ld-linux-x86-64.so.2"); err != nil {
 		f.Skip("not an x86_64 glibc host")
 	}
-	prog := decider(f, a)
+	// One decider for each compat, deciding with the constants generated
+	// from it, as the library does; none has none.
+	progs := make([]string, len(fuzzCompats))
+	for i, c := range fuzzCompats {
+		info := &nvdriver.Compat{Version: c.version}
+		if c.version == "" {
+			info = nil
+		} else if c.branches != nil {
+			info.Note = &nvdriver.CompatNote{Driver: c.branches}
+		}
+		progs[i] = specDecider(f, a, info)
+	}
 	for i, v := range []string{"580.159.04", "535.261.03", "570.86.10", "390.157"} {
 		f.Add([]byte(procLine(i%2, v)), []byte(v+"\n"), uint8(i*9))
 	}
@@ -44,6 +57,8 @@ func FuzzDecision(f *testing.F) {
 	// Parts past 64 bits, against compat 580.95.05 with its branches.
 	f.Add([]byte("Kernel Module 580.99999999999999999999\n"), []byte{}, uint8(0x11))
 	f.Add([]byte("Kernel Module 0000000000000000000580.0000000000000000000094.9\n"), []byte{}, uint8(0x11))
+	f.Add([]byte("Kernel Module 580.65.06\n"), []byte{}, uint8(0x21))
+	f.Add([]byte("Kernel Module 099.1\n"), []byte{}, uint8(0x21))
 	f.Fuzz(func(t *testing.T, proc, sys []byte, mode uint8) {
 		dir := t.TempDir()
 		procRoot, sysRoot := filepath.Join(dir, "proc"), filepath.Join(dir, "sys")
@@ -61,15 +76,15 @@ func FuzzDecision(f *testing.F) {
 				t.Fatal(err)
 			}
 		}
-		c := fuzzCompats[int(mode>>3)%len(fuzzCompats)]
+		k := int(mode>>3) % len(fuzzCompats)
+		c := fuzzCompats[k]
 		compat := nvdriver.Compat{Version: c.version}
 		cArg, bArg := "-", "-"
 		if c.version != "" {
-			cArg = c.version
+			cArg, bArg = "spec", "spec"
 		}
 		if c.branches != nil {
 			compat.Note = &nvdriver.CompatNote{Driver: c.branches}
-			bArg = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(c.branches)), ","), "[]")
 		}
 		m := nvdriver.ReadMachine(procRoot, sysRoot)
 		module := m.Module
@@ -77,12 +92,12 @@ func FuzzDecision(f *testing.F) {
 			module = "-"
 		}
 		want := fmt.Sprintf("%s %s\n", nvdriver.Choose(compat, m).Use, module)
-		got, err := a.exec(t, nil, prog, procFile, sysFile, cArg, bArg, nvgpu)
+		got, err := a.exec(t, nil, progs[k], procFile, sysFile, cArg, bArg, nvgpu)
 		if err != nil {
 			t.Fatalf("decider: %v: %s", err, got)
 		}
 		if got != want {
-			t.Errorf("proc %q sys %q compat %s/%s: the selector says %q, Go %q", proc, sys, cArg, bArg, got, want)
+			t.Errorf("proc %q sys %q compat %q %v: the selector says %q, Go %q", proc, sys, c.version, c.branches, got, want)
 		}
 	})
 }

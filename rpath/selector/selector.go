@@ -380,11 +380,13 @@ func Source(spec Spec) ([]byte, error) {
 	var branches []string
 	if s.Info.Note != nil {
 		for _, d := range s.Info.Note.Driver {
-			branches = append(branches, strconv.Itoa(d))
+			branches = append(branches, strconv.Itoa(d)+"LL")
 		}
 	}
 	fmt.Fprintf(&b, "#define SEL_NBRANCHES %d\n", len(branches))
-	fmt.Fprintf(&b, "static const int sel_branches[] = {%s};\n", strings.Join(append(branches, "0"), ", "))
+	// long long: Go's int on the 64-bit machines the selector is for, so
+	// a note's branch past 32 bits is not cut to another.
+	fmt.Fprintf(&b, "static const long long sel_branches[] = {%s};\n", strings.Join(append(branches, "0"), ", "))
 	b.WriteString("static const char *const sel_driver[] = {")
 	for _, d := range s.Driver {
 		b.WriteString(cString(d) + ", ")
