@@ -3,6 +3,8 @@ package patch_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -64,28 +66,12 @@ void *load(int major) {
 // and after a run without error, a second run changes nothing and finds
 // no error (what was written is what was decided and checked).
 func FuzzRun(f *testing.F) {
-	seeds := make([][]byte, len(fuzzFiles))
-	rels := make([]string, len(fuzzFiles))
-	for i, ff := range fuzzFiles {
-		b, err := os.ReadFile(cfix.Build(f, ff.spec(f)))
-		if err != nil {
-			f.Fatal(err)
-		}
-		seeds[i], rels[i] = b, ff.rel
-	}
-	for i, b := range seeds {
-		f.Add(uint8(i), b)
-	}
+	rels, seeds := fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
 		root := t.TempDir()
 		fixtures.WriteTree(t, root, rels, seeds, which, data)
 		before := readTree(t, root)
-		cfg := patch.Config{
-			Search: []string{filepath.Join(root, "plug/lib")},
-			Policy: policy.Config{Interpreter: hostLoader, DriverLinkFor: policy.DriverLinkNone, Dlopen: policy.DlopenResolve},
-			Libc:   hostLibcDir,
-			Jobs:   1,
-		}
+		cfg := fuzzConfig(root, 1)
 		out := []string{filepath.Join(root, "out")}
 		rep, err := patch.Run(context.Background(), &cfg, out)
 		if rep == nil {
@@ -127,6 +113,69 @@ func FuzzRun(f *testing.F) {
 				}
 			}
 			t.Fatalf("a second run changed %v", changed)
+		}
+	})
+}
+
+// fuzzSeeds builds fuzzFiles and adds each as a seed (the file to
+// replace, its bytes).
+func fuzzSeeds(f *testing.F) (rels []string, seeds [][]byte) {
+	for i, ff := range fuzzFiles {
+		b, err := os.ReadFile(cfix.Build(f, ff.spec(f)))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(uint8(i), b)
+		seeds, rels = append(seeds, b), append(rels, ff.rel)
+	}
+	return rels, seeds
+}
+
+// fuzzConfig is the main job over fuzzFiles written at root, both checks
+// on.
+func fuzzConfig(root string, jobs int) patch.Config {
+	return patch.Config{
+		Search: []string{filepath.Join(root, "plug/lib")},
+		Policy: policy.Config{Interpreter: hostLoader, DriverLinkFor: policy.DriverLinkNone, Dlopen: policy.DlopenResolve},
+		Libc:   hostLibcDir,
+		Jobs:   jobs,
+	}
+}
+
+// FuzzJobs runs the job of FuzzRun on the same tree with one job and with
+// four, from the same bytes at the same path: whatever the bytes, both
+// must write the same bytes and give the same report and error. Files
+// are decided, checked and written in parallel, and the report is sorted
+// and tallied after; an answer that hangs on which job came first is a
+// fault (run it with -race too).
+func FuzzJobs(f *testing.F) {
+	rels, seeds := fuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, which uint8, data []byte) {
+		root := t.TempDir()
+		out := []string{filepath.Join(root, "out")}
+		var trees []map[string][]byte
+		var reports []string
+		for _, jobs := range []int{1, 4} {
+			if err := os.RemoveAll(root); err != nil {
+				t.Fatal(err)
+			}
+			fixtures.WriteTree(t, root, rels, seeds, which, data)
+			cfg := fuzzConfig(root, jobs)
+			rep, err := patch.Run(context.Background(), &cfg, out)
+			js, jerr := json.Marshal(rep)
+			if jerr != nil {
+				t.Fatal(jerr)
+			}
+			trees = append(trees, readTree(t, root))
+			reports = append(reports, fmt.Sprintf("error: %v\nreport: %s", err, js))
+		}
+		if reports[0] != reports[1] {
+			t.Errorf("the report with 1 job and with 4 differ:\n%s\n%s", reports[0], reports[1])
+		}
+		for p, b := range trees[0] {
+			if !bytes.Equal(b, trees[1][p]) {
+				t.Errorf("%s: 1 job and 4 wrote different bytes", p)
+			}
 		}
 	})
 }
