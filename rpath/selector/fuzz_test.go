@@ -3,10 +3,13 @@ package selector_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cudapatch/cudapatch/rpath/nvdriver"
+	"github.com/cudapatch/cudapatch/rpath/selector"
 )
 
 // fuzzCompats are the cuda_compat sides FuzzDecision picks from: none, and
@@ -98,6 +101,57 @@ func FuzzDecision(f *testing.F) {
 		}
 		if got != want {
 			t.Errorf("proc %q sys %q compat %q %v: the selector says %q, Go %q", proc, sys, c.version, c.branches, got, want)
+		}
+	})
+}
+
+// FuzzForCompat: whatever bytes cuda_compat's libcuda holds (its note,
+// its exported names, its headers), ForCompat gives a one-line error
+// naming the file, or a Spec whose source Source writes and the C
+// compiler compiles and assembles: nothing read from the library can
+// break or inject into the generated C.
+//
+//	go test ./rpath/selector -run=- -fuzz=FuzzForCompat -fuzztime=5m
+func FuzzForCompat(f *testing.F) {
+	a := arches()[0]
+	if _, err := os.Stat("/lib64/ld-linux-x86-64.so.2"); err != nil {
+		f.Skip("not an x86_64 glibc host")
+	}
+	for i, note := range []string{compatNote, `{"format":1,"driver":[4294967876,-1],"device":[]}`, ""} {
+		dir := f.TempDir()
+		lib := filepath.Join(dir, fmt.Sprintf("seed%d.so", i))
+		c := write(f, filepath.Join(dir, "seed.c"), fakeSource("compat", 13000, true, note)+"int cu\\u00e9(void) { return 1; }\n")
+		a.compile(f, "-shared", "-fPIC", "-fextended-identifiers", "-Wl,-soname,libcuda.so.1", "-o", lib, c)
+		b, err := os.ReadFile(lib)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		compat := write(t, filepath.Join(dir, "compat", "libcuda.so.580.95.05"), string(data))
+		if err := os.Symlink("libcuda.so.580.95.05", filepath.Join(dir, "compat", selector.Name)); err != nil {
+			t.Fatal(err)
+		}
+		spec, err := selector.ForCompat(filepath.Join(dir, "compat"), []string{"/run/opengl-driver/lib/libcuda.so.1"})
+		if err != nil {
+			if msg := err.Error(); strings.ContainsAny(msg, "\n\r") || !strings.Contains(msg, compat) && !strings.Contains(msg, "cuda_compat") {
+				t.Fatalf("error not one line naming the file: %q", msg)
+			}
+			return
+		}
+		src, err := selector.Source(spec)
+		if err != nil {
+			if strings.ContainsAny(err.Error(), "\n\r") {
+				t.Fatalf("error of more than one line: %q", err)
+			}
+			return
+		}
+		c := write(t, filepath.Join(dir, "sel.c"), string(src))
+		out, err := exec.Command(a.cc, "-c", "-fPIC", "-O0", "-o", filepath.Join(dir, "sel.o"), c).CombinedOutput()
+		if err != nil {
+			t.Fatalf("the source of a Spec ForCompat accepted does not compile: %v\n%s", err, out)
 		}
 	})
 }
