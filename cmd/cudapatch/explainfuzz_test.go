@@ -1,0 +1,195 @@
+package main
+
+import (
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/cudapatch/cudapatch/internal/fixtures"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+)
+
+// Running it longer (each run writes a tree and runs the loader):
+//
+//	go test ./cmd/cudapatch -run=- -fuzz=FuzzExplainAgrees -fuzztime=10m
+//
+// The agreement tests compare explain with ld.so on trees someone built;
+// this one lets the fuzzer shape the tree: which libraries sit in which
+// directories under which names, what each needs, its SONAME, its
+// DT_RUNPATH or DT_RPATH (with $ORIGIN, empty, relative, symlinked and
+// missing entries), a 32-bit library the loader must pass over, a
+// versioned name's link, and LD_LIBRARY_PATH.
+
+// treeBytes reads the fuzzer's bytes one choice at a time; past the end
+// every choice is 0.
+type treeBytes []byte
+
+func (b *treeBytes) pick(n int) int {
+	if len(*b) == 0 {
+		return 0
+	}
+	v := int((*b)[0]) % n
+	*b = (*b)[1:]
+	return v
+}
+
+var (
+	// fuzzDirs are where libraries are placed; "link" is a symlink to d1,
+	// and the last ones are what glibc-hwcaps, the legacy subdirectories
+	// (tls, platform, hardware capabilities), $PLATFORM and $LIB name.
+	fuzzDirs = []string{"d0", "d1", "d2", "d0/sub", "link",
+		"d1/glibc-hwcaps/x86-64-v2", "d1/glibc-hwcaps/x86-64-v3", "d1/tls", "d1/x86_64", "d1/haswell/x86_64",
+		"d0/x86_64", "d0/haswell", "lib/x86_64-linux-gnu", "lib64"}
+	fuzzNames = []string{"liba.so", "libb.so.1", "libcc.so", "libd.so.2", "libmissing.so"}
+	// fuzzEntries are RUNPATH entries; "@" is the tree's root.
+	fuzzEntries = []string{"$ORIGIN", "$ORIGIN/../d1", "@/d0", "@/d1", "@/d2", "@/d0/sub", "@/link",
+		"", "${ORIGIN}/sub", "/nonexistent", "$ORIGIN/../link", "rel", "@/d1/", "$ORIGIN/..",
+		"@/d0/$PLATFORM", "@/${LIB}", "$ORIGIN/../$LIB"}
+)
+
+// shapedTree writes the tree the bytes describe below root and returns
+// its program and the environment to run it in.
+func shapedTree(t *testing.T, root string, b treeBytes, app, lib, lib32 []byte) (string, []string) {
+	if err := os.MkdirAll(filepath.Join(root, "d1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("d1", filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range fuzzDirs {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := func() (*string, elfedit.PathTag) {
+		tag := b.pick(3)
+		if tag == 0 {
+			return nil, elfedit.TagRunPath
+		}
+		s := ""
+		for i := range 1 + b.pick(3) {
+			if i > 0 {
+				s += ":"
+			}
+			e := fuzzEntries[b.pick(len(fuzzEntries))]
+			if len(e) > 0 && e[0] == '@' {
+				e = root + e[1:]
+			}
+			s += e
+		}
+		if tag == 1 {
+			return &s, elfedit.TagRunPath
+		}
+		return &s, elfedit.TagRPath
+	}
+	needs := func(min int) []string {
+		var out []string
+		for range min + b.pick(3) {
+			out = append(out, fuzzNames[b.pick(len(fuzzNames))])
+		}
+		return out
+	}
+	place := func(p string, data []byte, e elfedit.Edit) {
+		if err := os.WriteFile(p, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		e.EmptyEntries = true
+		if _, err := elfedit.EditFile(p, e, elfedit.Options{}); err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+	}
+	for range 1 + b.pick(5) {
+		name := fuzzNames[b.pick(4)]
+		p := filepath.Join(root, fuzzDirs[b.pick(len(fuzzDirs))], name)
+		if _, err := os.Lstat(p); err == nil {
+			continue
+		}
+		e := elfedit.Edit{AddNeeded: needs(0)}
+		switch b.pick(4) {
+		case 0, 1:
+			e.Soname = &name
+		case 2:
+			other := fuzzNames[b.pick(len(fuzzNames))]
+			e.Soname = &other
+		}
+		e.SetPath, e.Tag = path()
+		// DF_1_NODEFLIB: the default directories and the cache are
+		// skipped for this library's own needs.
+		e.NoDefaultLib = b.pick(8) == 0
+		data := lib
+		if b.pick(8) == 7 {
+			// The loader passes over a library of the wrong class and
+			// searches on; edit it as is, with no needs of its own.
+			data, e = lib32, elfedit.Edit{Soname: e.Soname}
+		}
+		place(p, data, e)
+		if b.pick(4) == 0 {
+			// A versioned name's link, as a package installs it.
+			link := filepath.Join(filepath.Dir(p), "liblink.so")
+			if _, err := os.Lstat(link); err != nil {
+				if err := os.Symlink(name, link); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	exe := filepath.Join(root, "d2", "app")
+	e := elfedit.Edit{AddNeeded: needs(1)}
+	e.SetPath, e.Tag = path()
+	place(exe, app, e)
+	var env []string
+	if d := b.pick(len(fuzzDirs) + 1); d < len(fuzzDirs) {
+		env = append(env, "LD_LIBRARY_PATH="+filepath.Join(root, fuzzDirs[d]))
+	}
+	return exe, env
+}
+
+// FuzzExplainAgrees: on any tree the bytes shape, explain's load order
+// is the one the host's loader lists (`ld.so --list`, else
+// LD_TRACE_LOADED_OBJECTS), name for name and path for path.
+func FuzzExplainAgrees(f *testing.F) {
+	if _, err := os.Stat(hostLoader); err != nil {
+		f.Skip("not an x86_64 glibc host")
+	}
+	if _, err := exec.LookPath("i686-linux-gnu-gcc"); err != nil {
+		f.Fatal("FuzzExplainAgrees needs i686-linux-gnu-gcc (scripts/deps.sh installs it)")
+	}
+	read := func(c fixtures.C) []byte {
+		b, err := os.ReadFile(fixtures.Compile(f, c))
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	app := read(fixtures.C{Source: "int main(void) { return 0; }\n"})
+	libSrc := fixtures.C{Source: "int fz(void) { return 1; }\n", Args: []string{"-shared", "-fPIC"}}
+	lib := read(libSrc)
+	libSrc.Compiler = "i686-linux-gnu-gcc"
+	lib32 := read(libSrc)
+	// Seeds: trees from fixed random bytes, and the smallest tree.
+	f.Add([]byte{0})
+	rng := rand.New(rand.NewPCG(43, 30))
+	for range 12 {
+		seed := make([]byte, 64)
+		for i := range seed {
+			seed[i] = byte(rng.UintN(256))
+		}
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		root, err := filepath.EvalSymlinks(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe, env := shapedTree(t, root, treeBytes(data), app, lib, lib32)
+		want, _, ok := ldList(t, exe, env...)
+		if !ok {
+			return
+		}
+		assert.Equal(t, want, explainPairs(t, exe, env...), "tree %q", data)
+	})
+}
