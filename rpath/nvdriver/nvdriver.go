@@ -67,10 +67,10 @@ const (
 // as the C reader trims it (strings.TrimSpace would trim U+00A0 too).
 const asciiSpace = " \t\n\v\f\r"
 
-// readHead reads the first maxVersionFile bytes of a file, opened
-// non-blocking (a FIFO gives what is there, at once).
+// readHead reads the first maxVersionFile bytes of a regular file (procfs
+// and sysfs files are; a FIFO is refused at once, never waited on).
 func readHead(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	f, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}

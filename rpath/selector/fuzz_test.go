@@ -36,9 +36,7 @@ var fuzzCompats = []struct {
 //	go test ./rpath/selector -run=- -fuzz=FuzzDecision -fuzztime=5m
 func FuzzDecision(f *testing.F) {
 	a := arches()[0]
-	if _, err := os.Stat("/lib64/ld-linux-x86-64.so.2"); err != nil {
-		f.Skip("not an x86_64 glibc host")
-	}
+	a.need(f)
 	// One decider for each compat, deciding with the constants generated
 	// from it, as the library does; none has none.
 	progs := make([]string, len(fuzzCompats))
@@ -114,9 +112,7 @@ func FuzzDecision(f *testing.F) {
 //	go test ./rpath/selector -run=- -fuzz=FuzzForCompat -fuzztime=5m
 func FuzzForCompat(f *testing.F) {
 	a := arches()[0]
-	if _, err := os.Stat("/lib64/ld-linux-x86-64.so.2"); err != nil {
-		f.Skip("not an x86_64 glibc host")
-	}
+	a.need(f)
 	for i, note := range []string{compatNote, `{"format":1,"driver":[4294967876,-1],"device":[]}`, ""} {
 		dir := f.TempDir()
 		lib := filepath.Join(dir, fmt.Sprintf("seed%d.so", i))
