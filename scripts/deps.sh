@@ -19,6 +19,10 @@ packages=(
 	gcc-powerpc64-linux-gnu libc6-dev-ppc64-cross
 	# running foreign binaries, checking results, oracles
 	qemu-user elfutils patchelf python3 file time strace
+	# the glibc whose loader reads resolution-cache notes, built from
+	# Debian's sources as the oracle of explain's nixos loader
+	# (bench/glibc-ldcache/build.sh, fixtures.NoteLoader)
+	make patch bison gawk curl xz-utils
 	# the hook harness and the Nix files
 	bash shellcheck nix-bin
 	# the shell completions (bash, zsh, fish) and the man page (mandoc -T lint, man -l)

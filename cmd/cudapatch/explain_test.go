@@ -35,10 +35,16 @@ var listLine = regexp.MustCompile(`^\t(\S+)(?: => (.*?))?(?: \(0x[0-9a-f]+\))?$`
 // with LD_TRACE_LOADED_OBJECTS=1, as ldd does. ok is false when the loader
 // refuses the file both ways; list is true when --list accepted it.
 func ldList(t testing.TB, exe string, env ...string) (pairs [][2]string, list, ok bool) {
-	out, err := runLoader(t, []string{"--list", exe}, env)
+	return ldListBy(t, func(args, env []string) ([]byte, error) { return runLoader(t, args, env) }, exe, env...)
+}
+
+// ldListBy is ldList with the loader run by run, given the loader's
+// arguments and the environment.
+func ldListBy(t testing.TB, run func(args, env []string) ([]byte, error), exe string, env ...string) (pairs [][2]string, list, ok bool) {
+	out, err := run([]string{"--list", exe}, env)
 	if err != nil {
 		env = append(env, "LD_TRACE_LOADED_OBJECTS=1")
-		if out, err = runLoader(t, []string{exe}, env); err != nil {
+		if out, err = run([]string{exe}, env); err != nil {
 			return nil, false, false
 		}
 	} else {
@@ -67,13 +73,18 @@ func ldList(t testing.TB, exe string, env ...string) (pairs [][2]string, list, o
 }
 
 func runLoader(t testing.TB, args, env []string) ([]byte, error) {
-	cmd := exec.Command(hostLoader, args...)
+	return runChecked(t, exec.Command(hostLoader, args...), env)
+}
+
+// runChecked runs cmd in / with env and PATH, failing the test when it
+// cannot be run at all; a non-zero exit is returned as an error.
+func runChecked(t testing.TB, cmd *exec.Cmd, env []string) ([]byte, error) {
 	cmd.Dir = "/"
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...)
 	out, err := cmd.Output()
 	if err != nil {
 		var ee *exec.ExitError
-		require.True(t, errors.As(err, &ee), "running %s: %v", hostLoader, err)
+		require.True(t, errors.As(err, &ee), "running %s: %v", cmd.Path, err)
 	}
 	return out, err
 }
@@ -83,8 +94,14 @@ func runLoader(t testing.TB, args, env []string) ([]byte, error) {
 // glibc, so explain simulates that loader.
 func explainPairs(t *testing.T, file string, env ...string) [][2]string {
 	t.Helper()
-	out, errOut, code := runCLI(t, env, "explain", "--json", "--loader", "stock", "--workdir", "/", file)
-	require.Contains(t, []int{exitOK, exitFindings}, code, "%s: %s", file, errOut)
+	return explainPairsArgs(t, env, "--loader", "stock", "--workdir", "/", file)
+}
+
+// explainPairsArgs is explainPairs with explain's arguments given.
+func explainPairsArgs(t *testing.T, env []string, args ...string) [][2]string {
+	t.Helper()
+	out, errOut, code := runCLI(t, env, append([]string{"explain", "--json"}, args...)...)
+	require.Contains(t, []int{exitOK, exitFindings}, code, "%v: %s", args, errOut)
 	var doc struct {
 		Tree struct {
 			Needs []struct {
@@ -95,7 +112,7 @@ func explainPairs(t *testing.T, file string, env ...string) [][2]string {
 			} `json:"needs"`
 		} `json:"tree"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(out), &doc), file)
+	require.NoError(t, json.Unmarshal([]byte(out), &doc), "%v", args)
 	var pairs [][2]string
 	for _, n := range doc.Tree.Needs {
 		// The loader lists what loads at start; explain's dlopen names

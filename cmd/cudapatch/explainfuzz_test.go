@@ -5,12 +5,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 
 	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
 )
 
 // Running it longer (each run writes a tree and runs the loader):
@@ -51,9 +53,20 @@ var (
 		"@/d0/$PLATFORM", "@/${LIB}", "$ORIGIN/../$LIB"}
 )
 
+// shape is what shapedTree builds from: the compiled templates, and
+// whether the files get resolution-cache notes.
+type shape struct {
+	app, lib, lib32 []byte
+	notes           bool
+}
+
 // shapedTree writes the tree the bytes describe below root and returns
-// its program and the environment to run it in.
-func shapedTree(t *testing.T, root string, b treeBytes, app, lib, lib32 []byte) (string, []string) {
+// its program and the environment to run it in. Paths written into the
+// files and the environment name the tree as at (root itself when "").
+func shapedTree(t *testing.T, root, at string, b treeBytes, sh shape) (string, []string) {
+	if at == "" {
+		at = root
+	}
 	if err := os.MkdirAll(filepath.Join(root, "d1"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +89,7 @@ func shapedTree(t *testing.T, root string, b treeBytes, app, lib, lib32 []byte) 
 				s += ":"
 			}
 			e := fuzzEntries[b.pick(len(fuzzEntries))]
-			if len(e) > 0 && e[0] == '@' {
-				e = root + e[1:]
-			}
-			s += e
+			s += rooted(e, at)
 		}
 		if tag == 1 {
 			return &s, elfedit.TagRunPath
@@ -120,11 +130,14 @@ func shapedTree(t *testing.T, root string, b treeBytes, app, lib, lib32 []byte) 
 		// DF_1_NODEFLIB: the default directories and the cache are
 		// skipped for this library's own needs.
 		e.NoDefaultLib = b.pick(8) == 0
-		data := lib
+		if sh.notes && b.pick(2) == 0 {
+			e.SetNote = shapedNote(&b, at)
+		}
+		data := sh.lib
 		if b.pick(8) == 7 {
 			// The loader passes over a library of the wrong class and
 			// searches on; edit it as is, with no needs of its own.
-			data, e = lib32, elfedit.Edit{Soname: e.Soname}
+			data, e = sh.lib32, elfedit.Edit{Soname: e.Soname}
 		}
 		place(p, data, e)
 		if b.pick(4) == 0 {
@@ -140,12 +153,62 @@ func shapedTree(t *testing.T, root string, b treeBytes, app, lib, lib32 []byte) 
 	exe := filepath.Join(root, "d2", "app")
 	e := elfedit.Edit{AddNeeded: needs(1)}
 	e.SetPath, e.Tag = path()
-	place(exe, app, e)
+	if sh.notes && b.pick(4) != 0 {
+		e.SetNote = shapedNote(&b, at)
+	}
+	place(exe, sh.app, e)
 	var env []string
 	if d := b.pick(len(fuzzDirs) + 1); d < len(fuzzDirs) {
-		env = append(env, "LD_LIBRARY_PATH="+filepath.Join(root, fuzzDirs[d]))
+		env = append(env, "LD_LIBRARY_PATH="+filepath.Join(at, fuzzDirs[d]))
 	}
-	return exe, env
+	return filepath.Join(at, "d2", "app"), env
+}
+
+// rooted replaces a leading "@" of a fuzzEntries entry with the tree's
+// path.
+func rooted(e, at string) string {
+	if len(e) > 0 && e[0] == '@' {
+		return at + e[1:]
+	}
+	return e
+}
+
+// noteNames are the names a shaped note answers: the tree's, libc's and
+// the versioned name's link.
+var noteNames = append([]string{"libc.so.6", "liblink.so"}, fuzzNames...)
+
+// shapedNote is a resolution-cache note the bytes describe: pairs of a
+// name and a list of files (=) and directories (?) of the tree, some of
+// them missing, of the wrong class, directories given as files,
+// relative, empty or unknown elements, or no element at all (which
+// switches the note off); now and then a descriptor without the empty
+// name that ends it, which the loader ignores.
+func shapedNote(b *treeBytes, at string) *elfedit.Note {
+	odd := []string{"x", "=", "?", "=" + at + "/d1", "=/lib64/libc.so.6", "?/lib64", "=" + at + "/link/libb.so.1",
+		"=" + at + "/d1/liblink.so", "=d1/liba.so", "=/nonexistent/libb.so.1"}
+	var desc []byte
+	for range b.pick(4) {
+		var elems []string
+		for range b.pick(4) {
+			switch b.pick(5) {
+			case 0, 1:
+				elems = append(elems, "="+filepath.Join(at, fuzzDirs[b.pick(len(fuzzDirs))], fuzzNames[b.pick(len(fuzzNames))]))
+			case 2, 3:
+				elems = append(elems, "?"+rooted(fuzzEntries[b.pick(len(fuzzEntries))], at))
+			default:
+				elems = append(elems, odd[b.pick(len(odd))])
+			}
+		}
+		desc = append(desc, noteNames[b.pick(len(noteNames))]...)
+		desc = append(desc, 0)
+		desc = append(desc, strings.Join(elems, ":")...)
+		desc = append(desc, 0)
+	}
+	desc = append(desc, 0) // the empty name that ends the pairs
+	if b.pick(8) == 0 {
+		desc = desc[:len(desc)-1]
+	}
+	return &elfedit.Note{NoteID: ldcache.NoteID, Desc: desc, Section: ".note.nixos.ldcache"}
 }
 
 // FuzzExplainAgrees: on any tree the bytes shape, explain's load order
@@ -185,7 +248,7 @@ func FuzzExplainAgrees(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		exe, env := shapedTree(t, root, treeBytes(data), app, lib, lib32)
+		exe, env := shapedTree(t, root, "", treeBytes(data), shape{app: app, lib: lib, lib32: lib32})
 		want, _, ok := ldList(t, exe, env...)
 		if !ok {
 			return

@@ -50,7 +50,12 @@ func (f *fsys) abs(p string) string {
 
 // host returns the host path to open for logical path p. Without a root the
 // kernel resolves links itself; with one, every link is followed inside it.
+// An empty path names no file, as open("") fails with ENOENT (a note's
+// "=" element with nothing after it).
 func (f *fsys) host(p string) (string, error) {
+	if p == "" {
+		return "", &fs.PathError{Op: "open", Path: p, Err: syscall.ENOENT}
+	}
 	if f.root == "" {
 		return f.abs(p), nil
 	}

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudapatch/cudapatch/internal/fixtures"
+	"github.com/cudapatch/cudapatch/rpath/elfedit"
+	"github.com/cudapatch/cudapatch/rpath/ldcache"
+)
+
+// Running it longer:
+//
+//	go test ./cmd/cudapatch -run=- -fuzz=FuzzExplainAgreesNote -fuzztime=10m
+//
+// FuzzExplainAgrees' oracle is the host's stock glibc, so it never sees
+// the step explain simulates by default: nixpkgs' loader reading the
+// requesting object's resolution-cache note after LD_LIBRARY_PATH and
+// before DT_RUNPATH. This one gives the shaped trees notes (files, some
+// missing or of the wrong class, directories, relative and unknown
+// elements, empty lists, malformed descriptors) and compares explain with
+// a loader that reads them (fixtures.NoteLoader), run in a root of its
+// own so that its libc and default directories are the ones explain is
+// told of with --root.
+
+// noteRoot makes a root for the note-reading loader: its lib64 holds
+// that glibc's loader and libc, and nothing else is there.
+func noteRoot(t *testing.T, lib string) string {
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(root, "lib64")
+	if err := os.Mkdir(dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ld-linux-x86-64.so.2", "libc.so.6"} {
+		if os.Link(filepath.Join(lib, name), filepath.Join(dst, name)) != nil {
+			fixtures.CopyFile(t, filepath.Join(lib, name), filepath.Join(dst, name))
+		}
+	}
+	return root
+}
+
+// chrootLoader runs the loader of root inside root: the child chroots
+// before it executes the loader, so nothing of the host runs in between
+// (a chroot program would itself obey LD_TRACE_LOADED_OBJECTS). Not as
+// root, the child gets a user namespace in which it is.
+func chrootLoader(t testing.TB, root string) func(args, env []string) ([]byte, error) {
+	return func(args, env []string) ([]byte, error) {
+		cmd := exec.Command(hostLoader, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+		if uid, gid := os.Geteuid(), os.Getegid(); uid != 0 {
+			cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWUSER
+			cmd.SysProcAttr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: uid, Size: 1}}
+			cmd.SysProcAttr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: gid, Size: 1}}
+		}
+		return runChecked(t, cmd, env)
+	}
+}
+
+// FuzzExplainAgreesNote: on any tree the bytes shape, with the
+// resolution-cache notes they shape, explain's load order (--loader
+// nixos, the default) is the one the note-reading loader lists, name for
+// name and path for path.
+func FuzzExplainAgreesNote(f *testing.F) {
+	if _, err := os.Stat(hostLoader); err != nil {
+		f.Skip("not an x86_64 glibc host")
+	}
+	lib := fixtures.NoteLoader(f)
+	if _, err := exec.LookPath("i686-linux-gnu-gcc"); err != nil {
+		f.Fatal("FuzzExplainAgreesNote needs i686-linux-gnu-gcc (scripts/deps.sh installs it)")
+	}
+	read := func(c fixtures.C) []byte {
+		b, err := os.ReadFile(fixtures.Compile(f, c))
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	sh := shape{notes: true}
+	sh.app = read(fixtures.C{Source: "int main(void) { return 0; }\n"})
+	libSrc := fixtures.C{Source: "int fz(void) { return 1; }\n", Args: []string{"-shared", "-fPIC"}}
+	sh.lib = read(libSrc)
+	libSrc.Compiler = "i686-linux-gnu-gcc"
+	sh.lib32 = read(libSrc)
+	f.Add([]byte{0})
+	rng := rand.New(rand.NewPCG(43, 31))
+	for range 16 {
+		seed := make([]byte, 96)
+		for i := range seed {
+			seed[i] = byte(rng.UintN(256))
+		}
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		root := noteRoot(t, lib)
+		exe, env := shapedTree(t, filepath.Join(root, "t"), "/t", treeBytes(data), sh)
+		want, _, ok := ldListBy(t, chrootLoader(t, root), exe, env...)
+		if !ok {
+			return
+		}
+		args := []string{"--root", root, "--workdir", "/"}
+		ldPath := ""
+		for _, kv := range env {
+			ldPath = kv[len("LD_LIBRARY_PATH="):]
+		}
+		args = append(args, "--ld-library-path", ldPath, exe)
+		assert.Equal(t, want, explainPairsArgs(t, nil, args...), "tree %q", data)
+	})
+}
+
+// TestNoteLoader: the oracle of FuzzExplainAgreesNote reads notes. A
+// program whose RUNPATH misses its library loads it through a note that
+// names the file, and not without one; explain says the same both ways.
+// scripts/test.sh runs it first, as the step that builds the loader.
+func TestNoteLoader(t *testing.T) {
+	if _, err := os.Stat(hostLoader); err != nil {
+		t.Skip("not an x86_64 glibc host")
+	}
+	root := noteRoot(t, fixtures.NoteLoader(t))
+	for _, d := range []string{"t/A", "t/C", "t/bin"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, d), 0o755))
+	}
+	libfoo := fixtures.C{Source: "int foo(void) { return 1; }\n", Args: []string{"-shared", "-fPIC", "-Wl,-soname,libfoo.so.1"}}
+	fixtures.Place(t, libfoo, filepath.Join(root, "t/C/libfoo.so.1"))
+	app := fixtures.Compile(t, fixtures.C{Source: "int main(void) { return 0; }\n"})
+	runpath := "/t/A"
+	note := &elfedit.Note{NoteID: ldcache.NoteID, Desc: []byte("libfoo.so.1\x00=/t/C/libfoo.so.1\x00\x00"), Section: ".note.nixos.ldcache"}
+	for _, tc := range []struct {
+		name string
+		note *elfedit.Note
+		want string
+	}{
+		{"note", note, "/t/C/libfoo.so.1"},
+		{"no note", nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			exe := filepath.Join(root, "t/bin/app")
+			fixtures.CopyFile(t, app, exe)
+			_, err := elfedit.EditFile(exe, elfedit.Edit{AddNeeded: []string{"libfoo.so.1"}, SetPath: &runpath, Tag: elfedit.TagRunPath, SetNote: tc.note}, elfedit.Options{})
+			require.NoError(t, err)
+			got, _, ok := ldListBy(t, chrootLoader(t, root), "/t/bin/app")
+			require.True(t, ok, "the loader refused /t/bin/app")
+			want := [][2]string{{"libfoo.so.1", tc.want}, {"libc.so.6", "/lib64/libc.so.6"}}
+			assert.Equal(t, want, got, "the note-reading loader")
+			assert.Equal(t, want, explainPairsArgs(t, nil, "--root", root, "--workdir", "/", "--ld-library-path", "", "/t/bin/app"), "explain")
+		})
+	}
+}
+
+// noteFlags are the main job's option sets FuzzNoteTrue picks from.
+var noteFlags = [][]string{
+	nil,
+	{"--preserve-origin"},
+	{"--append-rpath", "$ORIGIN"},
+	{"--relativize-rpath"},
+	{"--ignore-existing"},
+}
+
+// FuzzNoteTrue: the main job leaves every file's resolution-cache note
+// true. On any tree the bytes shape (old notes included), after one
+// patch run, the note-reading loader lists the same libraries at the same
+// paths as it does once every note is removed: the note only saves the
+// search. The tree stays at its path on the host (the notes name it), so
+// the job keeps the note-reading glibc's libc directory in each RUNPATH
+// (--keep-libc), as the scripts of bench/glibc-ldcache do; the host's own
+// libraries answer none of the tree's names.
+func FuzzNoteTrue(f *testing.F) {
+	if _, err := os.Stat(hostLoader); err != nil {
+		f.Skip("not an x86_64 glibc host")
+	}
+	lib := fixtures.NoteLoader(f)
+	loader := filepath.Join(lib, "ld-linux-x86-64.so.2")
+	if _, err := exec.LookPath("i686-linux-gnu-gcc"); err != nil {
+		f.Fatal("FuzzNoteTrue needs i686-linux-gnu-gcc (scripts/deps.sh installs it)")
+	}
+	read := func(c fixtures.C) []byte {
+		b, err := os.ReadFile(fixtures.Compile(f, c))
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	sh := shape{notes: true}
+	sh.app = read(fixtures.C{Source: "int main(void) { return 0; }\n"})
+	libSrc := fixtures.C{Source: "int fz(void) { return 1; }\n", Args: []string{"-shared", "-fPIC"}}
+	sh.lib = read(libSrc)
+	libSrc.Compiler = "i686-linux-gnu-gcc"
+	sh.lib32 = read(libSrc)
+	f.Add([]byte{0})
+	rng := rand.New(rand.NewPCG(43, 32))
+	for range 16 {
+		seed := make([]byte, 96)
+		for i := range seed {
+			seed[i] = byte(rng.UintN(256))
+		}
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		run := func(args, env []string) ([]byte, error) {
+			return runChecked(t, exec.Command(loader, args...), env)
+		}
+		root, err := filepath.EvalSymlinks(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := treeBytes(data)
+		flags := noteFlags[b.pick(len(noteFlags))]
+		exe, env := shapedTree(t, root, "", b, sh)
+		args := append([]string{"--libc", lib, "--keep-libc", "--search", lib, "--ignore-missing", "*",
+			"--symbols", "off", "--dlopen", "off"}, flags...)
+		_, errOut, code := runCLI(t, nil, append(args, root)...)
+		if code != exitOK && code != exitFindings {
+			t.Fatalf("cudapatch %v: exit %d: %s", args, code, errOut)
+		}
+		withNotes, _, ok := ldListBy(t, run, exe, env...)
+		if !ok {
+			return
+		}
+		removeNotes(t, root)
+		without, _, _ := ldListBy(t, run, exe, env...)
+		assert.Equal(t, without, withNotes, "tree %q, flags %q", data, flags)
+	})
+}
+
+// removeNotes removes the resolution-cache note of every ELF file below
+// root.
+func removeNotes(t *testing.T, root string) {
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		_, err = elfedit.EditFile(p, elfedit.Edit{RemoveNotes: []elfedit.NoteID{ldcache.NoteID}}, elfedit.Options{})
+		return err
+	})
+	require.NoError(t, err)
+}
