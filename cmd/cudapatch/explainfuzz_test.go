@@ -43,10 +43,14 @@ var (
 	// fuzzDirs are where libraries are placed; "link" is a symlink to d1,
 	// and the last ones are what glibc-hwcaps, the legacy subdirectories
 	// (tls, platform, hardware capabilities), $PLATFORM and $LIB name.
+	// "d0/stubs" is a stub directory, as the CUDA toolkit's lib/stubs.
 	fuzzDirs = []string{"d0", "d1", "d2", "d0/sub", "link",
 		"d1/glibc-hwcaps/x86-64-v2", "d1/glibc-hwcaps/x86-64-v3", "d1/tls", "d1/x86_64", "d1/haswell/x86_64",
-		"d0/x86_64", "d0/haswell", "lib/x86_64-linux-gnu", "lib64"}
-	fuzzNames = []string{"liba.so", "libb.so.1", "libcc.so", "libd.so.2", "libmissing.so"}
+		"d0/x86_64", "d0/haswell", "lib/x86_64-linux-gnu", "lib64", "d0/stubs"}
+	// fuzzNames are what libraries are called and need; all but the last
+	// are placed. libcuda.so.1 is the driver's: a copy in the tree stands
+	// for the toolkit's stub, or a vendored one.
+	fuzzNames = []string{"liba.so", "libb.so.1", "libcc.so", "libd.so.2", "libcuda.so.1", "libmissing.so"}
 	// fuzzEntries are RUNPATH entries; "@" is the tree's root.
 	fuzzEntries = []string{"$ORIGIN", "$ORIGIN/../d1", "@/d0", "@/d1", "@/d2", "@/d0/sub", "@/link",
 		"", "${ORIGIN}/sub", "/nonexistent", "$ORIGIN/../link", "rel", "@/d1/", "$ORIGIN/..",
@@ -113,7 +117,7 @@ func shapedTree(t *testing.T, root, at string, b treeBytes, sh shape) (string, [
 		}
 	}
 	for range 1 + b.pick(5) {
-		name := fuzzNames[b.pick(4)]
+		name := fuzzNames[b.pick(len(fuzzNames)-1)]
 		p := filepath.Join(root, fuzzDirs[b.pick(len(fuzzDirs))], name)
 		if _, err := os.Lstat(p); err == nil {
 			continue

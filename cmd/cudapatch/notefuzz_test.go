@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -134,14 +136,18 @@ func TestNoteLoader(t *testing.T) {
 	fixtures.Place(t, libfoo, filepath.Join(root, "t/C/libfoo.so.1"))
 	app := fixtures.Compile(t, fixtures.C{Source: "int main(void) { return 0; }\n"})
 	runpath := "/t/A"
-	note := &elfedit.Note{NoteID: ldcache.NoteID, Desc: []byte("libfoo.so.1\x00=/t/C/libfoo.so.1\x00\x00"), Section: ".note.nixos.ldcache"}
+	note := func(list string) *elfedit.Note {
+		return &elfedit.Note{NoteID: ldcache.NoteID, Desc: []byte("libfoo.so.1\x00" + list + "\x00\x00"), Section: ".note.nixos.ldcache"}
+	}
 	for _, tc := range []struct {
 		name string
 		note *elfedit.Note
 		want string
 	}{
-		{"note", note, "/t/C/libfoo.so.1"},
+		{"note", note("=/t/C/libfoo.so.1"), "/t/C/libfoo.so.1"},
 		{"no note", nil, ""},
+		// open("") fails with ENOENT: the loader tries the next element.
+		{"empty file element", note("=:=/t/C/libfoo.so.1"), "/t/C/libfoo.so.1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			exe := filepath.Join(root, "t/bin/app")
@@ -174,6 +180,12 @@ var noteFlags = [][]string{
 // the job keeps the note-reading glibc's libc directory in each RUNPATH
 // (--keep-libc), as the scripts of bench/glibc-ldcache do; the host's own
 // libraries answer none of the tree's names.
+//
+// The driver link is a directory beside the tree that the build does not
+// see filled: after the run it stays absent, empty, or gets a libcuda.so.1
+// (in a glibc-hwcaps subdirectory or not), as a machine's driver would;
+// the notes must be true in each case, and no library of the tree's stub
+// directory (d0/stubs) may load unless LD_LIBRARY_PATH names it.
 func FuzzNoteTrue(f *testing.F) {
 	if _, err := os.Stat(hostLoader); err != nil {
 		f.Skip("not an x86_64 glibc host")
@@ -205,30 +217,50 @@ func FuzzNoteTrue(f *testing.F) {
 		}
 		f.Add(seed)
 	}
+	driverDirs := []string{"", ".", "glibc-hwcaps/x86-64-v2"}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		run := func(args, env []string) ([]byte, error) {
 			return runChecked(t, exec.Command(loader, args...), env)
 		}
-		root, err := filepath.EvalSymlinks(t.TempDir())
+		base, err := filepath.EvalSymlinks(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
+		root, drv := filepath.Join(base, "t"), filepath.Join(base, "drv")
 		b := treeBytes(data)
 		flags := noteFlags[b.pick(len(noteFlags))]
+		driver := b.pick(len(driverDirs) + 1)
 		exe, env := shapedTree(t, root, "", b, sh)
-		args := append([]string{"--libc", lib, "--keep-libc", "--search", lib, "--ignore-missing", "*",
-			"--symbols", "off", "--dlopen", "off"}, flags...)
+		args := append([]string{"--libc", lib, "--keep-libc", "--search", lib, "--driver-link", drv,
+			"--ignore-missing", "*", "--symbols", "off", "--dlopen", "off"}, flags...)
 		_, errOut, code := runCLI(t, nil, append(args, root)...)
 		if code != exitOK && code != exitFindings {
 			t.Fatalf("cudapatch %v: exit %d: %s", args, code, errOut)
+		}
+		// The machine's driver, after the build.
+		if driver < len(driverDirs) {
+			require.NoError(t, os.MkdirAll(filepath.Join(drv, driverDirs[driver]), 0o755))
+			if driverDirs[driver] != "" {
+				soname := "libcuda.so.1"
+				p := filepath.Join(drv, driverDirs[driver], soname)
+				require.NoError(t, os.WriteFile(p, sh.lib, 0o755))
+				_, err := elfedit.EditFile(p, elfedit.Edit{Soname: &soname}, elfedit.Options{})
+				require.NoError(t, err)
+			}
 		}
 		withNotes, _, ok := ldListBy(t, run, exe, env...)
 		if !ok {
 			return
 		}
+		stubs := filepath.Join(root, "d0", "stubs")
+		if !slices.Contains(env, "LD_LIBRARY_PATH="+stubs) {
+			for _, p := range withNotes {
+				assert.False(t, strings.HasPrefix(filepath.Clean(p[1]), stubs+"/"), "a stub loads (%s): tree %q, flags %q", p[1], data, flags)
+			}
+		}
 		removeNotes(t, root)
 		without, _, _ := ldListBy(t, run, exe, env...)
-		assert.Equal(t, without, withNotes, "tree %q, flags %q", data, flags)
+		assert.Equal(t, without, withNotes, "tree %q, flags %q, driver %d", data, flags, driver)
 	})
 }
 
