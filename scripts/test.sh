@@ -42,8 +42,8 @@ go vet ./...
 # ldcache.patch (docs/glibc-ldcache.md), downloaded from Debian's archive
 # and built once, then kept under testdata/build/glibc-ldcache/. Its own
 # step, because the first build takes minutes.
-step "the note-reading glibc (first run: downloads Debian's glibc source and builds it, about 6 minutes on 2 idle cores)"
-go test -count=1 -run '^TestNoteLoader$' ./cmd/cudapatch
+step "the note-reading glibc (first run: downloads Debian's glibc source and builds it, 6 to 10 minutes on 2 cores)"
+go test -count=1 -timeout 60m -run '^TestNoteLoader$' ./cmd/cudapatch
 step "go test ./... (about 5 minutes on 2 cores; a fresh clone first builds the fixture matrix from testdata/src, and ./hooks runs real nix-builds)"
 go test -count=1 -timeout 30m ./...
 

@@ -116,9 +116,11 @@ func shapedTree(t *testing.T, root, at string, b treeBytes, sh shape) (string, [
 			t.Fatalf("%s: %v", p, err)
 		}
 	}
+	var placed []string // where the libraries are, as at names them
 	for range 1 + b.pick(5) {
 		name := fuzzNames[b.pick(len(fuzzNames)-1)]
-		p := filepath.Join(root, fuzzDirs[b.pick(len(fuzzDirs))], name)
+		dir := fuzzDirs[b.pick(len(fuzzDirs))]
+		p := filepath.Join(root, dir, name)
 		if _, err := os.Lstat(p); err == nil {
 			continue
 		}
@@ -135,7 +137,7 @@ func shapedTree(t *testing.T, root, at string, b treeBytes, sh shape) (string, [
 		// skipped for this library's own needs.
 		e.NoDefaultLib = b.pick(8) == 0
 		if sh.notes && b.pick(2) == 0 {
-			e.SetNote = shapedNote(&b, at)
+			e.SetNote = shapedNote(&b, at, e.AddNeeded, placed)
 		}
 		data := sh.lib
 		if b.pick(8) == 7 {
@@ -144,6 +146,7 @@ func shapedTree(t *testing.T, root, at string, b treeBytes, sh shape) (string, [
 			data, e = sh.lib32, elfedit.Edit{Soname: e.Soname}
 		}
 		place(p, data, e)
+		placed = append(placed, filepath.Join(at, dir, name))
 		if b.pick(4) == 0 {
 			// A versioned name's link, as a package installs it.
 			link := filepath.Join(filepath.Dir(p), "liblink.so")
@@ -158,7 +161,7 @@ func shapedTree(t *testing.T, root, at string, b treeBytes, sh shape) (string, [
 	e := elfedit.Edit{AddNeeded: needs(1)}
 	e.SetPath, e.Tag = path()
 	if sh.notes && b.pick(4) != 0 {
-		e.SetNote = shapedNote(&b, at)
+		e.SetNote = shapedNote(&b, at, e.AddNeeded, placed)
 	}
 	place(exe, sh.app, e)
 	var env []string
@@ -186,8 +189,10 @@ var noteNames = append([]string{"libc.so.6", "liblink.so"}, fuzzNames...)
 // them missing, of the wrong class, directories given as files,
 // relative, empty or unknown elements, or no element at all (which
 // switches the note off); now and then a descriptor without the empty
-// name that ends it, which the loader ignores.
-func shapedNote(b *treeBytes, at string) *elfedit.Note {
+// name that ends it, which the loader ignores. Names are mostly the
+// object's own needs, and files mostly libraries already placed, so that
+// the note often answers a lookup, rightly or not.
+func shapedNote(b *treeBytes, at string, needs, placed []string) *elfedit.Note {
 	odd := []string{"x", "=", "?", "=" + at + "/d1", "=/lib64/libc.so.6", "?/lib64", "=" + at + "/link/libb.so.1",
 		"=" + at + "/d1/liblink.so", "=d1/liba.so", "=/nonexistent/libb.so.1"}
 	var desc []byte
@@ -195,15 +200,23 @@ func shapedNote(b *treeBytes, at string) *elfedit.Note {
 		var elems []string
 		for range b.pick(4) {
 			switch b.pick(5) {
-			case 0, 1:
+			case 0:
 				elems = append(elems, "="+filepath.Join(at, fuzzDirs[b.pick(len(fuzzDirs))], fuzzNames[b.pick(len(fuzzNames))]))
+			case 1:
+				if len(placed) > 0 {
+					elems = append(elems, "="+placed[b.pick(len(placed))])
+				}
 			case 2, 3:
 				elems = append(elems, "?"+rooted(fuzzEntries[b.pick(len(fuzzEntries))], at))
 			default:
 				elems = append(elems, odd[b.pick(len(odd))])
 			}
 		}
-		desc = append(desc, noteNames[b.pick(len(noteNames))]...)
+		name := noteNames[b.pick(len(noteNames))]
+		if len(needs) > 0 && b.pick(4) != 0 {
+			name = needs[b.pick(len(needs))]
+		}
+		desc = append(desc, name...)
 		desc = append(desc, 0)
 		desc = append(desc, strings.Join(elems, ":")...)
 		desc = append(desc, 0)

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -17,6 +19,7 @@ import (
 	"github.com/cudapatch/cudapatch/internal/fixtures"
 	"github.com/cudapatch/cudapatch/rpath/elfedit"
 	"github.com/cudapatch/cudapatch/rpath/ldcache"
+	"github.com/cudapatch/cudapatch/rpath/lint"
 )
 
 // Running it longer:
@@ -275,4 +278,69 @@ func removeNotes(t *testing.T, root string) {
 		return err
 	})
 	require.NoError(t, err)
+}
+
+// noteErrors are lint's rules on a note the loader may act on wrongly.
+var noteErrors = []string{"CP014", "CP016", "CP017", "CP018"}
+
+// FuzzLintNote: the notes lint accepts are true. On
+// FuzzExplainAgreesNote's trees, once the notes of every file lint --root
+// reports a note error on (noteErrors) are removed, the note-reading
+// loader lists the same files at the same paths as with no note at all:
+// no note lint lets pass changes what loads.
+func FuzzLintNote(f *testing.F) {
+	if _, err := os.Stat(hostLoader); err != nil {
+		f.Skip("not an x86_64 glibc host")
+	}
+	lib := fixtures.NoteLoader(f)
+	if _, err := exec.LookPath("i686-linux-gnu-gcc"); err != nil {
+		f.Fatal("FuzzLintNote needs i686-linux-gnu-gcc (scripts/deps.sh installs it)")
+	}
+	read := func(c fixtures.C) []byte {
+		b, err := os.ReadFile(fixtures.Compile(f, c))
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	sh := shape{notes: true}
+	sh.app = read(fixtures.C{Source: "int main(void) { return 0; }\n"})
+	libSrc := fixtures.C{Source: "int fz(void) { return 1; }\n", Args: []string{"-shared", "-fPIC"}}
+	sh.lib = read(libSrc)
+	libSrc.Compiler = "i686-linux-gnu-gcc"
+	sh.lib32 = read(libSrc)
+	f.Add([]byte{0})
+	rng := rand.New(rand.NewPCG(43, 33))
+	for range 16 {
+		seed := make([]byte, 96)
+		for i := range seed {
+			seed[i] = byte(rng.UintN(256))
+		}
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		root := noteRoot(t, lib)
+		exe, env := shapedTree(t, filepath.Join(root, "t"), "/t", treeBytes(data), sh)
+		out, errOut, code := runCLI(t, nil, "lint", "--root", root, "--format", "json", filepath.Join(root, "t"))
+		require.Contains(t, []int{exitOK, exitFindings}, code, "lint: %s", errOut)
+		var rep lint.Report
+		require.NoError(t, json.Unmarshal([]byte(out), &rep))
+		flagged := map[string]bool{}
+		for _, fd := range rep.Findings {
+			if slices.Contains(noteErrors, fd.Rule) {
+				flagged[fd.Path] = true
+			}
+		}
+		for p := range flagged {
+			_, err := elfedit.EditFile(p, elfedit.Edit{RemoveNotes: []elfedit.NoteID{ldcache.NoteID}}, elfedit.Options{})
+			require.NoError(t, err)
+		}
+		accepted, _, ok := ldListBy(t, chrootLoader(t, root), exe, env...)
+		if !ok {
+			return
+		}
+		removeNotes(t, filepath.Join(root, "t"))
+		none, _, _ := ldListBy(t, chrootLoader(t, root), exe, env...)
+		assert.Equal(t, none, accepted, "tree %q: lint flagged %v", data, slices.Sorted(maps.Keys(flagged)))
+	})
 }
