@@ -32,6 +32,8 @@ unset LD_LIBRARY_PATH LD_PRELOAD
 export LC_ALL=C
 # shellcheck source=bench/glibc-ldcache/ab.sh
 . "$ROOT/bench/glibc-ldcache/ab.sh"
+# shellcheck source=bench/glibc-ldcache/corpus-app.sh
+. "$ROOT/bench/glibc-ldcache/corpus-app.sh"
 rm -rf "$W" && mkdir -p "$W" || exit 2
 AB_DIR=$W/ab && mkdir -p "$AB_DIR"
 AB_LIST= # set per tree below; read by ab.sh
@@ -69,22 +71,7 @@ mkdir -p "$W/corpus" && cp -a "$C/pristine/store" "$S"
 DRV=$W/corpus/run/opengl-driver/lib
 # The driver lives behind the driver link only, as on NixOS.
 mkdir -p "$DRV" && cp -a "$S"/*-nvidia-x11-*/lib/nvidia/current/. "$DRV/" && rm -rf "$S"/*-nvidia-x11-*
-APP=$S/00000000000000000000000000000000-cuda-app
-mkdir -p "$APP/bin"
-libs=()
-for n in libcublas.so.11 libcublasLt.so.11 libcudart.so.11.0 libnvrtc.so.11.2 libcufft.so.10 libcufftw.so.10 \
-	libcusparse.so.11 libcurand.so.10 libcusolver.so.11 libnppc.so.11 libnppig.so.11 libnvjpeg.so.11 \
-	libcupti.so.11.8; do
-	libs+=("$(find "$S" -name "$n" | head -1)")
-done
-libs+=("$(find "$S" -path '*stubs*' -name libcuda.so | head -1)" "$DRV/libnvidia-ml.so.1")
-echo 'int main(void) { return 0; }' >"$W/app.c"
-# The glibc libraries are NEEDED by the program so that they load first, from
-# our glibc (Nix's loader finds them in its default directory; ours would
-# take the host's through /etc/ld.so.cache). Later lookups of them are
-# matches by soname in both variants.
-gcc -o "$APP/bin/app" "$W/app.c" -Wl,--no-as-needed "${libs[@]}" -lm -ldl -lpthread -lrt -lutil \
-	-Wl,--dynamic-linker=/nonexistent/ld.so || exit 1
+APP=$(corpus_app "$S" "$DRV" "$W") || exit 1
 "$CP" --search-recursive "$S" --search "$GL" --keep-libc --driver-link "$DRV" --interpreter "$LDSO" \
 	--ignore-missing 'libcheckpoint.so' "$S" | tail -1
 find "$S" -type f -name '*.so*' -o -type f -path '*/bin/*' | sort >"$W/corpus.list"

@@ -30,24 +30,15 @@ else
 	CP=$W/cudapatch
 fi
 TOGGLE=$HERE/ldcache-toggle.py
+# shellcheck source=bench/glibc-ldcache/corpus-app.sh
+. "$HERE/corpus-app.sh"
 [ -d "$C/pristine/store" ] || bash "$ROOT/scripts/cuda-corpus.sh" "$C" >/dev/null
 
 S=$W/corpus/store DRV=$W/corpus/run/opengl-driver/lib
 rm -rf "$W/corpus" && mkdir -p "$W/corpus" && cp -a "$C/pristine/store" "$S"
 mkdir -p "$W/driver" && cp -a "$S"/*-nvidia-x11-*/lib/nvidia/current/. "$W/driver/" && rm -rf "$S"/*-nvidia-x11-*
 mkdir -p "$DRV"
-APP=$S/00000000000000000000000000000000-cuda-app
-mkdir -p "$APP/bin"
-libs=()
-for n in libcublas.so.11 libcublasLt.so.11 libcudart.so.11.0 libnvrtc.so.11.2 libcufft.so.10 libcufftw.so.10 \
-	libcusparse.so.11 libcurand.so.10 libcusolver.so.11 libnppc.so.11 libnppig.so.11 libnvjpeg.so.11 \
-	libcupti.so.11.8; do
-	libs+=("$(find "$S" -name "$n" | head -1)")
-done
-libs+=("$(find "$S" -path '*stubs*' -name libcuda.so | head -1)" "$W/driver/libnvidia-ml.so.1")
-echo 'int main(void) { return 0; }' >"$W/app.c"
-gcc -o "$APP/bin/app" "$W/app.c" -Wl,--no-as-needed "${libs[@]}" -lm -ldl -lpthread -lrt -lutil \
-	-Wl,--dynamic-linker=/nonexistent/ld.so
+APP=$(corpus_app "$S" "$W/driver" "$W")
 echo "cudapatch: $("$CP" --version 2>&1 | head -1) ($(git -C "$ROOT" rev-parse --short HEAD)); loader: $("$LDSO" --version | head -1)"
 "$CP" --search-recursive "$S" --search "$GL" --keep-libc --driver-link "$DRV" --interpreter "$LDSO" \
 	--ignore-missing 'libcheckpoint.so' "$S" | tail -1

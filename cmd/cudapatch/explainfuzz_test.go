@@ -64,6 +64,42 @@ type shape struct {
 	notes           bool
 }
 
+// shapeTemplates compiles what shapedTree edits: a program, a library,
+// and the same library for i686, which the loader must pass over.
+func shapeTemplates(f *testing.F, notes bool) shape {
+	if _, err := exec.LookPath("i686-linux-gnu-gcc"); err != nil {
+		f.Fatalf("%s needs i686-linux-gnu-gcc (scripts/deps.sh installs it)", f.Name())
+	}
+	read := func(c fixtures.C) []byte {
+		b, err := os.ReadFile(fixtures.Compile(f, c))
+		if err != nil {
+			f.Fatal(err)
+		}
+		return b
+	}
+	sh := shape{notes: notes}
+	sh.app = read(fixtures.C{Source: "int main(void) { return 0; }\n"})
+	libSrc := fixtures.C{Source: "int fz(void) { return 1; }\n", Args: []string{"-shared", "-fPIC"}}
+	sh.lib = read(libSrc)
+	libSrc.Compiler = "i686-linux-gnu-gcc"
+	sh.lib32 = read(libSrc)
+	return sh
+}
+
+// addTreeSeeds adds the smallest tree's input and n inputs of size fixed
+// random bytes (PCG stream 43, stream).
+func addTreeSeeds(f *testing.F, stream uint64, n, size int) {
+	f.Add([]byte{0})
+	rng := rand.New(rand.NewPCG(43, stream))
+	for range n {
+		seed := make([]byte, size)
+		for i := range seed {
+			seed[i] = byte(rng.UintN(256))
+		}
+		f.Add(seed)
+	}
+}
+
 // shapedTree writes the tree the bytes describe below root and returns
 // its program and the environment to run it in. Paths written into the
 // files and the environment name the tree as at (root itself when "").
@@ -235,37 +271,15 @@ func FuzzExplainAgrees(f *testing.F) {
 	if _, err := os.Stat(hostLoader); err != nil {
 		f.Skip("not an x86_64 glibc host")
 	}
-	if _, err := exec.LookPath("i686-linux-gnu-gcc"); err != nil {
-		f.Fatal("FuzzExplainAgrees needs i686-linux-gnu-gcc (scripts/deps.sh installs it)")
-	}
-	read := func(c fixtures.C) []byte {
-		b, err := os.ReadFile(fixtures.Compile(f, c))
-		if err != nil {
-			f.Fatal(err)
-		}
-		return b
-	}
-	app := read(fixtures.C{Source: "int main(void) { return 0; }\n"})
-	libSrc := fixtures.C{Source: "int fz(void) { return 1; }\n", Args: []string{"-shared", "-fPIC"}}
-	lib := read(libSrc)
-	libSrc.Compiler = "i686-linux-gnu-gcc"
-	lib32 := read(libSrc)
+	sh := shapeTemplates(f, false)
 	// Seeds: trees from fixed random bytes, and the smallest tree.
-	f.Add([]byte{0})
-	rng := rand.New(rand.NewPCG(43, 30))
-	for range 12 {
-		seed := make([]byte, 64)
-		for i := range seed {
-			seed[i] = byte(rng.UintN(256))
-		}
-		f.Add(seed)
-	}
+	addTreeSeeds(f, 30, 12, 64)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		root, err := filepath.EvalSymlinks(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
-		exe, env := shapedTree(t, root, "", treeBytes(data), shape{app: app, lib: lib, lib32: lib32})
+		exe, env := shapedTree(t, root, "", treeBytes(data), sh)
 		want, _, ok := ldList(t, exe, env...)
 		if !ok {
 			return

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"io/fs"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,31 +80,8 @@ func FuzzExplainAgreesNote(f *testing.F) {
 		f.Skip("not an x86_64 glibc host")
 	}
 	lib := fixtures.NoteLoader(f)
-	if _, err := exec.LookPath("i686-linux-gnu-gcc"); err != nil {
-		f.Fatal("FuzzExplainAgreesNote needs i686-linux-gnu-gcc (scripts/deps.sh installs it)")
-	}
-	read := func(c fixtures.C) []byte {
-		b, err := os.ReadFile(fixtures.Compile(f, c))
-		if err != nil {
-			f.Fatal(err)
-		}
-		return b
-	}
-	sh := shape{notes: true}
-	sh.app = read(fixtures.C{Source: "int main(void) { return 0; }\n"})
-	libSrc := fixtures.C{Source: "int fz(void) { return 1; }\n", Args: []string{"-shared", "-fPIC"}}
-	sh.lib = read(libSrc)
-	libSrc.Compiler = "i686-linux-gnu-gcc"
-	sh.lib32 = read(libSrc)
-	f.Add([]byte{0})
-	rng := rand.New(rand.NewPCG(43, 31))
-	for range 16 {
-		seed := make([]byte, 96)
-		for i := range seed {
-			seed[i] = byte(rng.UintN(256))
-		}
-		f.Add(seed)
-	}
+	sh := shapeTemplates(f, true)
+	addTreeSeeds(f, 31, 16, 96)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		root := noteRoot(t, lib)
 		exe, env := shapedTree(t, filepath.Join(root, "t"), "/t", treeBytes(data), sh)
@@ -195,31 +171,8 @@ func FuzzNoteTrue(f *testing.F) {
 	}
 	lib := fixtures.NoteLoader(f)
 	loader := filepath.Join(lib, "ld-linux-x86-64.so.2")
-	if _, err := exec.LookPath("i686-linux-gnu-gcc"); err != nil {
-		f.Fatal("FuzzNoteTrue needs i686-linux-gnu-gcc (scripts/deps.sh installs it)")
-	}
-	read := func(c fixtures.C) []byte {
-		b, err := os.ReadFile(fixtures.Compile(f, c))
-		if err != nil {
-			f.Fatal(err)
-		}
-		return b
-	}
-	sh := shape{notes: true}
-	sh.app = read(fixtures.C{Source: "int main(void) { return 0; }\n"})
-	libSrc := fixtures.C{Source: "int fz(void) { return 1; }\n", Args: []string{"-shared", "-fPIC"}}
-	sh.lib = read(libSrc)
-	libSrc.Compiler = "i686-linux-gnu-gcc"
-	sh.lib32 = read(libSrc)
-	f.Add([]byte{0})
-	rng := rand.New(rand.NewPCG(43, 32))
-	for range 16 {
-		seed := make([]byte, 96)
-		for i := range seed {
-			seed[i] = byte(rng.UintN(256))
-		}
-		f.Add(seed)
-	}
+	sh := shapeTemplates(f, true)
+	addTreeSeeds(f, 32, 16, 96)
 	driverDirs := []string{"", ".", "glibc-hwcaps/x86-64-v2"}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		run := func(args, env []string) ([]byte, error) {
@@ -293,31 +246,8 @@ func FuzzLintNote(f *testing.F) {
 		f.Skip("not an x86_64 glibc host")
 	}
 	lib := fixtures.NoteLoader(f)
-	if _, err := exec.LookPath("i686-linux-gnu-gcc"); err != nil {
-		f.Fatal("FuzzLintNote needs i686-linux-gnu-gcc (scripts/deps.sh installs it)")
-	}
-	read := func(c fixtures.C) []byte {
-		b, err := os.ReadFile(fixtures.Compile(f, c))
-		if err != nil {
-			f.Fatal(err)
-		}
-		return b
-	}
-	sh := shape{notes: true}
-	sh.app = read(fixtures.C{Source: "int main(void) { return 0; }\n"})
-	libSrc := fixtures.C{Source: "int fz(void) { return 1; }\n", Args: []string{"-shared", "-fPIC"}}
-	sh.lib = read(libSrc)
-	libSrc.Compiler = "i686-linux-gnu-gcc"
-	sh.lib32 = read(libSrc)
-	f.Add([]byte{0})
-	rng := rand.New(rand.NewPCG(43, 33))
-	for range 16 {
-		seed := make([]byte, 96)
-		for i := range seed {
-			seed[i] = byte(rng.UintN(256))
-		}
-		f.Add(seed)
-	}
+	sh := shapeTemplates(f, true)
+	addTreeSeeds(f, 33, 16, 96)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		root := noteRoot(t, lib)
 		exe, env := shapedTree(t, filepath.Join(root, "t"), "/t", treeBytes(data), sh)
