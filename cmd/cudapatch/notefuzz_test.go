@@ -90,9 +90,11 @@ func FuzzExplainAgreesNote(f *testing.F) {
 			return
 		}
 		args := []string{"--root", root, "--workdir", "/"}
-		ldPath := ""
-		for _, kv := range env {
-			ldPath = kv[len("LD_LIBRARY_PATH="):]
+		// shapedTree sets LD_LIBRARY_PATH or nothing; explain --root
+		// takes it as a flag.
+		var ldPath string
+		if len(env) > 0 {
+			ldPath, _ = strings.CutPrefix(env[0], "LD_LIBRARY_PATH=")
 		}
 		args = append(args, "--ld-library-path", ldPath, exe)
 		assert.Equal(t, want, explainPairsArgs(t, nil, args...), "tree %q", data)
